@@ -1485,7 +1485,7 @@ int gm_advise_main(int argc, char **argv)
             if (!strncmp(nm, c.blocks, strlen(c.blocks)) && k > c.nblocks) c.nblocks = k;
         }
         const gm_torch_reset reset = c.reset;
-        if (c.m.torch == 1)
+        if (c.m.torch == 1) {
             snprintf(c.notes[c.nnotes++], sizeof c.notes[0],
                      "a PyTorch recording: predicted peaks are PyTorch's own (%s: its tensors replayed under its "
                      "allocator's policy, %.300s); the device held %" PRIu64 " bytes more at its peak reserved "
@@ -1494,13 +1494,14 @@ int gm_advise_main(int argc, char **argv)
                                  : "what torch.cuda.max_memory_allocated and max_memory_reserved print",
                      c.m.config, c.m.device_peak_reserved > c.m.rec_peak_reserved
                                      ? c.m.device_peak_reserved - c.m.rec_peak_reserved : 0);
-        /* a reset of PyTorch's peak stats: what its max_memory_*() say then, and since when */
-        if (c.m.torch == 1 && reset.count && (size_t)c.nnotes < sizeof c.notes / sizeof *c.notes)
-            gm_torch_reset_note(&reset, c.notes[c.nnotes++], sizeof c.notes[0]);
-        else
+            /* a reset of PyTorch's peak stats: what its max_memory_*() say then, and since when */
+            if (reset.count && (size_t)c.nnotes < sizeof c.notes / sizeof *c.notes)
+                gm_torch_reset_note(&reset, c.notes[c.nnotes++], sizeof c.notes[0]);
+        } else {
             snprintf(c.notes[c.nnotes++], sizeof c.notes[0],
                      "gpumem was PyTorch's allocator in this recording: predicted peaks are gpumem's (its "
                      "allocations, the libraries' beside PyTorch's tensors)");
+        }
         if (c.m.ntops) {
             size_t nb = 0;
             for (size_t i = 0; i < c.m.ntops; i++)

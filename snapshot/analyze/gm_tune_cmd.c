@@ -66,6 +66,13 @@ static double calls_ratio(const gm_tune *t, const gm_replay_result *r) {
 
 /* "preset:nocache saves 1.0 MiB at 2013 times the driver calls; not recommended", for each
  * configuration passed over (at most three, the least peak first: the results' order) */
+/* A row's name as the tables give it: PyTorch's settings on a PyTorch recording (its defaults
+ * where none were set), else its GPUMEM_CONF. */
+static const char *row_name(const gm_tune *t, const gm_replay_result *r) {
+    if (t->torch && r->has_pytorch) return r->pytorch[0] ? r->pytorch : "PyTorch's defaults";
+    return r->conf;
+}
+
 static void print_passed_over(const gm_tune *t, size_t named, FILE *out) {
     int n = 0;
     for (size_t i = 0; i < t->nresults && n < 3; i++) {
@@ -79,9 +86,9 @@ static void print_passed_over(const gm_tune *t, size_t named, FILE *out) {
                          "calls or more):\n",
                     GM_TUNE_COSTLY_SAVING_PCT, GM_TUNE_COSTLY_SAVING_BYTES >> 20, GM_TUNE_COSTLY_CALLS);
         fprintf(out, "    %s saves %s (%.1f%%) at %.0fx the driver calls of %s (%" PRIu64 " against %" PRIu64 ")\n",
-                t->torch && r->has_pytorch ? r->pytorch : r->conf, saved,
+                row_name(t, r), saved,
                 100.0 * (double)(c->peak_reserved - r->peak_reserved) / (double)(c->peak_reserved ? c->peak_reserved : 1),
-                calls_ratio(t, r), t->torch && c->has_pytorch ? c->pytorch : c->conf, r->driver_calls, c->driver_calls);
+                calls_ratio(t, r), row_name(t, c), r->driver_calls, c->driver_calls);
     }
 }
 

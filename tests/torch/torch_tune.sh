@@ -170,6 +170,15 @@ for prog in streams oom expand; do
   [[ $rec == "$measured" && $pred == "$measured" && $adv == "$measured" && $frag == "$measured" ]] \
     && ok "$prog: the recorded configuration replays to max_memory_reserved() $measured (tune, frag, advise)" \
     || bad "$prog: max_memory_reserved() $measured; recorded $rec, replayed by tune $pred, frag $frag, advise $adv"
+  # under PyTorch's own allocator: advise names that, and a row tune passes over names both sides
+  "$G" advise "$db" > "$tmp/$prog.adv.txt" 2>&1
+  "$G" tune "$db" > "$tmp/$prog.tune.txt" 2>&1
+  ! grep -q "gpumem was PyTorch's allocator" "$tmp/$prog.adv.txt" && grep -q "a PyTorch recording: predicted peaks are PyTorch's own" "$tmp/$prog.adv.txt" \
+    && ok "$prog: advise says the peaks are PyTorch's, not that gpumem was its allocator" \
+    || bad "$prog: advise's notes: $(grep -E "PyTorch recording|gpumem was PyTorch" "$tmp/$prog.adv.txt")"
+  ! grep -qE "(driver calls of +\(|^ +saves )" "$tmp/$prog.tune.txt" \
+    && ok "$prog: every configuration tune passes over is named with what it is compared against" \
+    || bad "$prog: a nameless configuration in tune's text: $(grep -E "saves" "$tmp/$prog.tune.txt")"
   [[ $pred_ex == "$measured_ex" ]] && ok "$prog: predicted under $ex $pred_ex = measured" \
     || bad "$prog: predicted under $ex $pred_ex, measured $measured_ex"
   best=$(q .recommended.predicted.peak_reserved)
