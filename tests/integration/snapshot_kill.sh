@@ -54,7 +54,7 @@ check_ending() { # how db other want: every row says the program of db did not r
     args=${args//@DB@/$db}; args=${args//@DONE@/$other}; args=${args//@ID@/$id}; args=${args//@OUT@/$out}
     # shellcheck disable=SC2086 # the row's arguments, split as written
     "$GPUMEM" $args > "$out.stdout" 2> "$out.stderr"; local rc=$?
-    [[ $rc -eq 0 ]] || { cat "$out.stderr"; fail "$how: gpumem $args exited $rc"; }
+    [[ $rc -eq 0 ]] || { cat "$out.stderr"; tail -20 "$out.stdout"; fail "$how: gpumem $args exited $rc"; }
     local said=0 f
     case $where in
       out) grep -qF "$ending" "$out.stdout" && said=1 ;;
