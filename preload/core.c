@@ -121,7 +121,7 @@ static int uses_conf = GM_USES_DEFAULT; /* GPUMEM_USES, in force once recording 
  * to use instead, and kept in the recording's meta as ignored.NAME (the reason) for gpumem report;
  * one said before the recording opens is written when it does (ignored_meta_flush). */
 static const char *const ignored_names[] = {"GPUMEM_CONF", "GPUMEM_LIMIT", "PYTORCH_CUDA_ALLOC_CONF",
-                                            "PYTORCH_ALLOC_CONF"};
+                                            "PYTORCH_ALLOC_CONF", "torch.cuda.set_per_process_memory_fraction"};
 enum { IGNORED_N = sizeof ignored_names / sizeof ignored_names[0] };
 static _Atomic int ignored_said[IGNORED_N];
 static char ignored_why[IGNORED_N][512];
@@ -147,10 +147,14 @@ static void ignored_meta_flush(void)
 
 void gm_setting_ignored(const char *name, const char *why)
 {
+    gm_setting_ignored_value(name, getenv(name), why);
+}
+
+void gm_setting_ignored_value(const char *name, const char *v, const char *why)
+{
     int i = 0;
     while (i < IGNORED_N && strcmp(ignored_names[i], name))
         i++;
-    const char *v = getenv(name);
     if (i == IGNORED_N || !v || !*v || atomic_load_explicit(&ignored_said[i], memory_order_relaxed) ||
         atomic_exchange(&ignored_said[i], 1))
         return;
@@ -1148,7 +1152,7 @@ GM_EXPORT int gpumem_record_stream(const void *ptr, struct CUstream_st *stream)
     return 0;
 }
 
-GM_EXPORT void *gpumem_torch_malloc(ssize_t size, int device, void *stream)
+static void *torch_malloc(ssize_t size, int device, void *stream)
 {
     if (size < 0)
         return NULL;
@@ -1190,6 +1194,84 @@ GM_EXPORT void *gpumem_torch_malloc(ssize_t size, int device, void *stream)
     gm_event(GM_EV_ALLOC, device, (CUstream)stream, p, (size_t)size, (size_t)size);
     gm_next_alloc_flags = 0;
     return (void *)(uintptr_t)p;
+}
+
+/* The calling thread's last refused gpumem_torch_malloc, for the words of PyTorch's
+ * OutOfMemoryError (gpumem_torch_oom_message): a pluggable allocator cannot raise it itself, the
+ * shim that calls it does (preload/torch_alloc.cpp), on the thread that asked. */
+static _Thread_local struct {
+    ssize_t size;
+    int device;
+    int have_info; /* info is gpumem's allocator's, for this request */
+    alloc_oom_info_t info;
+} torch_refused;
+
+GM_EXPORT void *gpumem_torch_malloc(ssize_t size, int device, void *stream)
+{
+    void *p = torch_malloc(size, device, stream);
+    if (!p && size > 0) {
+        torch_refused.size = size;
+        torch_refused.device = device;
+        torch_refused.have_info = gm_mode() == GM_MODE_REPLACE && gm_heap_last_oom(device, &torch_refused.info) == 0 &&
+                                  torch_refused.info.requested == (size_t)size;
+    }
+    return p;
+}
+
+/* PyTorch's way of writing a size (format_size: B, KiB, MiB, GiB with two decimals) */
+static const char *torch_size(char *b, size_t cap, uint64_t v)
+{
+    static const char *const unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+    double x = (double)v;
+    int u = 0;
+    while (x >= 1024.0 && u < 4)
+        x /= 1024.0, u++;
+    if (u == 0)
+        snprintf(b, cap, "%llu bytes", (unsigned long long)v);
+    else
+        snprintf(b, cap, "%.2f %s", x, unit[u]);
+    return b;
+}
+
+GM_EXPORT size_t gpumem_torch_oom_message(char *buf, size_t cap)
+{
+    char req[32], al[32], res[32], fr[32], lg[32], lim[32], tot[32], dfree[32];
+    const alloc_oom_info_t *o = &torch_refused.info;
+    torch_size(req, sizeof req, (uint64_t)(torch_refused.size > 0 ? torch_refused.size : 0));
+    int n;
+    if (!torch_refused.have_info)
+        n = snprintf(buf, cap,
+                     "CUDA out of memory. Tried to allocate %s on device %d: gpumem_torch_malloc (gpumem as PyTorch's "
+                     "CUDAPluggableAllocator) got no memory from the driver (gpumem's allocator does not place "
+                     "memory in this mode, GPUMEM_MODE=%s). Free tensors, or make the batch smaller.",
+                     req, torch_refused.device, gm_mode() == GM_MODE_OFF ? "off" : "record");
+    else
+        n = snprintf(buf, cap,
+                     "CUDA out of memory. Tried to allocate %s on device %d. gpumem's allocator (PyTorch's "
+                     "CUDAPluggableAllocator) had %s allocated and %s reserved, %s of it free in its cache (the "
+                     "largest free block %s); its limit is %s; the device has %s in all, of which %s is free. "
+                     "The recording holds this OOM (`gpumem report` says what was live). Free tensors, make the "
+                     "batch smaller, or raise GPUMEM_LIMIT if it is the bound.",
+                     req, torch_refused.device, torch_size(al, sizeof al, o->allocated),
+                     torch_size(res, sizeof res, o->reserved), torch_size(fr, sizeof fr, o->free_cached),
+                     torch_size(lg, sizeof lg, o->largest_free_block),
+                     o->limit == ALLOC_NO_LIMIT ? "none" : torch_size(lim, sizeof lim, o->limit),
+                     torch_size(tot, sizeof tot, o->device_total), torch_size(dfree, sizeof dfree, o->device_free));
+    return n < 0 ? 0 : (size_t)n;
+}
+
+/* PyTorch's set_per_process_memory_fraction, as the pluggable allocator hands it on
+ * (CUDAPluggableAllocator::set_memory_fraction_fn, from preload/torch_alloc.cpp): gpumem's
+ * allocator has no fraction, so the call is said to be ignored, once, with what to use instead. */
+GM_EXPORT void gpumem_torch_memory_fraction(double fraction, int device)
+{
+    char v[64];
+    snprintf(v, sizeof v, "%g (device %d)", fraction, device);
+    gm_setting_ignored_value(
+        "torch.cuda.set_per_process_memory_fraction", v,
+        "is ignored: gpumem's allocator serves PyTorch's tensors (--allocator gpumem, gpumem.use_as_allocator) "
+        "and has no per-process fraction; cap it with GPUMEM_LIMIT (bytes) or GPUMEM_CONF=limit:BYTES, or keep "
+        "PyTorch's allocator (no --allocator gpumem)");
 }
 
 GM_EXPORT void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stream)

@@ -140,6 +140,10 @@ void gm_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * the way the program runs does not use: when it is set, said once per setting as "gpumem:
  * NAME=VALUE WHY" and kept in the recording's meta as ignored.NAME = WHY (core.c). */
 void gm_setting_ignored(const char *name, const char *why);
+/* The same for a setting the program made by a call, not by the environment (PyTorch's
+ * set_per_process_memory_fraction under gpumem's allocator): value is what it set (NULL or "":
+ * nothing to say). */
+void gm_setting_ignored_value(const char *name, const char *value, const char *why);
 /* GPUMEM_CONF is set in replace mode: the first device allocations look at who asked
  * (gm_conf_check_caller, core.c), since PyTorch's own caching allocator uses it for its
  * segments only, never its tensors. Cleared once said, or after the first allocations. */
@@ -327,6 +331,9 @@ struct alloc;
 struct alloc_oom_info;
 struct alloc_stats;
 int gm_heap_stats(int dev, struct alloc_stats *st);
+/* The forensics of dev's last refused allocation (alloc_last_oom): 0 and *out filled, or -1 when
+ * dev has no allocator or none was refused. */
+int gm_heap_last_oom(int dev, struct alloc_oom_info *out);
 /* The default memory pool's view of gpumem's stream-ordered allocations (cudaMallocAsync and
  * cuMemAllocAsync served by gpumem, sized as the pool sizes them: 512 B multiples): note one
  * (at its allocation), forget one (at any free of it), read and reset the figures of dev. */

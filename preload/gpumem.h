@@ -32,10 +32,21 @@ int gpumem_name_next(const char *name);
 
 /* PyTorch pluggable-allocator entry points (torch.cuda.memory.CUDAPluggableAllocator):
  * allocate `size` bytes on `device` for use on `stream` (a cudaStream_t), and free in stream
- * order on `stream`. gpumem_torch_malloc returns NULL on failure (PyTorch then raises its
- * out-of-memory error). The stream is a void * here so that this header needs no CUDA header. */
+ * order on `stream`. gpumem_torch_malloc returns NULL on failure: PyTorch 2.14's pluggable
+ * allocator does not check it (the tensor gets no memory), so gpumem.use_as_allocator plugs in
+ * libgpumem_torch.so's malloc instead, which raises torch.OutOfMemoryError with
+ * gpumem_torch_oom_message's words (preload/torch_alloc.cpp; README "PyTorch"). The stream is a
+ * void * here so that this header needs no CUDA header. */
 void *gpumem_torch_malloc(ssize_t size, int device, void *stream);
 void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stream);
+/* The calling thread's last refused gpumem_torch_malloc in words for PyTorch's OutOfMemoryError
+ * (what was asked, gpumem's allocated and reserved bytes, its limit, the device's memory), written
+ * into buf (cap bytes, cut to fit); returns the message's full length. */
+size_t gpumem_torch_oom_message(char *buf, size_t cap);
+/* PyTorch's set_per_process_memory_fraction as the pluggable allocator hands it on
+ * (set_memory_fraction_fn): gpumem's allocator has no fraction; it says so once (stderr, meta
+ * ignored.torch.cuda.set_per_process_memory_fraction) and names GPUMEM_LIMIT instead. */
+void gpumem_torch_memory_fraction(double fraction, int device);
 
 /* A range of the calling thread, like nvtxRangePushA / nvtxRangePop without an NVTX library
  * (the gpumem Python module's gpumem.range and gpumem.annotate use these): allocations made

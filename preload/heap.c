@@ -920,6 +920,14 @@ int gm_heap_stats(int dev, alloc_stats_t *st)
     return 0;
 }
 
+int gm_heap_last_oom(int dev, alloc_oom_info_t *out)
+{
+    alloc_t *a = dev >= 0 && dev < GM_MAX_DEVICES
+                     ? atomic_load_explicit(&dev_alloc[dev], memory_order_acquire)
+                     : NULL;
+    return a && alloc_last_oom(a, out) ? 0 : -1;
+}
+
 /* Which way round the driver handed out the allocators' address ranges and segments, over every
  * device (alloc_address_order): -1 downwards, 1 upwards, 0 not known. */
 int gm_heap_address_order(void)

@@ -40,7 +40,8 @@ ALL_TARGETS += $(PRELOAD_LIB)
 INSTALL_LIB += $(PRELOAD_LIB)
 
 # libgpumem_torch.so (preload/torch_trace.cpp): PyTorch's allocator trace entries handed to
-# libgpumem.so as they happen, for the merge's exact placement. C++ against the installed wheel's
+# libgpumem.so as they happen, for the merge's exact placement; and (preload/torch_alloc.cpp)
+# gpumem as PyTorch's allocator with an out-of-memory that raises torch.OutOfMemoryError. C++ against the installed wheel's
 # headers and libc10_cuda.so (ALLOC_TORCH_DIR, CXX_FOUND: alloc/module.mk, the same conditions as
 # alloc_torch_bench); not under sanitizers (the wheel is not instrumented). Where it is not built,
 # _torch.py goes on without it and the merge places PyTorch's entries by its clock.
@@ -65,12 +66,15 @@ $(PRELOAD_DIR)/torch_prehook_cpp.o: preload/torch_prehook.cpp $(ALLOC_TORCH_DIR)
 	@mkdir -p $(@D)
 	$(CXX) $(PRELOAD_TORCH_CXXFLAGS) -isystem $(ALLOC_TORCH_DIR)/include/torch/csrc/api/include \
 	    -isystem $(PRELOAD_TORCH_PYINC) -c -o $@ $<
+$(PRELOAD_DIR)/torch_alloc_cpp.o: preload/torch_alloc.cpp $(ALLOC_TORCH_DIR)/version.py | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CXX) $(PRELOAD_TORCH_CXXFLAGS) -c -o $@ $<
 # gpumem_torch_trace_entry and the gpumem_torch_cpaths_* stay undefined here: libgpumem.so
 # (preloaded) provides them, and the Python process the C API
-$(PRELOAD_TORCH_LIB): $(PRELOAD_DIR)/torch_trace_cpp.o $(PRELOAD_TORCH_PREHOOK) | $(DEPS_STAMP)
+$(PRELOAD_TORCH_LIB): $(PRELOAD_DIR)/torch_trace_cpp.o $(PRELOAD_DIR)/torch_alloc_cpp.o $(PRELOAD_TORCH_PREHOOK) | $(DEPS_STAMP)
 	$(CXX) -shared -Wl,-soname,libgpumem_torch.so -o $@ $(filter %.o,$^) \
 	    -L$(ALLOC_TORCH_DIR)/lib $(if $(PRELOAD_TORCH_PREHOOK),-ltorch_python -ltorch -ltorch_cpu) \
-	    -lc10_cuda -lc10 -Wl,-rpath,$(ALLOC_TORCH_DIR)/lib
+	    -ltorch_cuda -lc10_cuda -lc10 -Wl,-rpath,$(ALLOC_TORCH_DIR)/lib
 ALL_TARGETS += $(PRELOAD_TORCH_LIB)
 INSTALL_LIB += $(PRELOAD_TORCH_LIB)
 endif

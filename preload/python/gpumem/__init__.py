@@ -230,13 +230,20 @@ def _end_of_backward(state):
 
 
 def use_as_allocator():
-    """Makes libgpumem.so PyTorch's CUDA allocator (torch.cuda.memory.CUDAPluggableAllocator
-    with gpumem_torch_malloc / gpumem_torch_free; PyTorch 2.0 or later, before the first CUDA
+    """Makes libgpumem.so PyTorch's CUDA allocator (PyTorch 2.0 or later, before the first CUDA
     allocation). True when done; False, with a warning saying why, otherwise. (The other way:
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 under gpumem record.)"""
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 under gpumem record.)
+
+    Through libgpumem_torch.so (beside libgpumem.so, built for this torch: preload/torch_alloc.cpp)
+    a request gpumem refuses raises torch.OutOfMemoryError, as under PyTorch's own allocator, and
+    set_per_process_memory_fraction reaches gpumem (which says it does not apply it). Without that
+    library (not built, or built for another torch) it warns once and plugs in gpumem_torch_malloc /
+    gpumem_torch_free through torch.cuda.memory.CUDAPluggableAllocator, where PyTorch checks
+    nothing: a refused request is then a tensor without memory, failing at its first use."""
     if _gpumem() is None:
         return False
     try:
+        import torch
         import torch.cuda.memory as tcm
     except ImportError:
         warnings.warn("gpumem.use_as_allocator: torch is not installed", RuntimeWarning, stacklevel=2)
@@ -251,8 +258,42 @@ def use_as_allocator():
         warnings.warn("gpumem.use_as_allocator: cannot find libgpumem.so's path in /proc/self/maps",
                       RuntimeWarning, stacklevel=2)
         return False
+    done = _use_shim(os.path.join(os.path.dirname(path), "libgpumem_torch.so"), torch.__version__)
+    if done is not None:
+        return done
     alloc = tcm.CUDAPluggableAllocator(path, "gpumem_torch_malloc", "gpumem_torch_free")
     tcm.change_current_allocator(alloc)
+    return True
+
+
+def _use_shim(shim, version):
+    """gpumem as PyTorch's allocator through libgpumem_torch.so's gpumem_torch_allocator_use:
+    True when done, False when PyTorch refused (warned), None when the library cannot be used
+    (warned: the caller plugs gpumem in without it)."""
+    why = None
+    try:
+        lib = ctypes.CDLL(shim)
+        lib.gpumem_torch_trace_built_for.restype = ctypes.c_char_p
+        built = (lib.gpumem_torch_trace_built_for() or b"").decode()
+        if built != version:
+            why = "it was built for torch %s, this is torch %s (rebuild gpumem: make)" % (built or "?", version)
+        else:
+            use = lib.gpumem_torch_allocator_use
+            use.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+            use.restype = ctypes.c_int
+    except (OSError, AttributeError) as e:
+        why = "%s (gpumem is built without it where torch or a C++ compiler was missing: make deps, make)" % e
+    if why is not None:
+        warnings.warn("gpumem.use_as_allocator: cannot use %s: %s; gpumem is PyTorch's allocator without it: "
+                      "an allocation gpumem refuses gives a tensor without memory instead of "
+                      "torch.OutOfMemoryError, and set_per_process_memory_fraction is ignored without a word"
+                      % (shim, why), RuntimeWarning, stacklevel=3)
+        return None
+    err = ctypes.create_string_buffer(512)
+    if use(err, len(err)) != 1:
+        warnings.warn("gpumem.use_as_allocator: PyTorch refused the allocator: %s (call it before the first "
+                      "CUDA allocation)" % err.value.decode(errors="replace"), RuntimeWarning, stacklevel=3)
+        return False
     return True
 
 

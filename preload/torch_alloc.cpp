@@ -1,0 +1,70 @@
+// torch_alloc.cpp — gpumem as PyTorch's CUDA allocator, failing the way PyTorch's own allocator
+// fails (libgpumem_torch.so, beside torch_trace.cpp).
+//
+// PyTorch's CUDAPluggableAllocator hands the pointer its malloc function returns to the tensor
+// without a check: gpumem_torch_malloc's NULL (an out-of-memory) became a tensor with no memory
+// and no exception, which failed later, far from the allocation. Here the allocator is made in
+// C++ with a malloc that throws c10::OutOfMemoryError (Python: torch.OutOfMemoryError) when
+// gpumem refuses a non-zero size, with gpumem's words for it (gpumem_torch_oom_message: what was
+// asked, allocated, reserved, the limit). The recording holds the OOM as before: gpumem's
+// allocator wrote it when it refused. The same allocator gets PyTorch's
+// set_per_process_memory_fraction (set_memory_fraction_fn, which the Python class cannot set):
+// gpumem_torch_memory_fraction says that gpumem's allocator does not apply it.
+//
+// gpumem.use_as_allocator (preload/python/gpumem/__init__.py) calls gpumem_torch_allocator_use
+// when this library is there and was built for the running torch; otherwise it warns once and
+// plugs gpumem_torch_malloc in through torch.cuda.memory.CUDAPluggableAllocator, as before.
+#include <torch/csrc/cuda/CUDAPluggableAllocator.h>
+
+#include <c10/util/Exception.h>
+
+#include <cstdio>
+#include <exception>
+#include <sys/types.h>
+
+// libgpumem.so's (preload/core.c), found in the process: this library is loaded only where it is
+extern "C" void *gpumem_torch_malloc(ssize_t size, int device, void *stream);
+extern "C" void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stream);
+extern "C" size_t gpumem_torch_oom_message(char *buf, size_t cap);
+extern "C" void gpumem_torch_memory_fraction(double fraction, int device);
+
+namespace {
+
+void *malloc_or_raise(size_t size, int device, cudaStream_t stream)
+{
+    void *p = gpumem_torch_malloc(static_cast<ssize_t>(size), device, stream);
+    if (!p && size > 0) {
+        char msg[1024];
+        gpumem_torch_oom_message(msg, sizeof msg);
+        TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
+    }
+    return p;
+}
+
+void free_block(void *p, size_t size, int device, cudaStream_t stream)
+{
+    gpumem_torch_free(p, static_cast<ssize_t>(size), device, stream);
+}
+
+} // namespace
+
+// 1: gpumem is PyTorch's CUDA allocator from now on; 0: PyTorch refused (its allocator was
+// already used, ...), its words in err.
+extern "C" __attribute__((visibility("default"))) int gpumem_torch_allocator_use(char *err, size_t cap)
+{
+    namespace pa = torch::cuda::CUDAPluggableAllocator;
+    try {
+        auto a = pa::createCustomAllocator(malloc_or_raise, free_block);
+        auto pluggable = std::dynamic_pointer_cast<pa::CUDAPluggableAllocator>(a);
+        if (!pluggable) {
+            std::snprintf(err, cap, "createCustomAllocator made no CUDAPluggableAllocator");
+            return 0;
+        }
+        pluggable->set_memory_fraction_fn(gpumem_torch_memory_fraction);
+        pa::changeCurrentAllocator(a);
+    } catch (const std::exception &e) {
+        std::snprintf(err, cap, "%s", e.what());
+        return 0;
+    }
+    return 1;
+}
