@@ -77,8 +77,11 @@ check_ending() { # how db other want: every row says the program of db did not r
   done
 }
 check_ending complete "$done_db" "$done2_db" 0
-db=$TMP/killed.db
-GPUMEM_STACKS=0 GPUMEM_DB=$db "$APP" steady "$TMP/count" &
+# still running: 10,000 events, then alive and idle while every command reads it (a program that
+# kept issuing would grow the recording with the time the commands take, minutes on a loaded
+# machine, and each command's work with it)
+db=$TMP/running.db
+GPUMEM_STACKS=0 GPUMEM_DB=$db "$APP" steady "$TMP/count0" 10000 &
 pid=$!
 sleep 1.5
 check_ending running "$db" "$done_db" 1
@@ -88,11 +91,18 @@ check_ending running "$db" "$done_db" 1
   || fail "diff --fail-if-peak-grows with a side still running exited $rc: $(cat "$TMP/gate.err")"
 kill -9 $pid
 wait $pid 2>/dev/null
+# killed while it issues events: what the file lost
+db=$TMP/killed.db
+GPUMEM_STACKS=0 GPUMEM_DB=$db "$APP" steady "$TMP/count" &
+pid=$!
+sleep 1.5
+kill -9 $pid
+wait $pid 2>/dev/null
 issued=$(od -An -t u8 -N 8 "$TMP/count" | tr -d ' ')
 "$GPUMEM" report "$db" > "$TMP/report.txt"; rc=$?
 [[ $rc -eq 0 ]] || { cat "$TMP/report.txt"; fail "gpumem report exited $rc on a killed process's database"; }
 grep -q "did not end cleanly" "$TMP/report.txt" || fail "report does not say the recording was cut short"
-read -r got t_last < <("$GPUMEM" sql "$db" -c "SELECT max(requested), max(t) FROM events" | tail -1 | tr '|' ' ')
+read -r got t_last < <("$GPUMEM" sql "$db" -c "SELECT max(alloc_id), max(t) FROM events" | tail -1 | tr '|' ' ')
 [[ -n $got && $got -gt 0 ]] || fail "no events in the database"
 # events per ms from what was recorded; the missing tail in ms
 missing_ms=$(( (issued - got) * t_last / got / 1000000 ))
