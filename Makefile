@@ -223,7 +223,7 @@ install: all
 # Removes what the manifest of `make install` (same PREFIX and DESTDIR) lists: a file whose
 # bytes are still those installed, a link still to the same target; a path changed since (an
 # edited config, another package's file at the name) is kept and said, and uninstall then
-# fails. Then the manifest, and gpumem's own directories where they are left empty.
+# fails (the recipe's exit 1: make's own exit is 2, as README.md says). Then the manifest, and gpumem's own directories where they are left empty.
 uninstall:
 	@cd '$(DESTDIR)$(PREFIX)' 2> /dev/null && [ -f $(INSTALL_MANIFEST) ] || { \
 	    echo "make uninstall: no $(DESTDIR)$(PREFIX)/$(INSTALL_MANIFEST): nothing was installed there by make install (give the PREFIX and DESTDIR it was given); nothing removed" >&2; exit 1; }; \

@@ -229,9 +229,15 @@ size_t alloc_round_size(const alloc_config_t *cfg, size_t size);
  * it needs (like snprintf). */
 int alloc_config_format(const alloc_config_t *cfg, char *buf, size_t len);
 
-/* Parse a byte size: "123", "512K", "2M", "24G", "1T" (also KiB/MiB/GiB/TiB, KB/MB/GB, and
- * lowercase). Returns ALLOC_OK or ALLOC_ERR_CONFIG. For GPUMEM_LIMIT. */
+/* Parse a byte size: "123", "512K", "2M", "24G", "1T" (also KiB/MiB/GiB/TiB, KB/MB/GB, B, and
+ * lowercase), and a fraction with a unit ("1.5G": whole bytes, rounded down). Nothing else: no
+ * space, sign or exponent, no fraction without a unit ("0.9" bytes). The one parser of every
+ * size setting (GPUMEM_LIMIT, GPUMEM_CONF's size keys, gpumem-replay's, tune's and advise's
+ * options); their messages quote ALLOC_SIZE_RULE. Returns ALLOC_OK or ALLOC_ERR_CONFIG. */
 int alloc_parse_size(const char *s, size_t *out);
+#define ALLOC_SIZE_RULE                                                                                  \
+    "digits with an optional K, M, G or T (KiB, MB... also) suffix, e.g. 512M or 24G; a fraction only " \
+    "with a suffix (1.5G); no spaces or signs"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Lifetime                                                                                     */

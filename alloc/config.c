@@ -8,6 +8,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -73,23 +74,27 @@ int alloc_config_preset(alloc_config_t *c, const char *name)
 
 int alloc_parse_size(const char *s, size_t *out)
 {
-    if (!s) return ALLOC_ERR_CONFIG;
-    while (isspace((unsigned char)*s))
-        s++;
-    if (!isdigit((unsigned char)*s)) return ALLOC_ERR_CONFIG;
-    errno = 0;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno) return ALLOC_ERR_CONFIG;
-    double frac = 0;
-    if (*end == '.') { /* "1.5G" */
-        char *e2;
-        frac = strtod(end, &e2);
-        end = e2;
-        if (!(frac < 1)) return ALLOC_ERR_CONFIG; /* ".5e999": inf, which no size_t holds */
+    /* ALLOC_SIZE_RULE, to the letter: nothing before the digits (a space, a sign) or after the
+     * unit, and a fraction only with a unit (0.9 bytes is not a size; 1.5G is 1610612736) */
+    if (!s || !isdigit((unsigned char)*s)) return ALLOC_ERR_CONFIG;
+    const char *p = s;
+    unsigned long long v = 0;
+    for (; isdigit((unsigned char)*p); p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (ULLONG_MAX - d) / 10) return ALLOC_ERR_CONFIG;
+        v = v * 10 + d;
+    }
+    unsigned long long fnum = 0, fden = 1; /* the fraction: fnum / fden */
+    int frac = *p == '.';
+    if (frac) {
+        p++;
+        if (!isdigit((unsigned char)*p)) return ALLOC_ERR_CONFIG; /* "1." */
+        /* digits past the 18th are below a byte of any unit up to T (2^40 / 10^18) */
+        for (; isdigit((unsigned char)*p); p++)
+            if (fden <= 100000000000000000ULL) fnum = fnum * 10 + (unsigned)(*p - '0'), fden *= 10;
     }
     unsigned shift = 0;
-    switch (toupper((unsigned char)*end)) {
+    switch (toupper((unsigned char)*p)) {
     case 'K':
         shift = 10;
         break;
@@ -102,26 +107,18 @@ int alloc_parse_size(const char *s, size_t *out)
     case 'T':
         shift = 40;
         break;
-    case 'B':
-    case '\0':
-    case ' ':
-        break;
     default:
-        return ALLOC_ERR_CONFIG;
+        break;
     }
     if (shift) {
-        end++;
-        if (*end == 'i' || *end == 'I') end++;
-        if (*end == 'B' || *end == 'b') end++;
-    } else if (*end == 'B' || *end == 'b') {
-        end++;
+        p++;
+        if (*p == 'i' || *p == 'I') p++;
     }
-    while (isspace((unsigned char)*end))
-        end++;
-    if (*end) return ALLOC_ERR_CONFIG;
-    if (shift && v > (SIZE_MAX >> shift) - 1) return ALLOC_ERR_CONFIG;
+    if (*p == 'B' || *p == 'b') p++;
+    if (*p || (frac && !shift)) return ALLOC_ERR_CONFIG;
+    if (v > (SIZE_MAX >> shift) - 1) return ALLOC_ERR_CONFIG;
     size_t r = (size_t)v << shift;
-    if (frac > 0) r += (size_t)(frac * (double)((size_t)1 << shift));
+    if (fnum) r += (size_t)(((unsigned __int128)fnum << shift) / fden); /* whole bytes, rounded down */
     *out = r;
     return ALLOC_OK;
 }
@@ -589,8 +586,7 @@ static int apply_key(alloc_config_t *c, const ctoks *tk, size_t *i, const char *
         }
         if (alloc_parse_size(v, &sz) != ALLOC_OK || (k[0] != 'h' && sz == SIZE_MAX))
             return errf(err, errlen,
-                        "bad value '%s' for %s (accepted: a byte size such as 2M, 20MiB, 1G, "
-                        "24G%s)",
+                        "bad value '%s' for %s (accepted: a byte size, " ALLOC_SIZE_RULE "%s)",
                         v, k,
                         k[0] == 'h' ? "; 0 is the granularity"
                                     : ", 0 for 0 bytes, or none for no limit at all");

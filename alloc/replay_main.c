@@ -209,7 +209,7 @@ int main(int argc, char **argv)
             size_t sz = ALLOC_NO_LIMIT;
             bool none = a[2] == 'l' && !strcmp(v, "none");
             if (!none && alloc_parse_size(v, &sz)) {
-                fprintf(stderr, "gpumem-replay: bad size '%s' for %s (e.g. 24G, 512M%s)\n", v, a,
+                fprintf(stderr, "gpumem-replay: bad size '%s' for %s (" ALLOC_SIZE_RULE "%s)\n", v, a,
                         a[2] == 'l' ? "; none for no limit" : "");
                 return 2;
             }
@@ -241,8 +241,7 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--round") && v) {
             size_t sz;
             if (alloc_parse_size(v, &sz)) {
-                fprintf(stderr, "gpumem-replay: bad size '%s' for --round (bytes, or e.g. 300M)\n",
-                        v);
+                fprintf(stderr, "gpumem-replay: bad size '%s' for --round (" ALLOC_SIZE_RULE ")\n", v);
                 return 2;
             }
             if (nrounds < 64) rounds[nrounds++] = sz;

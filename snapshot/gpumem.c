@@ -108,7 +108,8 @@ static const char *const usage_record =
     "\n"
     "Runs CMD with libgpumem.so preloaded (found next to gpumem or in ../lib/gpumem) and the\n"
     "recording written to FILE (default $GPUMEM_DB where set, else gpumem-<pid>.db; %p = pid,\n"
-    "%r = rank), then prints a short summary: the figures gpumem report leads with (for a\n"
+    "%r = rank; a relative FILE is from the directory record runs in, wherever the program\n"
+    "goes before its first CUDA call), then prints a short summary: the figures gpumem report leads with (for a\n"
     "PyTorch program, PyTorch's max_memory_allocated / max_memory_reserved first, then the\n"
     "device's). An allocator setting the run does not use (GPUMEM_CONF, GPUMEM_LIMIT,\n"
     "PYTORCH_CUDA_ALLOC_CONF) is said on stderr and in the report. When no GPU driver is\n"
@@ -118,7 +119,8 @@ static const char *const usage_record =
     "  -o FILE   the database to write; an earlier run's gpumem database there is replaced,\n"
     "            any other file is left alone (exit 2 before CMD runs). Each process of this\n"
     "            run that records (a launcher script's steps) keeps its own file: the first\n"
-    "            FILE, the next beside it (run.db: run-<pid>.db), all listed at the end\n"
+    "            FILE, the next beside it (run.db: run-<pid>.db), all listed at the end;\n"
+    "            a file the recorder said it wrote that is gone at the end exits 3\n"
     "  --force   replace FILE even when it is not a gpumem database (never through a symlink)\n"
     "  -q        no summary\n"
     "A Python program is recorded tensor by tensor when it imports torch, without an edit\n"
@@ -726,6 +728,29 @@ static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earli
     return path[0] != 0;
 }
 
+/* path, written by the recorder as absolute, as the user named it: from dir (record's working
+ * directory) when it is under it ("run.db", "out/run.db"), else as it is. */
+static void shown_from(const char *dir, char *path) {
+    size_t dl = strlen(dir);
+    if (dl > 1 && strncmp(path, dir, dl) == 0 && path[dl] == '/' && path[dl + 1])
+        memmove(path, path + dl + 1, strlen(path + dl + 1) + 1);
+}
+
+/* The same for each name of a list ("A, B (pid 12), ..."): a name starts the list or follows ", ". */
+static void shown_list_from(const char *dir, char *list, size_t n) {
+    size_t dl = strlen(dir);
+    if (dl <= 1) return;
+    char out[4096];
+    size_t o = 0;
+    for (const char *p = list; *p && o + 1 < sizeof out;) {
+        int start = p == list || (p - list >= 2 && p[-2] == ',' && p[-1] == ' ');
+        if (start && strncmp(p, dir, dl) == 0 && p[dl] == '/' && p[dl + 1]) p += dl + 1;
+        out[o++] = *p++;
+    }
+    out[o] = 0;
+    snprintf(list, n, "%s", out);
+}
+
 /* How the program ended, for the diagnosis: "" when it exited with status 0; else "exited with
  * status 2" or "was killed by signal 11 (Segmentation fault)". */
 static void program_end(int st, char *out, size_t n) {
@@ -988,9 +1013,19 @@ static int cmd_record(int argc, char **argv) {
                         "unset it, or give -o FILE (the program was not started)\n", env_db);
         return GM_EXIT_USAGE;
     }
-    const char *tmpl = out ? out : env_db && *env_db ? env_db : "gpumem-%p.db";
+    const char *tmpl = out ? out : env_db && *env_db ? env_db : REC_DEFAULT_DB;
     int bad = check_record_target(tmpl, force, argv[i]);
     if (bad) return bad;
+    /* the program is given the name from here: it may chdir before its first CUDA call, and its
+     * exec'd images and children may start elsewhere; the file goes where this command said */
+    char cwd[PATH_MAX], abs_tmpl[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) cwd[0] = 0;
+    if (tmpl[0] != '/' && (!cwd[0] || rec_path_from(cwd, tmpl, abs_tmpl, sizeof abs_tmpl) != 0)) {
+        fprintf(stderr, "gpumem: -o %s: %s; give an absolute -o (the program was not started)\n", tmpl,
+                cwd[0] ? "the path is too long once made absolute" : "the current directory cannot be named");
+        return GM_EXIT_USAGE;
+    }
+    if (tmpl[0] == '/') snprintf(abs_tmpl, sizeof abs_tmpl, "%s", tmpl);
     char dir[PATH_MAX], lib[PATH_MAX + 64], sim[PATH_MAX + 64];
     self_dir(dir, sizeof dir);
     snprintf(lib, sizeof lib, "%s/libgpumem.so", dir);
@@ -1066,7 +1101,7 @@ static int cmd_record(int argc, char **argv) {
         return 127;
     }
     if (pid == 0) {
-        setenv("GPUMEM_DB", tmpl, 1);
+        setenv("GPUMEM_DB", abs_tmpl, 1);
         gm_torch_child(&torch);
         execvp(argv[i], argv + i);
         exec_failed(argv[i], errno);
@@ -1087,6 +1122,21 @@ static int cmd_record(int argc, char **argv) {
     int found = status_fd >= 0 && read_status(status_fd, pid, path, sizeof path, earlier, sizeof earlier, others,
                                               sizeof others, why, sizeof why, dbs, 256, &ndbs, &unwritten);
     if (status_fd >= 0) close(status_fd), unlink(status_path);
+    /* the files as the user named them: from here, as -o was */
+    shown_from(cwd, path);
+    for (size_t k = 0; k < ndbs; k++) shown_from(cwd, dbs[k].path);
+    shown_list_from(cwd, earlier, sizeof earlier);
+    shown_list_from(cwd, others, sizeof others);
+    struct stat fst;
+    if (found && stat(path, &fst) != 0) {
+        /* the recorder said it wrote it: a summary of nothing, or an exit 0, would be a lie */
+        char end[128];
+        program_end(st, end, sizeof end);
+        fprintf(stderr, "gpumem: the recorder said it wrote %s, but it is not there (%s): it was moved or removed "
+                        "while the program ran; the program %s; exit %d: the recording is lost\n",
+                path, strerror(errno), end[0] ? end : "exited with status 0", GM_EXIT_BADDB);
+        return GM_EXIT_BADDB;
+    }
     gm_torch_finish(&torch, found ? path : NULL, dbs, ndbs, quiet);
     uint64_t nallocs = 0;
     if (unwritten && !found) {

@@ -1242,7 +1242,7 @@ int gm_advise_main(int argc, char **argv)
             oom_step = 1;
         else if (!strcmp(a, "--budget")) {
             if (!v || alloc_parse_size(v, &budget) != ALLOC_OK || !budget) {
-                fprintf(stderr, "gpumem advise: --budget needs a size like 40G, got '%s'\n%s",
+                fprintf(stderr, "gpumem advise: --budget needs a size above 0 (" ALLOC_SIZE_RULE "), got '%s'\n%s",
                         v ? v : "", GM_HELP("advise"));
                 return GM_EXIT_USAGE;
             }

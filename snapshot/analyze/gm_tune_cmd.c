@@ -407,7 +407,7 @@ int gm_tune_main(int argc, char **argv) {
             size_t v = ALLOC_NO_LIMIT;
             const char *s = gm_opt_value(argc, argv, &i);
             if (!s || (strcmp(s, "none") && (alloc_parse_size(s, &v) != ALLOC_OK || v == ALLOC_NO_LIMIT))) {
-                fprintf(stderr, "gpumem tune: --limit needs a size such as 24G or 512M (0 is 0 bytes), or none "
+                fprintf(stderr, "gpumem tune: --limit needs a size (" ALLOC_SIZE_RULE "; 0 is 0 bytes), or none "
                                 "for no limit, not '%s'\n%s", s ? s : "", GM_HELP("tune"));
                 return GM_EXIT_USAGE;
             }

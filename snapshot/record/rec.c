@@ -378,8 +378,18 @@ static int open_now(const rec_options *opt) {
     uint64_t ring = g->ring.slots ? g->ring.mask + 1 : 65536;
     if (!g->reopen || opt) {
         const char *tmpl = opt && opt->path ? opt->path : getenv("GPUMEM_DB");
-        if (!tmpl || !*tmpl) tmpl = "gpumem-%p.db";
-        if (g->tmpl[0] == 0 || opt) snprintf(g->tmpl, sizeof g->tmpl, "%s", tmpl);
+        if (!tmpl || !*tmpl) tmpl = REC_DEFAULT_DB;
+        /* a relative name is from where the program started (rec_note_start), not from where it
+         * happens to be now: it may have chdir'd before its first CUDA call */
+        char here[sizeof g->start_cwd];
+        const char *from = g->start_cwd[0] ? g->start_cwd : getcwd(here, sizeof here) ? here : "";
+        if (g->tmpl[0] == 0 || opt) {
+            if (!strcmp(tmpl, "none") || !strcmp(tmpl, "off")) snprintf(g->tmpl, sizeof g->tmpl, "%s", tmpl);
+            else if (rec_path_from(from, tmpl, g->tmpl, sizeof g->tmpl) != 0) {
+                rec_warn("GPUMEM_DB=%s is too long once made absolute (from %s); not recording", tmpl, from);
+                return -1;
+            }
+        }
         g->stacks = opt && opt->stacks >= 0 ? opt->stacks : (int)env_long("GPUMEM_STACKS", 16, 0, REC_MAX_FRAMES);
         if (g->stacks > REC_MAX_FRAMES) g->stacks = REC_MAX_FRAMES;
         if (opt && opt->fork_record >= 0) g->fork_record = opt->fork_record;

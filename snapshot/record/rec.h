@@ -288,8 +288,11 @@ void rec_stats(const rec_alloc_stats *st);
 /* ---- The program's start: its working directory then (meta.cwd), which its arguments'
  * relative paths are from, however long before its first CUDA call the recording opens (a
  * program may chdir first). The preload's constructor calls it (exec: the new image's); a
- * forked child keeps its parent's, whose command line it has. Only getcwd: no CUDA, no SQLite.
- * Without it (a program linking the recorder itself), meta.cwd is the directory at the open. */
+ * forked child keeps its parent's, whose command line it has. Only getcwd and setenv: no CUDA,
+ * no SQLite. Without it (a program linking the recorder itself), meta.cwd is the directory at
+ * the open. A relative GPUMEM_DB, and the default name where it is unset, are from that
+ * directory too: it sets GPUMEM_DB to the absolute template, so the program's exec'd images and
+ * children (which may start elsewhere) write beside it, where the user looks. */
 void rec_note_start(void);
 
 /* ---- Metadata: free-form key/value pairs stored in `meta` (mode, config, device name...). -- */
@@ -427,6 +430,12 @@ const char *rec_path(void);
  * Expands %p (pid), %r (rank: rec_launch_rank's, else 0) and %%.
  * Returns 0, or -1 if the result does not fit (out is always NUL-terminated). */
 int rec_expand_path(const char *tmpl, long pid, char *out, size_t outsz);
+/* path as seen from the directory dir: path itself when it is absolute or dir is "" (unknown),
+ * else "dir/path". Returns 0, or -1 if it does not fit (out is then ""). Every way a
+ * recording's name is made goes through it, so a relative name never depends on where the
+ * program happens to be at its first CUDA call. */
+#define REC_DEFAULT_DB "gpumem-%p.db" /* the name where GPUMEM_DB is unset */
+int rec_path_from(const char *dir, const char *path, char *out, size_t outsz);
 /* in with ins before its ".db" ("run.db" + "-123" -> "run-123.db"; no ".db": at its end): the
  * name a forked child or a second process of the run gets. */
 void rec_insert_before_ext(const char *in, const char *ins, char *out, size_t outsz);

@@ -125,6 +125,18 @@ int rec_launch_rank(rec_rank *out)
     return 0;
 }
 
+int rec_path_from(const char *dir, const char *path, char *out, size_t outsz) {
+    if (outsz == 0) return -1;
+    size_t dl = dir ? strlen(dir) : 0;
+    int n = path[0] == '/' || dl == 0 ? snprintf(out, outsz, "%s", path)
+                                      : snprintf(out, outsz, "%s%s%s", dir, dir[dl - 1] == '/' ? "" : "/", path);
+    if (n < 0 || (size_t)n >= outsz) {
+        out[0] = 0;
+        return -1;
+    }
+    return 0;
+}
+
 int rec_expand_path(const char *tmpl, long pid, char *out, size_t outsz) {
     size_t o = 0;
     int ok = 1;

@@ -171,8 +171,8 @@ int rec_settings_read(rec_settings *s, alloc_config_t *conf, char *err, size_t e
     if (lim && *lim) {
         /* read as GPUMEM_CONF's limit key reads it: 0 is 0 bytes, none is no limit */
         if (strcmp(lim, "none") && (alloc_parse_size(lim, &s->limit) != ALLOC_OK || s->limit == ALLOC_NO_LIMIT)) {
-            snprintf(err, errsz, "GPUMEM_LIMIT: bad size '%s' (expected bytes with an optional K, M, G or T "
-                                 "suffix, e.g. 24G; 0 is 0 bytes; none, or unset, for no limit)", lim);
+            snprintf(err, errsz, "GPUMEM_LIMIT: bad size '%s' (expected " ALLOC_SIZE_RULE "; 0 is 0 bytes; none, "
+                                 "or unset, for no limit)", lim);
             return -1;
         }
         s->limit_set = 1;

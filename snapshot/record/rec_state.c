@@ -6,6 +6,8 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +21,13 @@ rec_state rec_g = {
 
 void rec_note_start(void) {
     if (!getcwd(rec_g.start_cwd, sizeof rec_g.start_cwd)) rec_g.start_cwd[0] = 0;
+    /* the recording's name, from here: an exec'd image or a child that starts elsewhere (or this
+     * program after a chdir) reads GPUMEM_DB again, and must find the same directory */
+    const char *db = getenv("GPUMEM_DB");
+    if (!rec_g.start_cwd[0] || (db && (db[0] == '/' || !strcmp(db, "none") || !strcmp(db, "off")))) return;
+    char abs[sizeof rec_g.tmpl];
+    if (rec_path_from(rec_g.start_cwd, db && *db ? db : REC_DEFAULT_DB, abs, sizeof abs) == 0)
+        setenv("GPUMEM_DB", abs, 1);
 }
 
 uint64_t rec_now_ns(void) {

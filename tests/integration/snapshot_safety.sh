@@ -33,7 +33,7 @@ cp other.db other.orig
 GPUMEM_DB=t.py LD_PRELOAD=$LIB LD_LIBRARY_PATH=$SIM "$A" > out 2> err; rc=$?
 [[ $rc -eq 0 ]] || { cat err; fail "the program failed under GPUMEM_DB=t.py (rc $rc)"; }
 cmp -s t.py t.orig || fail "GPUMEM_DB=t.py changed t.py"
-grep -q "recorder: t.py exists and is not a gpumem database; not overwriting it" err \
+grep -qF "recorder: $PWD/t.py exists and is not a gpumem database; not overwriting it" err \
   || { cat err; fail "GPUMEM_DB=t.py: no refusal line"; }
 
 # --force replaces it with a database that reads

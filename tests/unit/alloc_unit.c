@@ -983,6 +983,15 @@ static void test_config(void **state)
     assert_int_equal(sz, 12);
     assert_int_equal(alloc_parse_size("-1G", &sz), ALLOC_ERR_CONFIG);
     assert_int_equal(alloc_parse_size("1X", &sz), ALLOC_ERR_CONFIG);
+    /* a fraction only with a unit, in whole bytes; no space, sign or exponent anywhere */
+    assert_int_equal(alloc_parse_size("1.5G", &sz), ALLOC_OK);
+    assert_int_equal(sz, 3 * GiB / 2);
+    assert_int_equal(alloc_parse_size("0.1K", &sz), ALLOC_OK);
+    assert_int_equal(sz, 102);
+    static const char *const refused[] = {" 16", "16 ", "1.5", "0.9", "1.5B", ".5G", "1.G", "+16", "1e3", "1.5e3G",
+                                          "18446744073709551616", "16777216T", ""};
+    for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++)
+        if (alloc_parse_size(refused[k], &sz) != ALLOC_ERR_CONFIG) fail_msg("'%s' was read as %zu", refused[k], sz);
 }
 
 /* Trace text format: all event kinds parse; errors name the line. */
