@@ -604,11 +604,19 @@ typedef enum alloc_trace_kind {
      * emptied, and its frees are no longer ordered on the pool's key. Without it the replay kept
      * a destroyed graph's memory reserved to the end of the trace. */
     ALLOC_TR_POOL_RELEASE = 11,
+    /* ad <id> <size> [stream]: a device allocation the driver made for the program outside any
+     * allocator a configuration changes (a pool the program chose, a CUDA graph's memory node:
+     * recorded with flag 2048 or 16384, passed through in every mode). Under every configuration
+     * it is exactly size bytes in allocated and in reserved (its own segment, as gpumem report
+     * counts it) from its allocation to its free, never cached, never in the allocator's limit.
+     * Without it a pool's allocations were served from the allocator's segments, so a
+     * configuration seemed to save memory the program's pool held in the run. */
+    ALLOC_TR_ALLOC_DRIVER = 12,
 } alloc_trace_kind_t;
 
 typedef struct alloc_trace_event {
     uint64_t id;     /* allocation id, any 64-bit value; unique among live allocations */
-    uint64_t size;   /* ALLOC, ALLOC_OTHER, ALLOC_SERVED, ALLOC_FAILED; LIMIT: the cap in bytes */
+    uint64_t size;   /* ALLOC, ALLOC_OTHER, ALLOC_SERVED, ALLOC_FAILED, ALLOC_DRIVER; LIMIT: the cap */
     uint64_t stream; /* the allocations', FREE_ASYNC, RECORD_STREAM; POOL_RELEASE: the pool's key */
     uint32_t kind;   /* alloc_trace_kind_t */
 } alloc_trace_event_t;

@@ -128,11 +128,12 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
         } else if (WORD("fc")) {
             e.kind = ALLOC_TR_FREE_DONE;
             q = parse_num(q + 2, eol, &e.id, &ok);
-        } else if (WORD("a") || WORD("ax") || WORD("ag") || WORD("ao") || WORD("ap")) {
+        } else if (WORD("a") || WORD("ax") || WORD("ag") || WORD("ao") || WORD("ap") || WORD("ad")) {
             e.kind = wl == 1         ? ALLOC_TR_ALLOC
                      : q[1] == 'x' ? ALLOC_TR_ALLOC_OTHER
                      : q[1] == 'g' ? ALLOC_TR_ALLOC_SERVED
                      : q[1] == 'p' ? ALLOC_TR_ALLOC_PRIVATE
+                     : q[1] == 'd' ? ALLOC_TR_ALLOC_DRIVER
                                    : ALLOC_TR_ALLOC_FAILED;
             q = parse_num(q + wl, eol, &e.id, &ok);
             q = parse_num(q, eol, &e.size, &ok2);
@@ -229,10 +230,12 @@ int alloc_trace_write(const char *path, const alloc_trace_event_t *ev, size_t n)
         case ALLOC_TR_ALLOC_OTHER:
         case ALLOC_TR_ALLOC_SERVED:
         case ALLOC_TR_ALLOC_FAILED:
-        case ALLOC_TR_ALLOC_PRIVATE: {
+        case ALLOC_TR_ALLOC_PRIVATE:
+        case ALLOC_TR_ALLOC_DRIVER: {
             const char *w = ev[i].kind == ALLOC_TR_ALLOC          ? "a"
                             : ev[i].kind == ALLOC_TR_ALLOC_OTHER   ? "ax"
                             : ev[i].kind == ALLOC_TR_ALLOC_SERVED  ? "ag"
+                            : ev[i].kind == ALLOC_TR_ALLOC_DRIVER  ? "ad"
                             : ev[i].kind == ALLOC_TR_ALLOC_PRIVATE ? "ap"
                                                                    : "ao";
             if (ev[i].stream)
@@ -454,7 +457,7 @@ int alloc_trace_synth(const char *name, unsigned steps, uint64_t seed, alloc_tra
 /* What the replay keeps per live trace id: one slot of the id map, key and value side by side
  * (one cache line touched per lookup, where three arrays cost three misses on a large trace). */
 /* outside the allocator; has record_stream uses; in a private pool (stream: the pool's key) */
-enum { RL_OTHER = 1, RL_USES = 2, RL_PRIVATE = 4 };
+enum { RL_OTHER = 1, RL_USES = 2, RL_PRIVATE = 4, RL_DRIVER = 8 };
 
 typedef struct {
     uint64_t id;
@@ -577,7 +580,8 @@ int alloc_trace_slots(const alloc_trace_event_t *ev, size_t n, uint32_t **slots,
         case ALLOC_TR_ALLOC_OTHER:
         case ALLOC_TR_ALLOC_SERVED:
         case ALLOC_TR_ALLOC_FAILED:
-        case ALLOC_TR_ALLOC_PRIVATE: {
+        case ALLOC_TR_ALLOC_PRIVATE:
+        case ALLOC_TR_ALLOC_DRIVER: {
             const live_t *x = idmap_get(&ids, e->id);
             /* an id allocated again while live keeps its slot, as the table keeps its key */
             if (x) {
@@ -779,6 +783,8 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
     uint64_t *gone = NULL;
     size_t ngone = 0, capgone = 0;
     size_t cur_alloc = 0, cur_req = 0, cur_other = 0;
+    /* ALLOC_TR_ALLOC_DRIVER bytes live, and the highest reserved + those seen */
+    size_t cur_driver = 0, peak_with_driver = 0;
     uint64_t recovered = 0; /* OOMs that landing held frees turned into successes */
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -799,7 +805,8 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
         case ALLOC_TR_ALLOC_OTHER:
         case ALLOC_TR_ALLOC_SERVED:
         case ALLOC_TR_ALLOC_FAILED:
-        case ALLOC_TR_ALLOC_PRIVATE: {
+        case ALLOC_TR_ALLOC_PRIVATE:
+        case ALLOC_TR_ALLOC_DRIVER: {
             if (!exact)
                 for (size_t k = held.n; k-- > 0;)
                     if (held.v[k].waited++ >= o.stream_lag) held_land(&held, k);
@@ -807,7 +814,12 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
             l.stream = e->stream;
             int r;
             bool info_hit = true; /* the cache served it: reserved did not grow */
-            if (bypass && (e->kind == ALLOC_TR_ALLOC_OTHER ||
+            if (e->kind == ALLOC_TR_ALLOC_DRIVER) {
+                /* the driver's, whatever the configuration: counted, never the allocator's */
+                l.flags = RL_DRIVER;
+                l.size = e->size;
+                r = ALLOC_OK;
+            } else if (bypass && (e->kind == ALLOC_TR_ALLOC_OTHER ||
                            (e->kind == ALLOC_TR_ALLOC_SERVED && o.framework_only))) {
                 l.flags = RL_OTHER;
                 l.size = e->size;
@@ -866,16 +878,22 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                 if (cur_alloc > out->peak_allocated) out->peak_allocated = cur_alloc;
                 if (cur_req > out->peak_requested) out->peak_requested = cur_req;
             }
+            if (l.flags & RL_DRIVER) cur_driver += l.size;
+            /* reserved grows only at an allocation: the allocator's segments and the driver's
+             * allocations live beside them, summed where either grew */
+            if (cur_driver && a->st.reserved_bytes.current + cur_driver > peak_with_driver)
+                peak_with_driver = (size_t)a->st.reserved_bytes.current + cur_driver;
             out->allocs++;
             l.id = e->id;
             if (lives_put(&ids, i, &l) < 0) {
                 rc = ALLOC_ERR_NOMEM;
                 goto done;
             }
-            if (o.keep_going && !info_hit) {
+            if (o.keep_going && (!info_hit || (l.flags & RL_DRIVER))) {
                 alloc_stats_t st;
                 alloc_get_stats(a, &st);
-                if (!o.keep_going(o.keep_going_user, (size_t)st.reserved_bytes.peak)) {
+                size_t res = (size_t)st.reserved_bytes.peak;
+                if (!o.keep_going(o.keep_going_user, res > peak_with_driver ? res : peak_with_driver)) {
                     out->stopped = true;
                     goto done;
                 }
@@ -884,7 +902,7 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
         }
         case ALLOC_TR_RECORD_STREAM: {
             live_t *x = lives_get(&ids, i, e->id);
-            if (x && !(x->flags & RL_OTHER) && e->stream != x->stream) x->flags |= RL_USES;
+            if (x && !(x->flags & (RL_OTHER | RL_DRIVER)) && e->stream != x->stream) x->flags |= RL_USES;
             break;
         }
         case ALLOC_TR_FREE:
@@ -901,6 +919,10 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
             }
             cur_alloc -= l.size;
             cur_req -= l.requested;
+            if (l.flags & RL_DRIVER) {
+                cur_driver -= l.size; /* back to the driver at once: nothing to land */
+                break;
+            }
             if (!l.ptr) break;
             /* a private pool's block goes back to its pool, in that pool's order: whatever
              * stream the program freed it on, only the pool's later allocations may use it */
@@ -975,6 +997,7 @@ done:
     alloc_stats_t st;
     alloc_get_stats(a, &st);
     out->peak_reserved = (size_t)st.reserved_bytes.peak;
+    if (peak_with_driver > out->peak_reserved) out->peak_reserved = peak_with_driver;
     /* the one utilization gpumem reports everywhere (gpumem report, the benches): what the
      * allocator handed out over what it took from the device */
     out->utilization =

@@ -1299,8 +1299,24 @@ static int load_cache_event(ev_reader *L, int added)
 }
 
 /* One row of `events` of the kinds the model reads (columns as named). 0, or -1 out of memory. */
+/* m->pools[a] = num, the array grown as the loader's ids count it. 0, or -1 out of memory. */
+static int pool_set(adv_model *m, uint32_t a, uint32_t num, adv_pool_ids *ids)
+{
+    size_t had = ids->cap;
+    if (gm_grow_fast((void **)&m->pools, &ids->cap, (size_t)a + 1, sizeof *m->pools)) return -1;
+    if (ids->cap > had) memset(m->pools + had, 0, (ids->cap - had) * sizeof *m->pools);
+    m->owns_pools = 1;
+    m->pools[a] = num;
+    if ((size_t)a + 1 > m->npools) m->npools = (size_t)a + 1;
+    return 0;
+}
+
 int adv_pool_note(adv_model *m, uint32_t a, int kind, uint64_t flags, uint64_t alloc_id, adv_pool_ids *ids)
 {
+    /* a pool the program chose, a graph's memory node: the driver's under any configuration */
+    if ((kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && (flags & GM_OWN_SEGMENT_FLAGS) &&
+        !(flags & REC_F_PRIVATE_POOL))
+        return pool_set(m, a, ADV_POOL_DRIVER, ids);
     if (!(flags & REC_F_PRIVATE_POOL)) {
         if (m->pools && a < m->npools) m->pools[a] = 0;
         return 0;
@@ -1312,13 +1328,7 @@ int adv_pool_note(adv_model *m, uint32_t a, int kind, uint64_t flags, uint64_t a
     const uint64_t *n = u64map_get(&ids->ids, name);
     uint64_t num = n ? *n : ids->ids.count + 1;
     if (!n && u64map_put(&ids->ids, name, num) != 0) return -1;
-    size_t had = ids->cap;
-    if (gm_grow_fast((void **)&m->pools, &ids->cap, (size_t)a + 1, sizeof *m->pools)) return -1;
-    if (ids->cap > had) memset(m->pools + had, 0, (ids->cap - had) * sizeof *m->pools);
-    m->owns_pools = 1;
-    m->pools[a] = (uint32_t)num;
-    if ((size_t)a + 1 > m->npools) m->npools = (size_t)a + 1;
-    return 0;
+    return pool_set(m, a, (uint32_t)num, ids);
 }
 
 void adv_pool_ids_free(adv_pool_ids *ids)
@@ -1426,7 +1436,10 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
     e.lr_name = rg ? rg->lr_name : 0;
     e.t = t;
     if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) {
-        uint32_t a = new_alloc(m, requested, stream, 0, 0, (uint32_t)m->nallocs);
+        /* passed through to the driver: the bytes it gave, as the report counts them */
+        uint64_t bytes = (row_kind == REC_ALLOC || row_kind == REC_ALLOC_ASYNC) &&
+                                 (flags & GM_OWN_SEGMENT_FLAGS) && size ? size : requested;
+        uint32_t a = new_alloc(m, bytes, stream, 0, 0, (uint32_t)m->nallocs);
         if (a == UINT32_MAX || gm_grow_fast((void **)&L->stacks, &L->stcap, m->nallocs, sizeof *L->stacks) ||
             gm_grow_fast((void **)&L->births, &L->bcap, m->nallocs, sizeof *L->births))
             return L->nomem = 1, -1;
@@ -2158,6 +2171,10 @@ static void trace_event(const adv_model *m, const adv_ev *e, alloc_trace_event_t
     uint32_t pool = (e->kind == ADV_EV_ALLOC || e->kind == ADV_EV_POOL_RELEASE) && a->orig < m->npools
                         ? m->pools[a->orig]
                         : 0;
+    if (pool == ADV_POOL_DRIVER) {
+        if (e->kind == ADV_EV_ALLOC) t->kind = ALLOC_TR_ALLOC_DRIVER;
+        return;
+    }
     if (pool && e->kind == ADV_EV_ALLOC) t->kind = ALLOC_TR_ALLOC_PRIVATE;
     if (pool) t->stream = (uint64_t)pool << 32 | a->stream;
 }

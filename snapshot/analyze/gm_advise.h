@@ -193,6 +193,10 @@ typedef struct adv_model {
      * nonzero number. adv_to_trace makes those allocations the trace's `ap`, so a replay keeps
      * them in their pool as the recorded allocator did. Read-only, shared by copies and views,
      * freed by the model that loaded it (owns_pools) */
+    /* ADV_POOL_DRIVER there: not an allocator's at all, but memory the driver made for the
+     * program (a pool it chose, a graph's memory node: events.flags 2048 / 16384, passed through
+     * in every mode), which adv_to_trace makes the trace's `ad`: the same bytes in allocated and
+     * reserved under every configuration */
     uint32_t *pools;
     size_t npools;
     int owns_pools;
@@ -207,6 +211,10 @@ enum {
     ADV_BORROWS_TIMES = 8,  /* steps, ops and opt_starts */
 };
 
+/* adv_model.pools' mark of an allocation the driver made for the program (no private pool's
+ * number: those count up from 1) */
+#define ADV_POOL_DRIVER UINT32_MAX
+
 /* A loader's private pools: their names in the recording -> their numbers in adv_model.pools. */
 typedef struct adv_pool_ids {
     u64map ids;
@@ -217,7 +225,8 @@ typedef struct adv_pool_ids {
 } adv_pool_ids;
 void adv_pool_ids_free(adv_pool_ids *ids);
 /* Allocation a of m was made by an events row (kind, flags, alloc_id): its private pool noted in
- * m->pools (events.flags 32768; 0 otherwise). ids: the loader's, freed by it (u64map_free). 0, or
+ * m->pools (events.flags 32768; ADV_POOL_DRIVER for a device allocation passed through to the
+ * driver, flags 2048 / 16384; 0 otherwise). ids: the loader's, freed by it (u64map_free). 0, or
  * -1 out of memory. */
 int adv_pool_note(adv_model *m, uint32_t a, int kind, uint64_t flags, uint64_t alloc_id, adv_pool_ids *ids);
 /* A segment of a private pool was given back by an events row (kind 35 with alloc_id naming

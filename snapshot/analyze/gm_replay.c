@@ -185,7 +185,8 @@ static int pool_end_rows(pool_ends *p, const gm_event_row *rows, size_t n) {
 static int pool_end_merge(const pool_ends *p, adv_model *am) {
     if (!p->n || !am->npools) return 0;
     uint64_t num = 0; /* gpumem's capture pools share one number (adv_pool_note's name 0) */
-    for (size_t a = 0; a < am->npools && !num; a++) num = am->pools[a];
+    for (size_t a = 0; a < am->npools && !num; a++)
+        if (am->pools[a] != ADV_POOL_DRIVER) num = am->pools[a];
     if (!num) return 0;
     adv_pool_ids ids = {.cap = am->npools};
     if (u64map_put(&ids.ids, 0, num) != 0) return -1;

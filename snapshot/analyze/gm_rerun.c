@@ -169,7 +169,7 @@ static void unlink_db(const char *path) {
     rec_db_unlink_sides(path);
 }
 
-/* Reads the peaks of one re-run database into the running maxima: gpumem's recorded ones, or
+/* Reads the peaks of one re-run database into the running maxima: gpumem report's, or
  * with torch PyTorch's own (its merged history; an error without one). */
 static int read_peaks(const char *path, int torch, uint64_t *peak_allocated, uint64_t *peak_reserved,
                       char *err, size_t errsz) {
@@ -183,8 +183,11 @@ static int read_peaks(const char *path, int torch, uint64_t *peak_allocated, uin
     if (torch) {
         have = gm_torch_peaks(&r, peak_allocated, peak_reserved);
     } else {
-        uint64_t a = (uint64_t)gm_meta_int(&r, "stat.peak_allocated", 0);
-        uint64_t s = (uint64_t)gm_meta_int(&r, "stat.peak_reserved", 0);
+        /* the report's peaks, which the recorded and predicted figures are: the allocator's own
+         * statistics leave out what was passed through to the driver (a pool the program chose,
+         * a graph's memory node), so a re-run under any configuration measured without them */
+        uint64_t a, s;
+        gm_recorded_peaks(&r, &a, &s);
         if (a > *peak_allocated) *peak_allocated = a;
         if (s > *peak_reserved) *peak_reserved = s;
     }
@@ -202,10 +205,11 @@ static int read_script_peaks(const char *path, gm_rerun_script *t, char *err, si
         snprintf(err, errsz, "%.1000s", e2);
         return -1;
     }
-    t->device_peak_allocated = (uint64_t)gm_meta_int(&r, "stat.peak_allocated", 0);
-    t->device_peak_reserved = (uint64_t)gm_meta_int(&r, "stat.peak_reserved", 0);
+    /* gpumem's view as the report counts it (what the model's device figures are): with what
+     * was passed through to the driver, which the allocator's own statistics leave out */
+    gm_recorded_peaks(&r, &t->device_peak_allocated, &t->device_peak_reserved);
     int rc = 0;
-    if (t->allocator_gpumem) { /* gpumem served PyTorch: gpumem's own recorded peaks */
+    if (t->allocator_gpumem) { /* gpumem served PyTorch: gpumem's recorded peaks */
         t->peak_allocated = t->device_peak_allocated, t->peak_reserved = t->device_peak_reserved;
     } else if (!gm_torch_peaks(&r, &t->peak_allocated, &t->peak_reserved)) {
         snprintf(err, errsz, "the re-run recorded no PyTorch memory history");

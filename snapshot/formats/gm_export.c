@@ -16,7 +16,11 @@
  * cudaMalloc of the process, so its pool held cuBLAS's workspaces and a replay under the same
  * preset must put them there too), "ax" where the driver did (record mode): the pytorch presets
  * replay "ax" outside their cache, and "ag" too with --framework-only (what PyTorch's own
- * allocator would do). A request that failed with out-of-memory (kind 13, its `ooms` row) is
+ * allocator would do). A device allocation passed through to the driver in every mode (a pool
+ * the program chose, flag REC_F_POOL; a graph's memory node, REC_F_GRAPH) is "ad <id> <size>
+ * <stream>": its own segment of the bytes the driver gave, under every configuration (gpumem
+ * report counts it so), never the allocator's to serve. A request that failed with out-of-memory
+ * (kind 13, its `ooms` row) is
  * "ao <seq> <requested> <stream>": the replay tries it again, so an OOM run replayed under its
  * own limit or memory fraction meets the same OOM. An allocation in one of gpumem's graph capture
  * pools (flag REC_F_PRIVATE_POOL; its stream is the capture's) is "ap <id> <requested> <pool>",
@@ -119,7 +123,14 @@ int gm_export_trace(gm_db *d, FILE *out) {
                 u64map_del(&pend_key, addr, NULL);
             }
             int other = framework && !(sqlite3_column_int64(s, 5) & REC_F_FRAMEWORK);
-            if (sqlite3_column_int64(s, 5) & REC_F_PRIVATE_POOL) { /* a capture's pool: its own key */
+            uint64_t fl = (uint64_t)sqlite3_column_int64(s, 5);
+            if ((fl & GM_OWN_SEGMENT_FLAGS) && !(fl & REC_F_PRIVATE_POOL)) {
+                /* passed through to the driver (a pool the program chose, a graph's memory node):
+                 * the bytes it gave, under any configuration */
+                int64_t bytes = (int64_t)sqlite3_column_int64(s, 8);
+                if (!bytes) bytes = (int64_t)sqlite3_column_int64(s, 3);
+                fprintf(out, "ad %" PRIu64 " %" PRId64 " %" PRId64 "\n", seq, bytes, stream);
+            } else if (fl & REC_F_PRIVATE_POOL) { /* a capture's pool: its own key */
                 uint64_t key = (uint64_t)1 << 32 | (uint64_t)stream;
                 if (u64map_put(&pools, key, 1) != 0) {
                     rc = SQLITE_NOMEM;

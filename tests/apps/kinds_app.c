@@ -11,6 +11,9 @@
  *   vmm      the program's own cuMemCreate + cuMemMap (4 x 2 MiB handles)
  *   pool     an allocation from a pool the program chose (cuMemAllocFromPoolAsync on the device's
  *            default pool: passed through to the driver)
+ *   poolsmall 16 allocations of 64 KiB (1 MiB, not 8) held at once from the default pool through
+ *            cudaMallocFromPoolAsync, then freed: small enough that an allocator's cached small
+ *            segment (B's) could hold them, which a replay must not let it do (passed through)
  *   graph    a graph's memory node: cudaMallocAsync and cudaFreeAsync captured on a stream of its
  *            own, the graph launched once (passed through to the driver)
  *   graphnode the same memory node made node by node: cudaGraphAddMemAllocNode (device 0's
@@ -78,6 +81,13 @@ static int kind(const char *k) {
         CHECK_DRV(cuMemAllocFromPoolAsync(&d, KIND_BYTES, pool, 0));
         CHECK_DRV(cuMemFreeAsync(d, 0));
         CHECK_RT(cudaStreamSynchronize(0));
+    } else if (!strcmp(k, "poolsmall")) {
+        cudaMemPool_t pool;
+        void *q[16];
+        CHECK_RT(cudaDeviceGetDefaultMemPool(&pool, 0));
+        for (int i = 0; i < 16; i++) CHECK_RT(cudaMallocFromPoolAsync(&q[i], 64 << 10, pool, 0));
+        for (int i = 0; i < 16; i++) CHECK_RT(cudaFreeAsync(q[i], 0));
+        CHECK_RT(cudaStreamSynchronize(0));
     } else if (!strcmp(k, "graph")) {
         cudaStream_t s;
         cudaGraph_t g;
@@ -136,7 +146,7 @@ static int kind(const char *k) {
         CHECK_RT(cudaMallocManaged(&p, KIND_BYTES, cudaMemAttachGlobal));
         CHECK_RT(cudaFree(p));
     } else {
-        fprintf(stderr, "kinds_app: unknown kind '%s' (none, device, vmm, pool, graph, graphnode, pool1, drvpool1, host, managed)\n", k);
+        fprintf(stderr, "kinds_app: unknown kind '%s' (none, device, vmm, pool, poolsmall, graph, graphnode, pool1, drvpool1, host, managed)\n", k);
         return 2;
     }
     return 0;
@@ -144,7 +154,7 @@ static int kind(const char *k) {
 
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: kinds_app none|device|vmm|pool|graph|graphnode|pool1|drvpool1|host|managed\n");
+        fprintf(stderr, "usage: kinds_app none|device|vmm|pool|poolsmall|graph|graphnode|pool1|drvpool1|host|managed\n");
         return 2;
     }
     void *a, *b, *c;
