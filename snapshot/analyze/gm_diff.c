@@ -315,12 +315,8 @@ static void json_side(FILE *out, const side *s)
     fprintf(out, ",\"alive_at_exit\":%" PRIu64 ",\"alive_at_exit_count\":%" PRIu64, s->leaked, s->nleaked);
     if (s->device >= 0) fprintf(out, ",\"device\":%d", s->device);
     else fputs(",\"device\":null", out);
-    if (s->reset.count)
-        fprintf(out, ",\"peak_reset\":{\"count\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"t_ns\":%" PRIu64
-                     ",\"max_memory_allocated\":%" PRIu64 ",\"max_memory_reserved\":%" PRIu64 "}",
-                s->reset.count, s->reset.seq, s->reset.t_ns, s->reset.max_allocated, s->reset.max_reserved);
-    else
-        fputs(",\"peak_reset\":null", out);
+    fputc(',', out);
+    gm_torch_reset_json(out, &s->reset);
     char ending[256]; /* null, or why the program did not run to its end (gm_ending_line) */
     gm_ending_line((gm_db *)&s->d, ending, sizeof ending);
     fputs(",\"ending\":", out);

@@ -522,12 +522,8 @@ static void print_json(gm_db *d, const gm_model *m, const gm_frag *f, const uint
     } else {
         fputs("{\"recorded_conf\":", out);
         gm_json_str(out, f->torch_conf);
-        if (f->reset.count)
-            fprintf(out, ",\"peak_reset\":{\"count\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"t_ns\":%" PRIu64
-                         ",\"max_memory_allocated\":%" PRIu64 ",\"max_memory_reserved\":%" PRIu64 "}",
-                    f->reset.count, f->reset.seq, f->reset.t_ns, f->reset.max_allocated, f->reset.max_reserved);
-        else
-            fputs(",\"peak_reset\":null", out);
+        fputc(',', out);
+        gm_torch_reset_json(out, &f->reset);
         fputs(",\"gpumem\":", out);
         if (f->best_gpumem == SIZE_MAX) {
             fputs("null", out);

@@ -1176,9 +1176,7 @@ static void print_categories(gm_db *d, const gm_model *m, const gm_opts *o, FILE
     gm_categories_free(&c);
 }
 
-/* The JSON member "peak_reset": PyTorch's reset of its peak stats ({count, seq, t_ns,
- * max_memory_allocated, max_memory_reserved}: its own figures since the last), null without. */
-static void print_reset_json(FILE *out, const gm_torch_reset *rs) {
+void gm_torch_reset_json(FILE *out, const gm_torch_reset *rs) {
     if (rs->count)
         fprintf(out, "\"peak_reset\":{\"count\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"t_ns\":%" PRIu64
                      ",\"max_memory_allocated\":%" PRIu64 ",\"max_memory_reserved\":%" PRIu64 "}",
@@ -1206,7 +1204,7 @@ static void print_devices_json(FILE *out, const gm_model *m, int busy, gm_db *to
             gm_torch_reset rs;
             gm_torch_peak_reset(torch_db, i, &rs);
             fputs(",", out);
-            print_reset_json(out, &rs);
+            gm_torch_reset_json(out, &rs);
         }
         fputc('}', out);
         first = 0;
@@ -1354,7 +1352,7 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         fputs(",\"conf\":", out);
         gm_json_str(out, conf);
         fputc(',', out);
-        print_reset_json(out, &reset);
+        gm_torch_reset_json(out, &reset);
         fprintf(out, ",\"blocks_guessed\":%" PRId64 ",\"history_truncated\":%s",
                 gm_meta_int(d, "torch_blocks_guessed", 0),
                 gm_meta_int(d, "torch_history_truncated", 0) ? "true" : "false");

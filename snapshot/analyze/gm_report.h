@@ -93,6 +93,10 @@ int gm_torch_peak_reset(gm_db *d, int dev, gm_torch_reset *rs);
 const char *gm_torch_peak_name(const gm_torch_reset *rs, int reserved);
 /* The one line that says so (when, and PyTorch's own figures since), "" when there was no reset. */
 void gm_torch_reset_note(const gm_torch_reset *rs, char *out, size_t n);
+/* The JSON member "peak_reset" (no comma before it): PyTorch's reset of its peak stats ({count,
+ * seq, t_ns, max_memory_allocated, max_memory_reserved}: its own figures since the last), null
+ * without. Every command's JSON writes it through this. */
+void gm_torch_reset_json(FILE *out, const gm_torch_reset *rs);
 
 /* A PyTorch script re-run (advise --check on a torch recording): under gpumem record with its
  * hooks (or not), gpumem as PyTorch's allocator (or not), PYTORCH_CUDA_ALLOC_CONF=alloc_conf

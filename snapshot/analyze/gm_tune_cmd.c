@@ -338,12 +338,8 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
         fputs("{\"recorded_conf\":", out);
         gm_json_str(out, t->torch_conf);
         fprintf(out, ",\"max_memory_reserved\":%" PRIu64, t->recorded_peak_reserved);
-        if (t->reset.count) /* then the figures here are the whole run's: PyTorch's own beside */
-            fprintf(out, ",\"peak_reset\":{\"count\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"t_ns\":%" PRIu64
-                         ",\"max_memory_allocated\":%" PRIu64 ",\"max_memory_reserved\":%" PRIu64 "}",
-                    t->reset.count, t->reset.seq, t->reset.t_ns, t->reset.max_allocated, t->reset.max_reserved);
-        else
-            fputs(",\"peak_reset\":null", out);
+        fputc(',', out);
+        gm_torch_reset_json(out, &t->reset); /* after a reset, the figures here are the whole run's */
         fputs(",\"recommended\":", out);
         if (t->best_torch == SIZE_MAX) {
             fputs("null", out);
