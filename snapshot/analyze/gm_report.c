@@ -784,18 +784,26 @@ static void oom_explain(const gm_oom *o, gm_oom_bound from, uint64_t unit, oom_c
     uint64_t cap_dev = o->reserved + o->device_free;
     uint64_t cap = cap_limit < cap_dev ? cap_limit : cap_dev;
     uint64_t headroom = cap > o->reserved ? cap - o->reserved : 0;
+    /* PyTorch's fraction check has no granularity (allowed = fraction x total, against what it
+     * reserved plus the request): where it bound, every byte of the room counted */
+    if (cap_limit <= cap_dev && o->fraction) unit = 1;
     uint64_t mappable = headroom / unit * unit;
     uint64_t have = o->largest_free > mappable ? o->largest_free : mappable;
     c->shortfall = o->requested > have ? o->requested - have : 0;
-    char rq[32], sh[32], hr[32], mp[32], un[32], need[32];
+    char rq[32], sh[32], hr[32], mp[32], un[32];
     gm_fmt_bytes(o->requested, rq, sizeof rq);
     gm_fmt_bytes(c->shortfall, sh, sizeof sh);
-    gm_fmt_bytes(headroom, hr, sizeof hr);
-    gm_fmt_bytes(mappable, mp, sizeof mp);
+    /* the room and what it could map, rounded down (never read as more than there was); the
+     * limit that would have let this request map what it needs rounded up, with its bytes: a
+     * figure typed back as it reads must not fail again */
+    gm_fmt_bytes_rounded(headroom, 0, hr, sizeof hr);
+    gm_fmt_bytes_rounded(mappable, 0, mp, sizeof mp);
     gm_fmt_bytes(unit, un, sizeof un);
-    /* the limit that would have let this request map what it needs */
     uint64_t units = (o->requested + unit - 1) / unit;
-    gm_fmt_bytes(o->reserved + units * unit, need, sizeof need);
+    char needup[32];
+    gm_fmt_bytes_rounded(o->reserved + units * unit, 1, needup, sizeof needup);
+    char needb[64];
+    snprintf(needb, sizeof needb, "%s (%" PRIu64 " bytes)", needup, o->reserved + units * unit);
     const char *what = cap_limit > cap_dev ? "the device"
                        : o->fraction       ? "PyTorch's per-process memory fraction"
                                            : gm_oom_knob(from);
@@ -824,12 +832,12 @@ static void oom_explain(const gm_oom *o, gm_oom_bound from, uint64_t unit, oom_c
                                : "Raise it to a multiple of the unit");
         if (cap_limit <= cap_dev) {
             size_t l = strlen(c->advice);
-            snprintf(c->advice + l, sizeof c->advice - l, " (at least %s here)", need);
+            snprintf(c->advice + l, sizeof c->advice - l, " (at least %s here)", needb);
         }
     } else if (cap_limit <= cap_dev && o->fraction) {
         c->kind = "fraction";
         char fr[64] = "";
-        if (o->device_total) /* the fraction that allows `need` on this device, rounded up */
+        if (o->device_total) /* the fraction that allows needb on this device, rounded up */
             snprintf(fr, sizeof fr, ", a fraction of %.4f",
                      ceil((double)(o->reserved + units * unit) / (double)o->device_total * 1e4) /
                          1e4);
@@ -839,12 +847,12 @@ static void oom_explain(const gm_oom *o, gm_oom_bound from, uint64_t unit, oom_c
             "(torch.cuda.set_per_process_memory_fraction), %s above what PyTorch reserved: the "
             "request never reached the device. Raise the fraction (to allow at least %s for this "
             "request%s), or lower the peak (the call sites live at the OOM are below)",
-            li, hr, need, fr);
+            li, hr, needb, fr);
     } else if (cap_limit <= cap_dev) {
         c->kind = "limit";
         snprintf(c->advice, sizeof c->advice, "the configured limit was reached: %s left "
                  "%s above what was reserved. Raise it (to at least %s for this request), or lower "
-                 "the peak (the call sites live at the OOM are below)", gm_oom_knob(from), hr, need);
+                 "the peak (the call sites live at the OOM are below)", gm_oom_knob(from), hr, needb);
     } else {
         c->kind = "device";
         snprintf(c->advice, sizeof c->advice, "the live tensors need more than the device has: "

@@ -571,6 +571,10 @@ void gm_demangler_free(gm_demangler *dm);
 
 /* Formatting */
 void gm_fmt_bytes(uint64_t v, char *out, size_t outsz);
+/* The same, rounded to the hundredth shown up (up = 1) or down (0), never to the nearest: a
+ * figure a person types back (a limit to raise to: "at least 3.01 GiB" where 3.00 GiB fails) or
+ * a room that must not read larger than it was. */
+void gm_fmt_bytes_rounded(uint64_t v, int up, char *out, size_t outsz);
 void gm_json_str(FILE *out, const char *s);
 /* A duration for a person: "850 ns", "12.5 us", "3.25 ms", "1.500 s". */
 void gm_fmt_ns(uint64_t ns, char *out, size_t outsz);
