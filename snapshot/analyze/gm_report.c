@@ -1105,16 +1105,19 @@ static uint64_t torch_caught_up(gm_db *d, const gm_model *m, uint64_t *torch_the
     uint64_t p = m->peak_device_seq, at = p;
     *torch_then = m->peak_device_torch;
     sqlite3_stmt *st;
+    /* a device's view (device_only) compares on that device only: ?2 is it, or -1 for all */
     const char *sql =
         "SELECT t.seq, (SELECT coalesce(sum(CASE WHEN kind = 34 THEN size ELSE -size END), 0) FROM events"
-        "               WHERE kind IN (34, 35) AND seq > ?1 AND seq <= t.seq)"
-        " FROM events t WHERE t.seq = (SELECT min(seq) FROM events WHERE kind = 34 AND seq > ?1)"
+        "               WHERE kind IN (34, 35) AND seq > ?1 AND seq <= t.seq AND (?2 < 0 OR device = ?2))"
+        " FROM events t WHERE t.seq = (SELECT min(seq) FROM events WHERE kind = 34 AND seq > ?1"
+        "                              AND (?2 < 0 OR device = ?2))"
         " AND NOT EXISTS (SELECT 1 FROM events r WHERE r.seq > ?1 AND r.seq < t.seq"
-        "                 AND r.kind IN (11, 12, 14, 15, 18, 19))"
+        "                 AND r.kind IN (11, 12, 14, 15, 18, 19) AND (?2 < 0 OR r.device = ?2))"
         " AND EXISTS (SELECT 1 FROM events a WHERE a.seq >= ?1 AND a.seq < t.seq AND a.kind IN (1, 3, 11)"
         "             AND a.addr = t.addr)";
     if (sqlite3_prepare_v2(d->db, sql, -1, &st, NULL) != SQLITE_OK) return at;
     sqlite3_bind_int64(st, 1, (int64_t)p);
+    sqlite3_bind_int(st, 2, m->device_only - 1);
     if (sqlite3_step(st) == SQLITE_ROW) {
         int64_t delta = sqlite3_column_int64(st, 1);
         at = (uint64_t)sqlite3_column_int64(st, 0);
@@ -1327,22 +1330,28 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
     size_t ns = group_allocs(&v, l, &peak, BY_SITE, &gs, &total, &count);
     size_t nn = group_allocs(&v, l, &peak, BY_NAME, &gn, &total, &count);
     free(peak.idx);
-    uint64_t torch_then, when = torch_caught_up(d, m, &torch_then);
-    alloc_set at_dev = select_allocs(m, SET_LIVE_AT, when);
-    torch_diff df = torch_difference(m, &at_dev, when, torch_then);
+    /* the device's peak against PyTorch's, on the device whose figures PyTorch's are (its
+     * reserve, the allocations outside it and gpumem's cache all of that device: a device's live
+     * set against every device's peak added up to no figure) */
+    gm_model dview;
+    gm_model *dm = m;
+    if (busy >= 0 && gm_model_device_view(m, busy, &dview) == 0) dm = &dview;
+    uint64_t torch_then, when = torch_caught_up(d, dm, &torch_then);
+    alloc_set at_dev = select_allocs(dm, SET_LIVE_AT, when);
+    torch_diff df = torch_difference(dm, &at_dev, when, torch_then);
     /* outside PyTorch's allocator at the device's peak, by site */
     alloc_set outside = {NULL, 0};
     outside.idx = at_dev.idx;
     for (size_t i = 0; i < at_dev.n; i++)
-        if (!(m->allocs[at_dev.idx[i]].flags & GM_ALLOC_FW_SEGMENT)) outside.idx[outside.n++] = at_dev.idx[i];
+        if (!(dm->allocs[at_dev.idx[i]].flags & GM_ALLOC_FW_SEGMENT)) outside.idx[outside.n++] = at_dev.idx[i];
     group *go = NULL;
     uint64_t ot = 0, oc = 0;
-    size_t no = group_allocs(m, l, &outside, BY_SITE, &go, &ot, &oc);
+    size_t no = group_allocs(dm, l, &outside, BY_SITE, &go, &ot, &oc);
     free(at_dev.idx);
-    /* the device-wide comparison adds the devices together (the device's peak is the sum's):
-     * PyTorch's sum beside it */
-    uint64_t gap = df.device > tv->peak_reserved ? df.device - tv->peak_reserved : 0;
-    uint64_t less = tv->peak_reserved > df.torch_then ? tv->peak_reserved - df.torch_then : 0;
+    if (dm != m) gm_model_device_view_free(&dview);
+    /* PyTorch's peak reserved on the same device */
+    uint64_t gap = df.device > pv->peak_reserved ? df.device - pv->peak_reserved : 0;
+    uint64_t less = pv->peak_reserved > df.torch_then ? pv->peak_reserved - df.torch_then : 0;
     char conf[256], ver[64], from[16];
     gm_meta_text(d, "torch_conf", conf, sizeof conf);
     gm_meta_text(d, "torch_version", ver, sizeof ver);
@@ -1366,7 +1375,10 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         fprintf(out, ",\"blocks_guessed\":%" PRId64 ",\"history_truncated\":%s",
                 gm_meta_int(d, "torch_blocks_guessed", 0),
                 gm_meta_int(d, "torch_history_truncated", 0) ? "true" : "false");
-        fprintf(out, ",\"device_peak\":{\"seq\":%" PRIu64 ",\"compared_at\":%" PRIu64 ",\"reserved\":%" PRIu64
+        fprintf(out, ",\"device_peak\":{\"device\":");
+        if (busy >= 0) fprintf(out, "%d", busy);
+        else fputs("null", out);
+        fprintf(out, ",\"seq\":%" PRIu64 ",\"compared_at\":%" PRIu64 ",\"reserved\":%" PRIu64
                      ",\"torch_reserved\":%" PRIu64
                      ",\"outside_torch\":%" PRIu64 ",\"gpumem_cache\":%" PRIu64 ",\"other_vmm\":%" PRIu64
                      ",\"torch_less_than_its_peak\":%" PRIu64 ",",
@@ -1429,10 +1441,11 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         if (df.at != df.seq) /* the segment mapped at the peak, once PyTorch recorded it */
             snprintf(caught, sizeof caught, " (event %" PRIu64 ", once it recorded the segment mapped at the peak)",
                      df.at);
-        if (busy >= 0) fputs("  all devices together:\n", out);
-        fprintf(out, "  the device's peak reserved (%s, event %" PRIu64 ") is %s more: PyTorch's reserve then %s%s,\n"
+        char on[32] = "";
+        if (busy >= 0) snprintf(on, sizeof on, " on device %d", busy);
+        fprintf(out, "  the device's peak reserved%s (%s, event %" PRIu64 ") is %s more: PyTorch's reserve then %s%s,\n"
                      "    outside PyTorch's allocator %s, gpumem's cache and rounding %s",
-                d1, df.seq, g, d2, caught, d3, d4);
+                on, d1, df.seq, g, d2, caught, d3, d4);
         if (df.other) {
             char d6[32];
             gm_fmt_bytes(df.other, d6, sizeof d6);

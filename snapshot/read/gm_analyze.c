@@ -395,6 +395,15 @@ static void dev_reserved(gm_dev_figs *devs, int dev, int map, uint64_t size, uin
     if (f->reserved > f->peak_reserved) f->peak_reserved = f->reserved, f->peak_reserved_seq = seq;
 }
 
+/* Device dev's device-wide peak (gm_dev_figs.peak_device) after its reserve or its VMM grew. */
+static void dev_device_peak(gm_model *m, int dev, uint64_t seq) {
+    if (!m->devs || dev < 0 || dev >= GM_DEVICES) return;
+    gm_dev_figs *f = &m->devs[dev];
+    if (f->reserved + f->vmm <= f->peak_device) return;
+    f->peak_device = f->reserved + f->vmm, f->peak_device_seq = seq, f->peak_device_vmm = f->vmm;
+    f->peak_device_torch = m->torch.devs ? m->torch.devs[dev].reserved : 0;
+}
+
 static inline void hot_end(gm_model *m, const gm_alloc *a, uint64_t *allocated, uint64_t *requested) {
     if (a->kind == REC_HOST_ALLOC) {
         m->host -= a->size < m->host ? a->size : m->host;
@@ -707,7 +716,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
                         (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0) |
                                   (own ? GM_ALLOC_OWN_SEGMENT : 0)),
                         0, 0};
-        if (own) m->reserved += size, dev_reserved(m->devs, device, 1, size, seq);
+        if (own) m->reserved += size, dev_reserved(m->devs, device, 1, size, seq), dev_device_peak(m, device, seq);
         if (priv) pools_alloc(&m->pools, size);
         if (flags & REC_F_GRAPH) m->graph_nodes++, m->graph_node_bytes += size;
         uint64_t *sum = sum_for(m, kind);
@@ -739,6 +748,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
         m->have_segments = 1;
         m->reserved += size;
         dev_reserved(m->devs, dev, 1, size, seq);
+        dev_device_peak(m, dev, seq);
         if (flags & REC_F_PRIVATE_POOL) pools_segment(&m->pools, 1, size);
     } else if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) {
         m->have_segments = 1;
@@ -753,8 +763,13 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
          * disagreed with every view built from the allocations) */
         m->vmm += size;
         if (m->vmm > m->peak_vmm) m->peak_vmm = m->vmm;
+        if (m->devs && dev >= 0 && dev < GM_DEVICES) m->devs[dev].vmm += size, dev_device_peak(m, dev, seq);
     } else if (kind == REC_VMM_UNMAP) {
         m->vmm -= size < m->vmm ? size : m->vmm;
+        if (m->devs && dev >= 0 && dev < GM_DEVICES) {
+            gm_dev_figs *f = &m->devs[dev];
+            f->vmm -= size < f->vmm ? size : f->vmm;
+        }
     }
     if (m->allocated > m->peak_allocated) {
         m->peak_allocated = m->allocated;
@@ -1106,6 +1121,9 @@ int gm_model_device_view(const gm_model *m, int dev, gm_model *v) {
     v->peak_allocated = f->peak_allocated, v->peak_allocated_seq = f->peak_allocated_seq;
     v->peak_requested = f->peak_requested, v->peak_requested_seq = f->peak_requested_seq;
     v->peak_reserved = f->peak_reserved, v->peak_reserved_seq = f->peak_reserved_seq;
+    v->vmm = f->vmm;
+    v->peak_device = f->peak_device, v->peak_device_seq = f->peak_device_seq;
+    v->peak_device_vmm = f->peak_device_vmm, v->peak_device_torch = f->peak_device_torch;
     v->device_only = dev + 1;
     return 0;
 }
@@ -1227,6 +1245,19 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
         m->reserved = m->allocated;
         m->peak_device = m->peak_held, m->peak_device_seq = m->peak_held_seq;
         m->peak_device_vmm = m->peak_held_vmm, m->peak_device_torch = m->peak_held_torch;
+    }
+    /* each device's device-wide peak: one device's is the model's; without segments (no reserve
+     * counted per device) a device's allocated peak */
+    int ndev = gm_model_devices(m, NULL, NULL);
+    for (int i = 0; m->devs && i < GM_DEVICES; i++) {
+        gm_dev_figs *f = &m->devs[i];
+        if (!f->peak_allocated && !f->peak_reserved) continue;
+        if (ndev == 1)
+            f->peak_device = m->peak_device, f->peak_device_seq = m->peak_device_seq,
+            f->peak_device_vmm = m->peak_device_vmm, f->peak_device_torch = m->peak_device_torch;
+        else if (!m->have_segments)
+            f->peak_device = f->peak_allocated, f->peak_device_seq = f->peak_allocated_seq,
+            f->peak_device_vmm = 0, f->peak_device_torch = 0;
     }
     /* bytes leaked per step: what is still live is what the live map holds (a walk of every
      * allocation cost a tenth of the report on a long recording) */
