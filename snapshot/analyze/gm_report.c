@@ -1291,6 +1291,25 @@ static void lead_free(lead_figs *f) {
     if (f->torch_busy >= 0) gm_model_device_view_free(&f->tv);
 }
 
+/* PyTorch through gpumem (torch.present == 2): the hook's figures of the device whose peak
+ * allocated is highest where its tensors were on several (PyTorch's statistics are per device;
+ * the view's sums add the devices together, a figure no device held), the view's own otherwise.
+ * The device in *busy (-1: one device), how many in *n. */
+static gm_dev_figs hook_lead(const gm_torch_view *tv, int *busy, int *n) {
+    gm_dev_figs f = {0};
+    f.peak_allocated = tv->peak_allocated, f.peak_allocated_seq = tv->peak_allocated_seq;
+    f.peak_requested = tv->peak_requested, f.peak_requested_seq = tv->peak_requested_seq;
+    *busy = -1, *n = 0;
+    int best = -1;
+    for (int i = 0; tv->devs && i < GM_DEVICES; i++) {
+        if (!tv->devs[i].peak_allocated) continue;
+        (*n)++;
+        if (best < 0 || tv->devs[i].peak_allocated > tv->devs[best].peak_allocated) best = i;
+    }
+    if (*n > 1) *busy = best, f = tv->devs[best];
+    return f;
+}
+
 static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE *out) {
     const gm_torch_view *tv = &m->torch;
     if (!tv->present) {
@@ -1298,21 +1317,45 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         return;
     }
     if (tv->present == 2) { /* gpumem was PyTorch's allocator: the hook's allocations */
+        int hb, hn;
+        gm_dev_figs hf = hook_lead(tv, &hb, &hn);
         if (o->json) {
             fprintf(out, ",\"torch\":{\"allocator\":\"gpumem\",\"peak_requested\":%" PRIu64
                          ",\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":null,\"peak_requested_seq\":%" PRIu64
-                         ",\"peak_allocated_seq\":%" PRIu64 "}",
-                    tv->peak_requested, tv->peak_allocated, tv->peak_requested_seq, tv->peak_allocated_seq);
+                         ",\"peak_allocated_seq\":%" PRIu64 ",",
+                    hf.peak_requested, hf.peak_allocated, hf.peak_requested_seq, hf.peak_allocated_seq);
+            if (hb >= 0) fprintf(out, "\"device\":%d,\"devices\":[", hb);
+            else fputs("\"device\":null,\"devices\":[", out);
+            for (int i = 0, first = 1; tv->devs && i < GM_DEVICES; i++) {
+                const gm_dev_figs *f = &tv->devs[i];
+                if (!f->peak_allocated) continue;
+                fprintf(out, "%s{\"device\":%d,\"peak_allocated\":%" PRIu64 ",\"peak_allocated_seq\":%" PRIu64
+                             ",\"peak_requested\":%" PRIu64 ",\"peak_requested_seq\":%" PRIu64 "}",
+                        first ? "" : ",", i, f->peak_allocated, f->peak_allocated_seq, f->peak_requested,
+                        f->peak_requested_seq);
+                first = 0;
+            }
+            fputs("]}", out);
         } else {
-            char q[32], a[32];
-            gm_fmt_bytes(tv->peak_requested, q, sizeof q);
-            gm_fmt_bytes(tv->peak_allocated, a, sizeof a);
+            char q[32], a[32], on[64] = "";
+            gm_fmt_bytes(hf.peak_requested, q, sizeof q);
+            gm_fmt_bytes(hf.peak_allocated, a, sizeof a);
+            if (hb >= 0) snprintf(on, sizeof on, "; device %d's, the busiest of %d", hb, hn);
             fprintf(out, "\nPyTorch through gpumem (its CUDAPluggableAllocator: every tensor served by gpumem)\n"
                          "  peak requested      %s (%" PRIu64 " bytes PyTorch asked for, at event %" PRIu64
-                         "; under its own allocator, requested_bytes)\n"
+                         "; under its own allocator, requested_bytes%s)\n"
                          "  peak allocated      %s (in gpumem's blocks; the rest of the summary is the device's,\n"
                          "                      libraries' own allocations included)\n",
-                    q, tv->peak_requested, tv->peak_requested_seq, a);
+                    q, hf.peak_requested, hf.peak_requested_seq, on, a);
+            for (int i = 0; hb >= 0 && tv->devs && i < GM_DEVICES; i++) {
+                const gm_dev_figs *f = &tv->devs[i];
+                if (!f->peak_allocated) continue;
+                gm_fmt_bytes(f->peak_requested, q, sizeof q);
+                gm_fmt_bytes(f->peak_allocated, a, sizeof a);
+                fprintf(out, "    device %-3d        peak requested %s (%" PRIu64 " bytes, event %" PRIu64
+                             "), peak allocated %s (%" PRIu64 " bytes, event %" PRIu64 ")\n",
+                        i, q, f->peak_requested, f->peak_requested_seq, a, f->peak_allocated, f->peak_allocated_seq);
+            }
         }
         return;
     }
@@ -1786,10 +1829,13 @@ static void summary_torch_line(gm_model *m, const lead_figs *f, FILE *out) {
     char a[32], r[32], on[64] = "";
     if (m->torch.present == 2) { /* --allocator gpumem: report's "PyTorch through gpumem" */
         char q[32];
-        gm_fmt_bytes(m->torch.peak_requested, q, sizeof q);
-        gm_fmt_bytes(m->torch.peak_allocated, a, sizeof a);
+        int hb, hn;
+        gm_dev_figs hf = hook_lead(&m->torch, &hb, &hn);
+        gm_fmt_bytes(hf.peak_requested, q, sizeof q);
+        gm_fmt_bytes(hf.peak_allocated, a, sizeof a);
+        if (hb >= 0) snprintf(on, sizeof on, " on device %d (the busiest of %d)", hb, hn);
         fprintf(out, "gpumem: PyTorch through gpumem (every tensor served by gpumem's allocator): peak requested %s, "
-                     "peak allocated %s in gpumem's blocks\n", q, a);
+                     "peak allocated %s in gpumem's blocks%s\n", q, a, on);
         return;
     }
     if (m->torch.present != 1) return;

@@ -578,13 +578,27 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
 
 /* An allocation through the framework's hook (gpumem as PyTorch's allocator): PyTorch's own
  * requests, counted apart from the libraries' (cuBLAS's handles) beside them. */
-static void framework_alloc(gm_model *m, uint64_t seq, uint64_t size, uint64_t requested) {
+static void framework_alloc(gm_model *m, uint64_t seq, uint64_t size, uint64_t requested, int dev) {
     gm_torch_view *v = &m->torch;
     v->present = 2;
     v->allocated += size;
     v->requested += requested;
     if (v->allocated > v->peak_allocated) v->peak_allocated = v->allocated, v->peak_allocated_seq = seq;
     if (v->requested > v->peak_requested) v->peak_requested = v->requested, v->peak_requested_seq = seq;
+    /* per device, as PyTorch counts them (memory_stats(d)): the sums add the devices together */
+    if (!v->devs || dev < 0 || dev >= GM_DEVICES) return;
+    gm_dev_figs *f = &v->devs[dev];
+    f->allocated += size, f->requested += requested;
+    if (f->allocated > f->peak_allocated) f->peak_allocated = f->allocated, f->peak_allocated_seq = seq;
+    if (f->requested > f->peak_requested) f->peak_requested = f->requested, f->peak_requested_seq = seq;
+}
+
+/* A hook's allocation freed (torch.present == 2): off PyTorch's sums and its device's. */
+static void framework_free(gm_model *m, const gm_alloc *a) {
+    gm_torch_view *v = &m->torch;
+    v->allocated -= a->size < v->allocated ? a->size : v->allocated;
+    v->requested -= a->requested < v->requested ? a->requested : v->requested;
+    torch_dev_free(v, a);
 }
 
 long gm_alloc_by_id(const gm_model *m, uint64_t id) {
@@ -722,7 +736,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
         uint64_t *sum = sum_for(m, kind);
         *sum += size;
         if (sum == &m->allocated) m->requested += requested;
-        if (fw && !m->torch.allocs) framework_alloc(m, seq, size, requested);
+        if (fw && !m->torch.allocs) framework_alloc(m, seq, size, requested, device);
     } else if (is_free(kind)) {
         uint64_t ai;
         if (addr_map_del(&w->live, addr, &ai)) {
@@ -731,10 +745,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
             a->death_range = range;
             death_note(w, ai);
             hot_end(m, a, &m->allocated, &m->requested);
-            if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) {
-                m->torch.allocated -= a->size < m->torch.allocated ? a->size : m->torch.allocated;
-                m->torch.requested -= a->requested < m->torch.requested ? a->requested : m->torch.requested;
-            }
+            if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) framework_free(m, a);
         } else {
             m->unmatched_frees++;
         }
@@ -982,10 +993,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
                 a->death_range = range;
                 link_death(m, allocs, &linked, &last_death, &ndeaths, ai);
                 hot_end(m, a, &allocated, &requested);
-                if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) {
-                    m->torch.allocated -= a->size < m->torch.allocated ? a->size : m->torch.allocated;
-                    m->torch.requested -= a->requested < m->torch.requested ? a->requested : m->torch.requested;
-                }
+                if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) framework_free(m, a);
             } else {
                 m->unmatched_frees++;
             }
