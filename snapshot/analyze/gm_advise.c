@@ -1625,7 +1625,9 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
         }
         m->cfg.limit = ALLOC_NO_LIMIT;
         snprintf(m->config, sizeof m->config, "%s", conf);
-        m->device_peak_allocated = m->rec_peak_allocated, m->device_peak_reserved = m->rec_peak_reserved;
+        /* the device's: its whole peak, the program's own mappings (PyTorch's expandable segments)
+         * included, as report's summary.peak_device */
+        m->device_peak_allocated = m->rec_peak_allocated, m->device_peak_reserved = gm_recorded_device_peak(d);
         m->rec_peak_allocated = m->rec_peak_reserved = 0;
     }
     /* the events: from the table's pages where the file is what the recorder writes (half the

@@ -1821,8 +1821,8 @@ int gm_advise_main(int argc, char **argv)
         } else if (have_plan == 2 && c.m.oom.seq &&
                    c.m.oom.allocated + c.m.oom.requested > budget) {
             /* the complete steps fit, the step that failed did not: it is unlike them */
-            char nd[32];
-            fmt(c.m.oom.allocated + c.m.oom.requested, nd, sizeof nd);
+            char nd[32]; /* rounded up: a budget set to it as it reads must hold it */
+            gm_fmt_bytes_rounded(c.m.oom.allocated + c.m.oom.requested, 1, nd, sizeof nd);
             snprintf(why, sizeof why,
                      "not known: the complete steps fit (peak reserved %s), but the step that hit "
                      "the OOM needed at least %s (allocated + the request that failed), more than "
@@ -2047,7 +2047,7 @@ int gm_advise_main(int argc, char **argv)
             fmt(budget, b, sizeof b);
             if (have_plan == 2 && c.m.oom.seq) {
                 char nd[32];
-                fmt(c.m.oom.allocated + c.m.oom.requested, nd, sizeof nd);
+                gm_fmt_bytes_rounded(c.m.oom.allocated + c.m.oom.requested, 1, nd, sizeof nd);
                 printf("\nbudget %s: the complete steps fit (peak reserved %s); the step that hit "
                        "the OOM needed at least %s, which fits too\n",
                        b, r, nd);
@@ -2067,8 +2067,9 @@ int gm_advise_main(int argc, char **argv)
                 printf("\nbudget %s: %s\n", b, why);
             } else {
                 char sf[32], nm[32];
-                fmt(shortfall, sf, sizeof sf);
-                fmt(nearest ? nearest->r.peak_reserved : c.base.peak_reserved, nm, sizeof nm);
+                /* rounded up: what to save, and a budget that holds the nearest miss */
+                gm_fmt_bytes_rounded(shortfall, 1, sf, sizeof sf);
+                gm_fmt_bytes_rounded(nearest ? nearest->r.peak_reserved : c.base.peak_reserved, 1, nm, sizeof nm);
                 printf("\nbudget %s: nothing fits; the nearest miss needs %s (short by %s)\n", b,
                        nm, sf);
                 if (nearest) text_rec(stdout, &c, nearest);

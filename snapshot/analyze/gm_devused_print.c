@@ -14,6 +14,55 @@ static const char *cat_words(int cat)
     return cat >= 0 && cat < GM_DU_NCAT ? n[cat] : "?";
 }
 
+/* ---- the sites as printed ------------------------------------------------------------------- */
+
+/* A row of the by-call-site table: the account's rows are by (what, stack), and stacks that
+ * differ below what a call site prints (the Python frames skipped, a library's frames) print the
+ * same: a row per (what, printed site), as every other by-site table has it. */
+typedef struct shown_site {
+    int cat;
+    char desc[2048]; /* "" where no stack was recorded */
+    uint64_t bytes, count;
+} shown_site;
+
+static int cmp_shown(const void *a, const void *b)
+{
+    const shown_site *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return x->bytes < y->bytes ? 1 : -1;
+    if (x->cat != y->cat)
+        return x->cat - y->cat;
+    return strcmp(x->desc, y->desc);
+}
+
+/* The device's sites merged by what is printed, largest first, in *out (malloc'ed); how many, or
+ * -1 out of memory. */
+static long shown_sites(const gm_model *m, const gm_du_device *e, shown_site **out)
+{
+    *out = NULL;
+    if (!e->nsites)
+        return 0;
+    shown_site *r = malloc(e->nsites * sizeof *r);
+    if (!r)
+        return -1;
+    size_t n = 0;
+    for (size_t i = 0; i < e->nsites; i++) {
+        shown_site t = {.cat = e->sites[i].cat, .bytes = e->sites[i].bytes, .count = e->sites[i].count};
+        if (e->sites[i].stack)
+            gm_site_desc(m, e->sites[i].stack, t.desc, sizeof t.desc);
+        size_t j = 0;
+        while (j < n && (r[j].cat != t.cat || strcmp(r[j].desc, t.desc)))
+            j++;
+        if (j < n)
+            r[j].bytes += t.bytes, r[j].count += t.count;
+        else
+            r[n++] = t;
+    }
+    gm_sort(r, n, sizeof *r, cmp_shown);
+    *out = r;
+    return (long)n;
+}
+
 /* ---- printers ------------------------------------------------------------------------------ */
 
 static void fmt_signed(int64_t v, char *out, size_t n)
@@ -109,16 +158,19 @@ void gm_devused_print_text(FILE *out, const gm_model *m, const gm_devused *u, in
             }
             fputs("\n", out);
         }
-        if (e->nsites) {
+        shown_site *ss;
+        long ns = shown_sites(m, e, &ss);
+        if (ns)
             fprintf(out, "  held outside gpumem's allocator at the peak, by call site\n");
-            for (size_t i = 0; i < e->nsites && (int)i < top; i++) {
-                char b[32], site[2048];
-                gm_fmt_bytes(e->sites[i].bytes, b, sizeof b);
-                gm_site_desc(m, e->sites[i].stack, site, sizeof site);
-                fprintf(out, "    %10s  %-14s %" PRIu64 "x  %s\n", b, cat_words(e->sites[i].cat),
-                        e->sites[i].count, e->sites[i].stack ? site : "(no stack recorded)");
-            }
+        if (ns < 0)
+            fprintf(out, "    (not listed: out of memory)\n");
+        for (long i = 0; i < ns && i < top; i++) {
+            char b[32];
+            gm_fmt_bytes(ss[i].bytes, b, sizeof b);
+            fprintf(out, "    %10s  %-14s %" PRIu64 "x  %s\n", b, cat_words(ss[i].cat), ss[i].count,
+                    ss[i].desc[0] ? ss[i].desc : "(no stack recorded)");
         }
+        free(ss);
     }
 }
 
@@ -155,15 +207,15 @@ void gm_devused_print_json(FILE *out, const gm_model *m, const gm_devused *u, in
         fputc(',', out);
         point_json(out, "exit", &e->exit);
         fputs(",\"outside_at_peak_by_site\":[", out);
-        for (size_t i = 0; i < e->nsites && (int)i < top; i++) {
-            char site[2048];
-            gm_site_desc(m, e->sites[i].stack, site, sizeof site);
+        shown_site *ss;
+        long ns = shown_sites(m, e, &ss);
+        for (long i = 0; i < ns && i < top; i++) {
             fprintf(out, "%s{\"what\":\"%s\",\"bytes\":%" PRIu64 ",\"count\":%" PRIu64 ",\"site\":",
-                    i ? "," : "", gm_devused_cat_name(e->sites[i].cat), e->sites[i].bytes,
-                    e->sites[i].count);
-            gm_json_str(out, e->sites[i].stack ? site : NULL);
+                    i ? "," : "", gm_devused_cat_name(ss[i].cat), ss[i].bytes, ss[i].count);
+            gm_json_str(out, ss[i].desc[0] ? ss[i].desc : NULL);
             fputc('}', out);
         }
+        free(ss);
         fputs("]}", out);
     }
     fputs("]}", out);

@@ -784,18 +784,26 @@ static void oom_explain(const gm_oom *o, gm_oom_bound from, uint64_t unit, oom_c
     uint64_t cap_dev = o->reserved + o->device_free;
     uint64_t cap = cap_limit < cap_dev ? cap_limit : cap_dev;
     uint64_t headroom = cap > o->reserved ? cap - o->reserved : 0;
+    /* PyTorch's fraction check has no granularity (allowed = fraction x total, against what it
+     * reserved plus the request): where it bound, every byte of the room counted */
+    if (cap_limit <= cap_dev && o->fraction) unit = 1;
     uint64_t mappable = headroom / unit * unit;
     uint64_t have = o->largest_free > mappable ? o->largest_free : mappable;
     c->shortfall = o->requested > have ? o->requested - have : 0;
-    char rq[32], sh[32], hr[32], mp[32], un[32], need[32];
+    char rq[32], sh[32], hr[32], mp[32], un[32];
     gm_fmt_bytes(o->requested, rq, sizeof rq);
     gm_fmt_bytes(c->shortfall, sh, sizeof sh);
-    gm_fmt_bytes(headroom, hr, sizeof hr);
-    gm_fmt_bytes(mappable, mp, sizeof mp);
+    /* the room and what it could map, rounded down (never read as more than there was); the
+     * limit that would have let this request map what it needs rounded up, with its bytes: a
+     * figure typed back as it reads must not fail again */
+    gm_fmt_bytes_rounded(headroom, 0, hr, sizeof hr);
+    gm_fmt_bytes_rounded(mappable, 0, mp, sizeof mp);
     gm_fmt_bytes(unit, un, sizeof un);
-    /* the limit that would have let this request map what it needs */
     uint64_t units = (o->requested + unit - 1) / unit;
-    gm_fmt_bytes(o->reserved + units * unit, need, sizeof need);
+    char needup[32];
+    gm_fmt_bytes_rounded(o->reserved + units * unit, 1, needup, sizeof needup);
+    char needb[64];
+    snprintf(needb, sizeof needb, "%s (%" PRIu64 " bytes)", needup, o->reserved + units * unit);
     const char *what = cap_limit > cap_dev ? "the device"
                        : o->fraction       ? "PyTorch's per-process memory fraction"
                                            : gm_oom_knob(from);
@@ -824,12 +832,12 @@ static void oom_explain(const gm_oom *o, gm_oom_bound from, uint64_t unit, oom_c
                                : "Raise it to a multiple of the unit");
         if (cap_limit <= cap_dev) {
             size_t l = strlen(c->advice);
-            snprintf(c->advice + l, sizeof c->advice - l, " (at least %s here)", need);
+            snprintf(c->advice + l, sizeof c->advice - l, " (at least %s here)", needb);
         }
     } else if (cap_limit <= cap_dev && o->fraction) {
         c->kind = "fraction";
         char fr[64] = "";
-        if (o->device_total) /* the fraction that allows `need` on this device, rounded up */
+        if (o->device_total) /* the fraction that allows needb on this device, rounded up */
             snprintf(fr, sizeof fr, ", a fraction of %.4f",
                      ceil((double)(o->reserved + units * unit) / (double)o->device_total * 1e4) /
                          1e4);
@@ -839,12 +847,12 @@ static void oom_explain(const gm_oom *o, gm_oom_bound from, uint64_t unit, oom_c
             "(torch.cuda.set_per_process_memory_fraction), %s above what PyTorch reserved: the "
             "request never reached the device. Raise the fraction (to allow at least %s for this "
             "request%s), or lower the peak (the call sites live at the OOM are below)",
-            li, hr, need, fr);
+            li, hr, needb, fr);
     } else if (cap_limit <= cap_dev) {
         c->kind = "limit";
         snprintf(c->advice, sizeof c->advice, "the configured limit was reached: %s left "
                  "%s above what was reserved. Raise it (to at least %s for this request), or lower "
-                 "the peak (the call sites live at the OOM are below)", gm_oom_knob(from), hr, need);
+                 "the peak (the call sites live at the OOM are below)", gm_oom_knob(from), hr, needb);
     } else {
         c->kind = "device";
         snprintf(c->advice, sizeof c->advice, "the live tensors need more than the device has: "
@@ -1097,16 +1105,19 @@ static uint64_t torch_caught_up(gm_db *d, const gm_model *m, uint64_t *torch_the
     uint64_t p = m->peak_device_seq, at = p;
     *torch_then = m->peak_device_torch;
     sqlite3_stmt *st;
+    /* a device's view (device_only) compares on that device only: ?2 is it, or -1 for all */
     const char *sql =
         "SELECT t.seq, (SELECT coalesce(sum(CASE WHEN kind = 34 THEN size ELSE -size END), 0) FROM events"
-        "               WHERE kind IN (34, 35) AND seq > ?1 AND seq <= t.seq)"
-        " FROM events t WHERE t.seq = (SELECT min(seq) FROM events WHERE kind = 34 AND seq > ?1)"
+        "               WHERE kind IN (34, 35) AND seq > ?1 AND seq <= t.seq AND (?2 < 0 OR device = ?2))"
+        " FROM events t WHERE t.seq = (SELECT min(seq) FROM events WHERE kind = 34 AND seq > ?1"
+        "                              AND (?2 < 0 OR device = ?2))"
         " AND NOT EXISTS (SELECT 1 FROM events r WHERE r.seq > ?1 AND r.seq < t.seq"
-        "                 AND r.kind IN (11, 12, 14, 15, 18, 19))"
+        "                 AND r.kind IN (11, 12, 14, 15, 18, 19) AND (?2 < 0 OR r.device = ?2))"
         " AND EXISTS (SELECT 1 FROM events a WHERE a.seq >= ?1 AND a.seq < t.seq AND a.kind IN (1, 3, 11)"
         "             AND a.addr = t.addr)";
     if (sqlite3_prepare_v2(d->db, sql, -1, &st, NULL) != SQLITE_OK) return at;
     sqlite3_bind_int64(st, 1, (int64_t)p);
+    sqlite3_bind_int(st, 2, m->device_only - 1);
     if (sqlite3_step(st) == SQLITE_ROW) {
         int64_t delta = sqlite3_column_int64(st, 1);
         at = (uint64_t)sqlite3_column_int64(st, 0);
@@ -1278,6 +1289,25 @@ static void lead_free(lead_figs *f) {
     if (f->torch_busy >= 0) gm_model_device_view_free(&f->tv);
 }
 
+/* PyTorch through gpumem (torch.present == 2): the hook's figures of the device whose peak
+ * allocated is highest where its tensors were on several (PyTorch's statistics are per device;
+ * the view's sums add the devices together, a figure no device held), the view's own otherwise.
+ * The device in *busy (-1: one device), how many in *n. */
+static gm_dev_figs hook_lead(const gm_torch_view *tv, int *busy, int *n) {
+    gm_dev_figs f = {0};
+    f.peak_allocated = tv->peak_allocated, f.peak_allocated_seq = tv->peak_allocated_seq;
+    f.peak_requested = tv->peak_requested, f.peak_requested_seq = tv->peak_requested_seq;
+    *busy = -1, *n = 0;
+    int best = -1;
+    for (int i = 0; tv->devs && i < GM_DEVICES; i++) {
+        if (!tv->devs[i].peak_allocated) continue;
+        (*n)++;
+        if (best < 0 || tv->devs[i].peak_allocated > tv->devs[best].peak_allocated) best = i;
+    }
+    if (*n > 1) *busy = best, f = tv->devs[best];
+    return f;
+}
+
 static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE *out) {
     const gm_torch_view *tv = &m->torch;
     if (!tv->present) {
@@ -1285,21 +1315,45 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         return;
     }
     if (tv->present == 2) { /* gpumem was PyTorch's allocator: the hook's allocations */
+        int hb, hn;
+        gm_dev_figs hf = hook_lead(tv, &hb, &hn);
         if (o->json) {
             fprintf(out, ",\"torch\":{\"allocator\":\"gpumem\",\"peak_requested\":%" PRIu64
                          ",\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":null,\"peak_requested_seq\":%" PRIu64
-                         ",\"peak_allocated_seq\":%" PRIu64 "}",
-                    tv->peak_requested, tv->peak_allocated, tv->peak_requested_seq, tv->peak_allocated_seq);
+                         ",\"peak_allocated_seq\":%" PRIu64 ",",
+                    hf.peak_requested, hf.peak_allocated, hf.peak_requested_seq, hf.peak_allocated_seq);
+            if (hb >= 0) fprintf(out, "\"device\":%d,\"devices\":[", hb);
+            else fputs("\"device\":null,\"devices\":[", out);
+            for (int i = 0, first = 1; tv->devs && i < GM_DEVICES; i++) {
+                const gm_dev_figs *f = &tv->devs[i];
+                if (!f->peak_allocated) continue;
+                fprintf(out, "%s{\"device\":%d,\"peak_allocated\":%" PRIu64 ",\"peak_allocated_seq\":%" PRIu64
+                             ",\"peak_requested\":%" PRIu64 ",\"peak_requested_seq\":%" PRIu64 "}",
+                        first ? "" : ",", i, f->peak_allocated, f->peak_allocated_seq, f->peak_requested,
+                        f->peak_requested_seq);
+                first = 0;
+            }
+            fputs("]}", out);
         } else {
-            char q[32], a[32];
-            gm_fmt_bytes(tv->peak_requested, q, sizeof q);
-            gm_fmt_bytes(tv->peak_allocated, a, sizeof a);
+            char q[32], a[32], on[64] = "";
+            gm_fmt_bytes(hf.peak_requested, q, sizeof q);
+            gm_fmt_bytes(hf.peak_allocated, a, sizeof a);
+            if (hb >= 0) snprintf(on, sizeof on, "; device %d's, the busiest of %d", hb, hn);
             fprintf(out, "\nPyTorch through gpumem (its CUDAPluggableAllocator: every tensor served by gpumem)\n"
                          "  peak requested      %s (%" PRIu64 " bytes PyTorch asked for, at event %" PRIu64
-                         "; under its own allocator, requested_bytes)\n"
+                         "; under its own allocator, requested_bytes%s)\n"
                          "  peak allocated      %s (in gpumem's blocks; the rest of the summary is the device's,\n"
                          "                      libraries' own allocations included)\n",
-                    q, tv->peak_requested, tv->peak_requested_seq, a);
+                    q, hf.peak_requested, hf.peak_requested_seq, on, a);
+            for (int i = 0; hb >= 0 && tv->devs && i < GM_DEVICES; i++) {
+                const gm_dev_figs *f = &tv->devs[i];
+                if (!f->peak_allocated) continue;
+                gm_fmt_bytes(f->peak_requested, q, sizeof q);
+                gm_fmt_bytes(f->peak_allocated, a, sizeof a);
+                fprintf(out, "    device %-3d        peak requested %s (%" PRIu64 " bytes, event %" PRIu64
+                             "), peak allocated %s (%" PRIu64 " bytes, event %" PRIu64 ")\n",
+                        i, q, f->peak_requested, f->peak_requested_seq, a, f->peak_allocated, f->peak_allocated_seq);
+            }
         }
         return;
     }
@@ -1317,22 +1371,28 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
     size_t ns = group_allocs(&v, l, &peak, BY_SITE, &gs, &total, &count);
     size_t nn = group_allocs(&v, l, &peak, BY_NAME, &gn, &total, &count);
     free(peak.idx);
-    uint64_t torch_then, when = torch_caught_up(d, m, &torch_then);
-    alloc_set at_dev = select_allocs(m, SET_LIVE_AT, when);
-    torch_diff df = torch_difference(m, &at_dev, when, torch_then);
+    /* the device's peak against PyTorch's, on the device whose figures PyTorch's are (its
+     * reserve, the allocations outside it and gpumem's cache all of that device: a device's live
+     * set against every device's peak added up to no figure) */
+    gm_model dview;
+    gm_model *dm = m;
+    if (busy >= 0 && gm_model_device_view(m, busy, &dview) == 0) dm = &dview;
+    uint64_t torch_then, when = torch_caught_up(d, dm, &torch_then);
+    alloc_set at_dev = select_allocs(dm, SET_LIVE_AT, when);
+    torch_diff df = torch_difference(dm, &at_dev, when, torch_then);
     /* outside PyTorch's allocator at the device's peak, by site */
     alloc_set outside = {NULL, 0};
     outside.idx = at_dev.idx;
     for (size_t i = 0; i < at_dev.n; i++)
-        if (!(m->allocs[at_dev.idx[i]].flags & GM_ALLOC_FW_SEGMENT)) outside.idx[outside.n++] = at_dev.idx[i];
+        if (!(dm->allocs[at_dev.idx[i]].flags & GM_ALLOC_FW_SEGMENT)) outside.idx[outside.n++] = at_dev.idx[i];
     group *go = NULL;
     uint64_t ot = 0, oc = 0;
-    size_t no = group_allocs(m, l, &outside, BY_SITE, &go, &ot, &oc);
+    size_t no = group_allocs(dm, l, &outside, BY_SITE, &go, &ot, &oc);
     free(at_dev.idx);
-    /* the device-wide comparison adds the devices together (the device's peak is the sum's):
-     * PyTorch's sum beside it */
-    uint64_t gap = df.device > tv->peak_reserved ? df.device - tv->peak_reserved : 0;
-    uint64_t less = tv->peak_reserved > df.torch_then ? tv->peak_reserved - df.torch_then : 0;
+    if (dm != m) gm_model_device_view_free(&dview);
+    /* PyTorch's peak reserved on the same device */
+    uint64_t gap = df.device > pv->peak_reserved ? df.device - pv->peak_reserved : 0;
+    uint64_t less = pv->peak_reserved > df.torch_then ? pv->peak_reserved - df.torch_then : 0;
     char conf[256], ver[64], from[16];
     gm_meta_text(d, "torch_conf", conf, sizeof conf);
     gm_meta_text(d, "torch_version", ver, sizeof ver);
@@ -1356,7 +1416,10 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         fprintf(out, ",\"blocks_guessed\":%" PRId64 ",\"history_truncated\":%s",
                 gm_meta_int(d, "torch_blocks_guessed", 0),
                 gm_meta_int(d, "torch_history_truncated", 0) ? "true" : "false");
-        fprintf(out, ",\"device_peak\":{\"seq\":%" PRIu64 ",\"compared_at\":%" PRIu64 ",\"reserved\":%" PRIu64
+        fprintf(out, ",\"device_peak\":{\"device\":");
+        if (busy >= 0) fprintf(out, "%d", busy);
+        else fputs("null", out);
+        fprintf(out, ",\"seq\":%" PRIu64 ",\"compared_at\":%" PRIu64 ",\"reserved\":%" PRIu64
                      ",\"torch_reserved\":%" PRIu64
                      ",\"outside_torch\":%" PRIu64 ",\"gpumem_cache\":%" PRIu64 ",\"other_vmm\":%" PRIu64
                      ",\"torch_less_than_its_peak\":%" PRIu64 ",",
@@ -1419,10 +1482,11 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         if (df.at != df.seq) /* the segment mapped at the peak, once PyTorch recorded it */
             snprintf(caught, sizeof caught, " (event %" PRIu64 ", once it recorded the segment mapped at the peak)",
                      df.at);
-        if (busy >= 0) fputs("  all devices together:\n", out);
-        fprintf(out, "  the device's peak reserved (%s, event %" PRIu64 ") is %s more: PyTorch's reserve then %s%s,\n"
+        char on[32] = "";
+        if (busy >= 0) snprintf(on, sizeof on, " on device %d", busy);
+        fprintf(out, "  the device's peak reserved%s (%s, event %" PRIu64 ") is %s more: PyTorch's reserve then %s%s,\n"
                      "    outside PyTorch's allocator %s, gpumem's cache and rounding %s",
-                d1, df.seq, g, d2, caught, d3, d4);
+                on, d1, df.seq, g, d2, caught, d3, d4);
         if (df.other) {
             char d6[32];
             gm_fmt_bytes(df.other, d6, sizeof d6);
@@ -1763,10 +1827,13 @@ static void summary_torch_line(gm_model *m, const lead_figs *f, FILE *out) {
     char a[32], r[32], on[64] = "";
     if (m->torch.present == 2) { /* --allocator gpumem: report's "PyTorch through gpumem" */
         char q[32];
-        gm_fmt_bytes(m->torch.peak_requested, q, sizeof q);
-        gm_fmt_bytes(m->torch.peak_allocated, a, sizeof a);
+        int hb, hn;
+        gm_dev_figs hf = hook_lead(&m->torch, &hb, &hn);
+        gm_fmt_bytes(hf.peak_requested, q, sizeof q);
+        gm_fmt_bytes(hf.peak_allocated, a, sizeof a);
+        if (hb >= 0) snprintf(on, sizeof on, " on device %d (the busiest of %d)", hb, hn);
         fprintf(out, "gpumem: PyTorch through gpumem (every tensor served by gpumem's allocator): peak requested %s, "
-                     "peak allocated %s in gpumem's blocks\n", q, a);
+                     "peak allocated %s in gpumem's blocks%s\n", q, a, on);
         return;
     }
     if (m->torch.present != 1) return;

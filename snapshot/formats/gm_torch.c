@@ -1538,12 +1538,26 @@ typedef struct tlive { uint64_t seq; int64_t name; } tlive;
 
 /* Whether the recording holds a refusal of device dev's request placed after seq lo and at or
  * before hi (old seqs): the driver, gpumem's allocator or GPUMEM_LIMIT refused it, PyTorch
- * gave up on it, and that OOM is the recorded one. */
-static int oom_recorded(const merge *m, int dev, uint64_t lo, uint64_t hi)
+ * gave up on it, and that OOM is the recorded one. PyTorch asks more than once for one request
+ * (its retry after freeing its cache is a second refusal): the refusals before the last are
+ * deleted (events and `ooms`, by their new seqs: renumber has run), so that every command counts
+ * the one OOM PyTorch counts (memory_stats()["num_ooms"]) and shows it as the last refusal, the
+ * moment PyTorch gave up. 1 recorded, 0 not, -1 on a database error. */
+static int oom_recorded(merge *m, int dev, uint64_t lo, uint64_t hi)
 {
+    size_t last = SIZE_MAX;
     for (size_t i = 0; i < m->nooms; i++)
-        if (m->ooms[i].t == dev && m->ooms[i].seq > lo && m->ooms[i].seq <= hi) return 1;
-    return 0;
+        if (m->ooms[i].t == dev && m->ooms[i].seq > lo && m->ooms[i].seq <= hi) last = i;
+    if (last == SIZE_MAX) return 0;
+    for (size_t i = 0; i < last; i++) {
+        if (m->ooms[i].t != dev || m->ooms[i].seq <= lo) continue;
+        char q[200];
+        uint64_t s = new_seq(m, m->ooms[i].seq);
+        snprintf(q, sizeof q, "DELETE FROM events WHERE seq = %" PRIu64 " AND kind = %d; DELETE FROM ooms WHERE seq = %" PRIu64,
+                 s, REC_OOM, s);
+        if (mexec(m, q) != 0) return -1;
+    }
+    return 1;
 }
 
 /* The per-process memory fraction's bytes at device dev's OOM k of n (the trace's, in order;
@@ -1584,7 +1598,8 @@ static uint64_t oom_fraction_limit(const merge *m, int dev, size_t k, size_t n)
 static int insert_oom(merge *m, sqlite3_stmt *ev, const titem *t, int64_t range, size_t k, size_t n,
                       uint64_t last_req)
 {
-    if (oom_recorded(m, t->device, last_req, t->after)) return 0;
+    int rec = oom_recorded(m, t->device, last_req, t->after);
+    if (rec) return rec < 0 ? -1 : 0;
     int64_t stack = stack_of(m, t), stream = stream_of(m, t->device, t->stream);
     if (stack < 0 || stream < 0) return -1;
     gm_toom o = {.seq = t->seq,

@@ -95,6 +95,11 @@ int gm_meta_pytorch_conf(gm_db *d, char *out, size_t outsz);
  * chose, a graph's memory node) — so where there is such an allocation, the running sums over
  * the events. */
 void gm_recorded_peaks(gm_db *d, uint64_t *allocated, uint64_t *reserved);
+/* The recording's device-wide peak as the model counts it (gm_model.peak_device, report's
+ * summary.peak_device): gpumem's reserve plus the program's own VMM mappings (PyTorch's
+ * expandable segments), for a command that reads no model (advise). The reserved peak where
+ * the events cannot be scanned. */
+uint64_t gm_recorded_device_peak(gm_db *d);
 int gm_table_exists(gm_db *d, const char *name);
 /* 1 when `names` has its birth column (the allocation each name names; recorders since it was
  * added within schema 1.3): join names to allocations by it. Without it (older files, and rows
@@ -278,6 +283,10 @@ typedef struct gm_dev_figs {
     uint64_t allocated, reserved, requested; /* at the end */
     uint64_t peak_allocated, peak_allocated_seq, peak_reserved, peak_reserved_seq;
     uint64_t peak_requested, peak_requested_seq;
+    /* the device-wide peak of this device (gm_model.peak_device's rule: reserved + the program's
+     * own VMM mappings), with the VMM and PyTorch's reserve on it then; vmm: its VMM now. Kept in
+     * the model's devs only (a view's are 0) */
+    uint64_t vmm, peak_device, peak_device_seq, peak_device_vmm, peak_device_torch;
 } gm_dev_figs;
 /* devices a model keeps figures of: events.device 0..GM_DEVICES-1 (an allocation's is an int8_t) */
 #define GM_DEVICES 128
@@ -571,6 +580,10 @@ void gm_demangler_free(gm_demangler *dm);
 
 /* Formatting */
 void gm_fmt_bytes(uint64_t v, char *out, size_t outsz);
+/* The same, rounded to the hundredth shown up (up = 1) or down (0), never to the nearest: a
+ * figure a person types back (a limit to raise to: "at least 3.01 GiB" where 3.00 GiB fails) or
+ * a room that must not read larger than it was. */
+void gm_fmt_bytes_rounded(uint64_t v, int up, char *out, size_t outsz);
 void gm_json_str(FILE *out, const char *s);
 /* A duration for a person: "850 ns", "12.5 us", "3.25 ms", "1.500 s". */
 void gm_fmt_ns(uint64_t ns, char *out, size_t outsz);

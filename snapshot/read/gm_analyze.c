@@ -395,6 +395,15 @@ static void dev_reserved(gm_dev_figs *devs, int dev, int map, uint64_t size, uin
     if (f->reserved > f->peak_reserved) f->peak_reserved = f->reserved, f->peak_reserved_seq = seq;
 }
 
+/* Device dev's device-wide peak (gm_dev_figs.peak_device) after its reserve or its VMM grew. */
+static void dev_device_peak(gm_model *m, int dev, uint64_t seq) {
+    if (!m->devs || dev < 0 || dev >= GM_DEVICES) return;
+    gm_dev_figs *f = &m->devs[dev];
+    if (f->reserved + f->vmm <= f->peak_device) return;
+    f->peak_device = f->reserved + f->vmm, f->peak_device_seq = seq, f->peak_device_vmm = f->vmm;
+    f->peak_device_torch = m->torch.devs ? m->torch.devs[dev].reserved : 0;
+}
+
 static inline void hot_end(gm_model *m, const gm_alloc *a, uint64_t *allocated, uint64_t *requested) {
     if (a->kind == REC_HOST_ALLOC) {
         m->host -= a->size < m->host ? a->size : m->host;
@@ -569,13 +578,27 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
 
 /* An allocation through the framework's hook (gpumem as PyTorch's allocator): PyTorch's own
  * requests, counted apart from the libraries' (cuBLAS's handles) beside them. */
-static void framework_alloc(gm_model *m, uint64_t seq, uint64_t size, uint64_t requested) {
+static void framework_alloc(gm_model *m, uint64_t seq, uint64_t size, uint64_t requested, int dev) {
     gm_torch_view *v = &m->torch;
     v->present = 2;
     v->allocated += size;
     v->requested += requested;
     if (v->allocated > v->peak_allocated) v->peak_allocated = v->allocated, v->peak_allocated_seq = seq;
     if (v->requested > v->peak_requested) v->peak_requested = v->requested, v->peak_requested_seq = seq;
+    /* per device, as PyTorch counts them (memory_stats(d)): the sums add the devices together */
+    if (!v->devs || dev < 0 || dev >= GM_DEVICES) return;
+    gm_dev_figs *f = &v->devs[dev];
+    f->allocated += size, f->requested += requested;
+    if (f->allocated > f->peak_allocated) f->peak_allocated = f->allocated, f->peak_allocated_seq = seq;
+    if (f->requested > f->peak_requested) f->peak_requested = f->requested, f->peak_requested_seq = seq;
+}
+
+/* A hook's allocation freed (torch.present == 2): off PyTorch's sums and its device's. */
+static void framework_free(gm_model *m, const gm_alloc *a) {
+    gm_torch_view *v = &m->torch;
+    v->allocated -= a->size < v->allocated ? a->size : v->allocated;
+    v->requested -= a->requested < v->requested ? a->requested : v->requested;
+    torch_dev_free(v, a);
 }
 
 long gm_alloc_by_id(const gm_model *m, uint64_t id) {
@@ -707,13 +730,13 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
                         (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0) |
                                   (own ? GM_ALLOC_OWN_SEGMENT : 0)),
                         0, 0};
-        if (own) m->reserved += size, dev_reserved(m->devs, device, 1, size, seq);
+        if (own) m->reserved += size, dev_reserved(m->devs, device, 1, size, seq), dev_device_peak(m, device, seq);
         if (priv) pools_alloc(&m->pools, size);
         if (flags & REC_F_GRAPH) m->graph_nodes++, m->graph_node_bytes += size;
         uint64_t *sum = sum_for(m, kind);
         *sum += size;
         if (sum == &m->allocated) m->requested += requested;
-        if (fw && !m->torch.allocs) framework_alloc(m, seq, size, requested);
+        if (fw && !m->torch.allocs) framework_alloc(m, seq, size, requested, device);
     } else if (is_free(kind)) {
         uint64_t ai;
         if (addr_map_del(&w->live, addr, &ai)) {
@@ -722,10 +745,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
             a->death_range = range;
             death_note(w, ai);
             hot_end(m, a, &m->allocated, &m->requested);
-            if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) {
-                m->torch.allocated -= a->size < m->torch.allocated ? a->size : m->torch.allocated;
-                m->torch.requested -= a->requested < m->torch.requested ? a->requested : m->torch.requested;
-            }
+            if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) framework_free(m, a);
         } else {
             m->unmatched_frees++;
         }
@@ -739,6 +759,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
         m->have_segments = 1;
         m->reserved += size;
         dev_reserved(m->devs, dev, 1, size, seq);
+        dev_device_peak(m, dev, seq);
         if (flags & REC_F_PRIVATE_POOL) pools_segment(&m->pools, 1, size);
     } else if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) {
         m->have_segments = 1;
@@ -753,8 +774,13 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
          * disagreed with every view built from the allocations) */
         m->vmm += size;
         if (m->vmm > m->peak_vmm) m->peak_vmm = m->vmm;
+        if (m->devs && dev >= 0 && dev < GM_DEVICES) m->devs[dev].vmm += size, dev_device_peak(m, dev, seq);
     } else if (kind == REC_VMM_UNMAP) {
         m->vmm -= size < m->vmm ? size : m->vmm;
+        if (m->devs && dev >= 0 && dev < GM_DEVICES) {
+            gm_dev_figs *f = &m->devs[dev];
+            f->vmm -= size < f->vmm ? size : f->vmm;
+        }
     }
     if (m->allocated > m->peak_allocated) {
         m->peak_allocated = m->allocated;
@@ -967,10 +993,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
                 a->death_range = range;
                 link_death(m, allocs, &linked, &last_death, &ndeaths, ai);
                 hot_end(m, a, &allocated, &requested);
-                if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) {
-                    m->torch.allocated -= a->size < m->torch.allocated ? a->size : m->torch.allocated;
-                    m->torch.requested -= a->requested < m->torch.requested ? a->requested : m->torch.requested;
-                }
+                if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) framework_free(m, a);
             } else {
                 m->unmatched_frees++;
             }
@@ -1106,6 +1129,9 @@ int gm_model_device_view(const gm_model *m, int dev, gm_model *v) {
     v->peak_allocated = f->peak_allocated, v->peak_allocated_seq = f->peak_allocated_seq;
     v->peak_requested = f->peak_requested, v->peak_requested_seq = f->peak_requested_seq;
     v->peak_reserved = f->peak_reserved, v->peak_reserved_seq = f->peak_reserved_seq;
+    v->vmm = f->vmm;
+    v->peak_device = f->peak_device, v->peak_device_seq = f->peak_device_seq;
+    v->peak_device_vmm = f->peak_device_vmm, v->peak_device_torch = f->peak_device_torch;
     v->device_only = dev + 1;
     return 0;
 }
@@ -1227,6 +1253,19 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
         m->reserved = m->allocated;
         m->peak_device = m->peak_held, m->peak_device_seq = m->peak_held_seq;
         m->peak_device_vmm = m->peak_held_vmm, m->peak_device_torch = m->peak_held_torch;
+    }
+    /* each device's device-wide peak: one device's is the model's; without segments (no reserve
+     * counted per device) a device's allocated peak */
+    int ndev = gm_model_devices(m, NULL, NULL);
+    for (int i = 0; m->devs && i < GM_DEVICES; i++) {
+        gm_dev_figs *f = &m->devs[i];
+        if (!f->peak_allocated && !f->peak_reserved) continue;
+        if (ndev == 1)
+            f->peak_device = m->peak_device, f->peak_device_seq = m->peak_device_seq,
+            f->peak_device_vmm = m->peak_device_vmm, f->peak_device_torch = m->peak_device_torch;
+        else if (!m->have_segments)
+            f->peak_device = f->peak_allocated, f->peak_device_seq = f->peak_allocated_seq,
+            f->peak_device_vmm = 0, f->peak_device_torch = 0;
     }
     /* bytes leaked per step: what is still live is what the live map holds (a walk of every
      * allocation cost a tenth of the report on a long recording) */

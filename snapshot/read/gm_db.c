@@ -75,26 +75,18 @@ int64_t gm_meta_int(gm_db *d, const char *key, int64_t dflt) {
     return v;
 }
 
-void gm_recorded_peaks(gm_db *d, uint64_t *allocated, uint64_t *reserved) {
-    *allocated = (uint64_t)gm_meta_int(d, "stat.peak_allocated", 0);
-    *reserved = (uint64_t)gm_meta_int(d, "stat.peak_reserved", 0);
+/* The running sums over the events, as the model's sweep keeps them (gm_analyze.c's sweep_row):
+ * device allocations and their frees matched by address; segments, and each allocation passed
+ * through as its own segment as one; the program's own VMM mappings. Peaks of allocated, of
+ * reserved (allocated where no segment was recorded) and of the device-wide figure (that + VMM,
+ * gm_model.peak_device). 0, or -1 where the scan could not be made. */
+static int recorded_sums(gm_db *d, uint64_t *allocated, uint64_t *reserved, uint64_t *device) {
     sqlite3_stmt *s;
-    /* the allocator's statistics are exact where it saw every allocation: a scan when none was
-     * passed through as its own segment (as the advice's checks for PyTorch's rows are) */
-    char sql[160];
-    snprintf(sql, sizeof sql, "SELECT 1 FROM events WHERE kind IN (1, 3) AND flags & %u LIMIT 1",
-             (unsigned)GM_OWN_SEGMENT_FLAGS);
-    if (sqlite3_prepare_v2(d->db, sql, -1, &s, NULL) != SQLITE_OK) return;
-    int any = sqlite3_step(s) == SQLITE_ROW;
-    sqlite3_finalize(s);
-    if (!any) return;
-    /* the model's running sums (gm_analyze.c's sweep_row): device allocations and their frees
-     * matched by address; segments, and each such allocation as one */
     if (sqlite3_prepare_v2(d->db, "SELECT kind, flags, addr, size FROM events WHERE kind IN "
-                                  "(1, 2, 3, 4, 14, 15, 18, 19) ORDER BY seq", -1, &s, NULL) != SQLITE_OK)
-        return;
+                                  "(1, 2, 3, 4, 11, 12, 14, 15, 18, 19) ORDER BY seq", -1, &s, NULL) != SQLITE_OK)
+        return -1;
     u64map live = {0}; /* address -> size << 1 | own segment */
-    uint64_t a = 0, r = 0, pa = 0, pr = 0;
+    uint64_t a = 0, r = 0, vmm = 0, pa = 0, pr = 0, pdev = 0, pheld = 0;
     int segments = 0, nomem = 0, rc;
     while (!nomem && (rc = sqlite3_step(s)) == SQLITE_ROW) {
         int kind = sqlite3_column_int(s, 0);
@@ -111,6 +103,10 @@ void gm_recorded_peaks(gm_db *d, uint64_t *allocated, uint64_t *reserved) {
                 a += size;
                 if (own) r += size;
             }
+        } else if (kind == REC_VMM_MAP) {
+            vmm += size;
+        } else if (kind == REC_VMM_UNMAP) {
+            vmm -= size < vmm ? size : vmm;
         } else if (kind == REC_SEG_MAP || kind == REC_DRIVER_ALLOC) {
             r += size, segments = 1;
         } else {
@@ -118,13 +114,41 @@ void gm_recorded_peaks(gm_db *d, uint64_t *allocated, uint64_t *reserved) {
         }
         if (a > pa) pa = a;
         if (r > pr) pr = r;
+        if (r + vmm > pdev) pdev = r + vmm;
+        if (a + vmm > pheld) pheld = a + vmm;
     }
     int done = !nomem && rc == SQLITE_DONE;
     sqlite3_finalize(s);
     u64map_free(&live);
-    if (nomem || !done) return; /* the statistics, as before */
+    if (!done) return -1;
     *allocated = pa;
     *reserved = segments ? pr : pa;
+    *device = segments ? pdev : pheld;
+    return 0;
+}
+
+void gm_recorded_peaks(gm_db *d, uint64_t *allocated, uint64_t *reserved) {
+    *allocated = (uint64_t)gm_meta_int(d, "stat.peak_allocated", 0);
+    *reserved = (uint64_t)gm_meta_int(d, "stat.peak_reserved", 0);
+    sqlite3_stmt *s;
+    /* the allocator's statistics are exact where it saw every allocation: a scan when none was
+     * passed through as its own segment (as the advice's checks for PyTorch's rows are) */
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT 1 FROM events WHERE kind IN (1, 3) AND flags & %u LIMIT 1",
+             (unsigned)GM_OWN_SEGMENT_FLAGS);
+    if (sqlite3_prepare_v2(d->db, sql, -1, &s, NULL) != SQLITE_OK) return;
+    int any = sqlite3_step(s) == SQLITE_ROW;
+    sqlite3_finalize(s);
+    if (!any) return;
+    uint64_t pa, pr, pdev;
+    if (recorded_sums(d, &pa, &pr, &pdev) == 0) *allocated = pa, *reserved = pr;
+}
+
+uint64_t gm_recorded_device_peak(gm_db *d) {
+    uint64_t pa, pr, pdev;
+    if (recorded_sums(d, &pa, &pr, &pdev) == 0) return pdev;
+    gm_recorded_peaks(d, &pa, &pr);
+    return pr;
 }
 
 void gm_meta_text(gm_db *d, const char *key, char *out, size_t outsz) {

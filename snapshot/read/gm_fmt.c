@@ -21,6 +21,20 @@ void gm_fmt_bytes(uint64_t v, char *out, size_t outsz) {
     snprintf(out, outsz, "%.2f %s", x, u[i]);
 }
 
+void gm_fmt_bytes_rounded(uint64_t v, int up, char *out, size_t outsz) {
+    static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    if (v < 1024) {
+        snprintf(out, outsz, "%" PRIu64 " B", v);
+        return;
+    }
+    int i = 0;
+    while (i < 5 && v >> (10 * (i + 1))) i++;
+    /* hundredths of the unit, in integers: a double's rounding could land either side */
+    uint64_t unit = (uint64_t)1 << (10 * i), whole = v / unit, rest = v % unit;
+    uint64_t h = whole * 100 + (rest * 100 + (up ? unit - 1 : 0)) / unit;
+    snprintf(out, outsz, "%" PRIu64 ".%02" PRIu64 " %s", h / 100, h % 100, u[i]);
+}
+
 void gm_fmt_ns(uint64_t ns, char *out, size_t outsz) {
     if (ns < 1000) snprintf(out, outsz, "%" PRIu64 " ns", ns);
     else if (ns < 1000000) snprintf(out, outsz, "%.1f us", (double)ns / 1e3);

@@ -18,7 +18,8 @@
 #   - a reset of one device's peak stats (tests/torch/devices_reset.py: reset_peak_memory_stats(1)):
 #     report's .torch.devices[d].peak_reset is device d's own (null on device 0, the program's
 #     max_memory_*(1) on device 1), the ranks report's torch_peak_allocated is max_memory_allocated(1)
-#     with the reset said, and diff's gate compares the whole-run peak reserved, named so.
+#     with the reset said, and diff's gate compares the whole-run peak reserved, named so;
+#   - the figures of one device where they are compared (the table below, devices_figs.py).
 set -euo pipefail
 source "$(dirname "$0")/common.bash"
 GPUMEM_SIM_DEVICES=2 GPUMEM_SIM_BACKING=memory "$G" record -q -o "$tmp/t.db" -- "$torch_py" tests/torch/devices_mlp.py \
@@ -145,6 +146,79 @@ got=$(jq -r '"\(.gate.on) \(.a.peak_reset.max_memory_reserved)"' "$tmp/dfr.json"
   && ! grepq -F "max_memory_reserved() 96" "$tmp/dfr.txt" \
   && ok "reset: diff's gate is on the whole-run peak reserved, named so ($got)" \
   || bad "reset: diff's gate '$got': $(grep -F 'allowed' "$tmp/dfr.txt")"
+
+# The figures of one device, never a device's added to another's, where they are compared or
+# put side by side. tests/torch/devices_figs.py: device 0 peaks (its PyTorch requested_bytes peak
+# above device 1's) and ends lower, then device 1 peaks, so that a sum reads a figure no device
+# held. A table: NAME | GPUMEM_SIM_DEVICES | record's options | PYTORCH_CUDA_ALLOC_CONF.
+#   - PyTorch through gpumem (--allocator gpumem): .torch's peak requested is the busiest device's
+#     (.torch.device), each .torch.devices[d] is the program's own requested_bytes.all.peak of d
+#     (the same program under PyTorch's allocator: requested bytes are the program's), and
+#     record's summary line names the device;
+#   - PyTorch's difference to the device's peak (.torch.device_peak) is one device's: its parts add
+#     up exactly, and on two devices it is the busiest device's own peak reserved;
+#   - advise's "the device held N bytes more" is report's .summary.peak_device - .torch.peak_reserved
+#     (under expandable segments, PyTorch's segments are the program's own VMM);
+#   - device used's "by call site" has one row per (what, printed site).
+figs=(
+  "gm-two|2|--allocator gpumem|"
+  "own-two|2||"
+  "own-one|1||"
+  "exp-one|1||expandable_segments:True"
+  "exp-two|2||expandable_segments:True"
+)
+for row in "${figs[@]}"; do
+  IFS='|' read -r name ndev opts conf <<< "$row"
+  mode=own
+  [[ $opts == *gpumem* ]] && mode=gm
+  # the truth: the program's own figures under PyTorch's allocator
+  GPUMEM_SIM_DEVICES=$ndev GPUMEM_SIM_BACKING=memory PYTORCH_CUDA_ALLOC_CONF=$conf "$G" record -q -o "$tmp/f-$name-own.db" \
+    -- "$torch_py" tests/torch/devices_figs.py own "$ndev" > "$tmp/f-$name-own.out" 2>&1 \
+    || { bad "$name: recording failed: $(tail -n 2 "$tmp/f-$name-own.out")"; continue; }
+  read -r -a req < <(sed -n 's/^REQ //p' "$tmp/f-$name-own.out")
+  db=$tmp/f-$name-own.db
+  if [[ $mode == gm ]]; then
+    db=$tmp/f-$name.db
+    GPUMEM_SIM_DEVICES=$ndev GPUMEM_SIM_BACKING=memory "$G" record $opts -o "$db" -- "$torch_py" tests/torch/devices_figs.py \
+      gm "$ndev" > "$tmp/f-$name.out" 2>&1 || { bad "$name: recording failed: $(tail -n 2 "$tmp/f-$name.out")"; continue; }
+    got=$("$G" report --json "$db" | jq -r '.torch | "\(.device) \(.peak_requested) \([.devices[]?.peak_requested] | join(" "))"' || true)
+    busy=0
+    [[ ${req[1]} -gt ${req[0]} ]] && busy=1
+    want="$busy ${req[$busy]} ${req[*]}"
+    [[ $got == "$want" ]] && grepq "PyTorch through gpumem .* on device $busy (the busiest of 2)" "$tmp/f-$name.out" \
+      && ok "$name: PyTorch through gpumem: device $busy's peak requested, each device's its own ($got)" \
+      || bad "$name: .torch '$got', the program's requested_bytes peaks: '$want'; record: $(grep 'through gpumem' "$tmp/f-$name.out")"
+    continue
+  fi
+  "$G" report --json "$db" > "$tmp/f-$name.json"
+  read -r sum parts dev tdev < <(jq -r '.torch as $t | $t.device_peak | "\(.reserved) \(.torch_reserved + .outside_torch
+    + .gpumem_cache + .other_vmm) \(.device) \($t.device)"' "$tmp/f-$name.json")
+  [[ -n $sum && $sum == "$parts" && $dev == "$tdev" ]] \
+    && ok "$name: PyTorch's difference to the device's peak adds up ($sum = its parts, device $dev)" \
+    || bad "$name: the device's peak $sum, its parts $parts (device $dev, PyTorch's figures device $tdev)"
+  if [[ $ndev == 2 && -z $conf ]]; then
+    own=$(jq -r --argjson d "$dev" '.summary.devices[]? | select(.device == $d) | .peak_reserved' "$tmp/f-$name.json" || true)
+    [[ $sum == "$own" ]] && ok "$name: it is device $dev's own peak reserved ($own)" \
+      || bad "$name: the device's peak compared is $sum, device $dev's own $own"
+  fi
+  if [[ -n $conf && $ndev == 1 ]]; then
+    more=$({ "$G" advise "$db" 2>&1 || true; } | sed -n 's/.*the device held \([0-9]*\) bytes more.*/\1/p')
+    want=$(jq -r '.summary.peak_device - .torch.peak_reserved' "$tmp/f-$name.json")
+    [[ -n $more && $more == "$want" && $want -gt 0 ]] \
+      && ok "$name: advise's device held $more bytes more = report's peak_device - PyTorch's peak reserved" \
+      || bad "$name: advise says '$more' bytes more, report's peak_device - torch.peak_reserved = $want"
+  fi
+  if [[ -n $conf ]]; then
+    "$G" report "$db" > "$tmp/f-$name.txt"
+    dup=$(jq -r '[.device_used.devices[].outside_at_peak_by_site | group_by([.what, .site])[] | select(length > 1)] | length' \
+      "$tmp/f-$name.json")
+    tdup=$(sed -n '/held outside gpumem.s allocator at the peak, by call site/,/^[^ ]/p' "$tmp/f-$name.txt" \
+      | sed -n 's/^ \{4\} *[0-9.]* [KMG]*i*B  \(.\{14\}\) [0-9]*x  \(.*\)/\1 \2/p' | sort | uniq -d | head -n 1)
+    rows=$(jq -r '[.device_used.devices[].outside_at_peak_by_site[]] | length' "$tmp/f-$name.json")
+    [[ $dup == 0 && -z $tdup && $rows -gt 0 ]] && ok "$name: device used by call site: $rows rows, one per printed site" \
+      || bad "$name: device used by call site repeats a site ($dup in JSON; text: '$tdup')"
+  fi
+done
 
 # every command whose figures still add the devices says so
 note="the program used 2 devices (0 to 1)"

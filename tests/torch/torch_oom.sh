@@ -10,7 +10,9 @@
 #     the main thread; a file of another kind already at the snapshot's path is left as it was
 #     (the output rule), and record says the snapshot was not written;
 #   - every OOM PyTorch raises (under its per-process memory fraction, or the device's) is in the
-#     ooms table once, from its trace, in report, export --at oom, viz and imports of its snapshot.
+#     ooms table once, from its trace, in report, export --at oom, viz and imports of its snapshot:
+#     as many as PyTorch's num_ooms (its retry after freeing its cache is no second OOM), and the
+#     figure to raise a limit or a fraction to reads rounded up (a figure typed back never fails).
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 script=tests/torch/train_gpt2.py
@@ -92,10 +94,12 @@ a = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
 b = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
 c = torch.empty(502 * MiB if sys.argv[1] == "-" else 1 * MiB, dtype=torch.uint8, device="cuda")
 try:
-    d = torch.empty((16 if sys.argv[1] == "-" else 512) * MiB, dtype=torch.uint8, device="cuda")
+    d = torch.empty((int(sys.argv[2]) if len(sys.argv) > 2 else 16 if sys.argv[1] == "-" else 512) * MiB,
+                    dtype=torch.uint8, device="cuda")
 except torch.cuda.OutOfMemoryError:
     pass
 e = torch.empty(1 * MiB, dtype=torch.uint8, device="cuda")
+print("PYTORCH_OOMS", torch.cuda.memory_stats()["num_ooms"], flush=True)
 EOF
 cat > "$tmp/addr.py" <<'EOF'
 import pickle, sys
@@ -114,31 +118,60 @@ cases=(
   "device|GPUMEM_SIM_MEMORY=1G|-|device"         # the driver refuses it too: counted once
   "device-clock|GPUMEM_SIM_MEMORY=1G GPUMEM_TORCH_TRACE=0|-|device"
   "limit|GPUMEM_SIM_MEMORY=80G GPUMEM_LIMIT=1G|-|limit" # gpumem's limit refuses it: counted once
+  # the limit to raise to is 1026 MiB = 1.00195 GiB: to the nearest hundredth "1.00 GiB", which fails
+  "limit-round|GPUMEM_SIM_MEMORY=80G GPUMEM_LIMIT=1G|-|limit|12"
 )
 for c in "${cases[@]}"; do
-  IFS='|' read -r name envs frac want_cause <<< "$c"
-  env GPUMEM_SIM_BACKING=memory $envs "$G" record -o "$tmp/c-$name.db" -- "$torch_py" "$tmp/oomc.py" "$frac" \
-    > /dev/null 2> "$tmp/c-$name.err" || { bad "$name: record failed: $(tail -2 "$tmp/c-$name.err")"; continue; }
-  # the OOMs the recording has without PyTorch's trace: the driver's refusals
+  IFS='|' read -r name envs frac want_cause dmib <<< "$c"
+  env GPUMEM_SIM_BACKING=memory $envs "$G" record -o "$tmp/c-$name.db" -- "$torch_py" "$tmp/oomc.py" "$frac" $dmib \
+    > "$tmp/c-$name.out" 2> "$tmp/c-$name.err" || { bad "$name: record failed: $(tail -2 "$tmp/c-$name.err")"; continue; }
+  # the OOMs the recording has without PyTorch's trace: the driver's refusals (PyTorch's retry
+  # after freeing its cache is a second one for the same request)
   env GPUMEM_SIM_BACKING=memory $envs "$G" record --no-torch-history -o "$tmp/c-$name-plain.db" -- "$torch_py" \
-    "$tmp/oomc.py" "$frac" > /dev/null 2>&1
+    "$tmp/oomc.py" "$frac" $dmib > /dev/null 2>&1
   driver=$(sqlite3 "$tmp/c-$name-plain.db" "SELECT count(*) FROM ooms")
-  want=$(( driver ? driver : 1 ))
+  # the truth: PyTorch's own count, memory_stats()["num_ooms"], as the program printed it; every
+  # command that counts OOMs says it (report, record's summary, viz)
+  want=$(sed -n 's/^PYTORCH_OOMS //p' "$tmp/c-$name.out")
   "$G" report --json "$tmp/c-$name.db" > "$tmp/c-$name.json" 2>/dev/null
   n=$(jq '.ooms | length' "$tmp/c-$name.json")
-  [[ $n == "$want" && $(sqlite3 "$tmp/c-$name.db" "SELECT count(*) FROM events WHERE kind = 13") == "$want" ]] \
-    && ok "$name: $n OOM row(s) ($driver the driver's refusals), not one more" \
-    || bad "$name: $n OOMs, want $want ($driver refused by the driver)"
+  summ=$(sed -n 's/.* \([0-9]*\) OOMs, .*/\1/p' "$tmp/c-$name.err")
+  text=$("$G" report "$tmp/c-$name.db" 2>/dev/null | sed -n 's/^  OOMs  *\([0-9]*\).*/\1/p')
+  "$G" viz "$tmp/c-$name.db" -o "$tmp/c-$name.count.html" 2>/dev/null
+  viz=$(grep -o '"ooms":\[[^]]*\]' "$tmp/c-$name.count.html" | grep -o '{"seq"' | wc -l)
+  [[ $want -ge 1 && $n == "$want" && $summ == "$want" && $text == "$want" && $viz == "$want" \
+     && $(sqlite3 "$tmp/c-$name.db" "SELECT count(*) FROM events WHERE kind = 13") == "$want" ]] \
+    && ok "$name: $n OOM(s) as PyTorch counts them (num_ooms $want; $driver the driver's refusals) in report, record's summary and viz" \
+    || bad "$name: report $n (text '$text'), record's summary '$summ', viz '$viz'; PyTorch's num_ooms '$want' ($driver refused by the driver)"
   o=$(jq -c '.ooms[-1]' "$tmp/c-$name.json")
   [[ $(jq -r .python_line <<< "$o") == "oomc.py:$oomline in <module>" ]] \
     && ok "$name: the OOM's Python line (oomc.py:$oomline)" || bad "$name: python_line $(jq -r .python_line <<< "$o")"
+  # the figure to raise the limit or the fraction's allowance to, as the text gives it, is one a
+  # person can type back: its bytes are what was reserved plus the request (whole mapping units
+  # for gpumem's limit; none for PyTorch's fraction, which counts bytes), and the figure as it
+  # reads (GPUMEM_LIMIT takes "1.01G") is not below them; the room "left" is not above the truth
+  txt=$("$G" report "$tmp/c-$name.db" 2>/dev/null | grep -m1 "what to change:")
+  read -r res req unit lim lf < <(jq -r '[.reserved, .requested, .map_unit, .limit // 0, .largest_free] | @tsv' <<< "$o")
+  least=$(sed -n 's/.*at least \([0-9.]*\) \([KMGT]\)iB (\([0-9]*\) bytes).*/\1 \2 \3/p' <<< "$txt")
+  if [[ $want_cause == limit || $want_cause == fraction ]]; then
+    read -r num u nb <<< "$least"
+    [[ $want_cause == fraction ]] && unit=1
+    truth=$((res + (req + unit - 1) / unit * unit))
+    typed=$(awk -v n="$num" -v u="$u" 'BEGIN { s = u == "K" ? 10 : u == "M" ? 20 : u == "G" ? 30 : 40; printf "%.0f", n * 2 ^ s }')
+    left=$(sed -n 's/.* left \([0-9.]*\) \([KMGT]\)iB above.*/\1 \2/p; s/.*, \([0-9.]*\) \([KMGT]\)iB above what PyTorch.*/\1 \2/p' <<< "$txt")
+    lbytes=$(awk -v n="${left% *}" -v u="${left#* }" 'BEGIN { s = u == "K" ? 10 : u == "M" ? 20 : u == "G" ? 30 : 40; printf "%.0f", n * 2 ^ s }')
+    [[ -n $num && $nb == "$truth" && $typed -ge $truth && -n $left && $lbytes -le $((lim - res)) ]] \
+      && ok "$name: raise to at least $num ${u}iB ($nb bytes: reserved $res + the request's $((truth - res))), room $left" \
+      || bad "$name: the figure to raise to reads '$least' and the room '$left' (want $truth bytes, room $((lim - res))): $txt"
+  fi
   if [[ $frac != - ]]; then
     # the cap PyTorch met: the fraction of the device's total (as PyTorch rounds it, within 1 KiB)
     read -r cause from limit total req alloc res short < <(jq -r '[.cause, .limit_from, .limit, .device_total,
       .requested, .allocated, .reserved, .shortfall] | @tsv' <<< "$o")
     cap=$(awk -v f="$frac" -v t="$total" 'BEGIN { printf "%.0f", f * t }')
     [[ $cause == fraction && $from == per_process_memory_fraction && $((limit - cap)) -le 1024 && $((cap - limit)) -le 1024 \
-       && $req == $((512 << 20)) && $alloc == $(((512 + 1) << 20)) && $res == $(((512 + 2) << 20)) && $short -gt 0 ]] \
+       && $req == $((512 << 20)) && $alloc == $(((512 + 1) << 20)) && $res == $(((512 + 2) << 20)) \
+       && $short == $((req - (limit - res > lf ? limit - res : lf))) ]] \
       && ok "$name: cause fraction, limit $limit (the fraction of $total), requested $req, allocated $alloc, short by $short" \
       || bad "$name: $o"
     "$G" report "$tmp/c-$name.db" 2>/dev/null | grepq "binding constraint: fraction (PyTorch's per-process memory fraction allows" \
