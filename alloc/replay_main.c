@@ -79,8 +79,9 @@ static int usage(void)
             "Trace lines: a <id> <size> [stream], ax <id> <size> [stream] (outside the framework's\n"
             "allocator), ag <id> <size> [stream] (outside it, served by the recording's allocator),\n"
             "ao <id> <size> [stream] (a request that failed: out of memory), ap <id> <size> <pool>\n"
-            "(in a private pool: a CUDA graph's), f <id>, fa <id> <stream>, rs <id> <stream>, fc <id>,\n"
-            "e, l <bytes> (alloc/README.md).\n");
+            "(in a private pool: a CUDA graph's), pr <pool> (the pool given back), cb <pool> / ce <pool>\n"
+            "(gpumem's capture into the pool begins / ends), f <id>, fa <id> <stream>, rs <id> <stream>,\n"
+            "fc <id>, e, l <bytes> (alloc/README.md).\n");
     return 2;
 }
 

@@ -1183,6 +1183,7 @@ int adv_pool_note(adv_model *m, uint32_t a, int kind, uint64_t flags, uint64_t a
     if (ids->cap > had) memset(m->pools + had, 0, (ids->cap - had) * sizeof *m->pools);
     m->owns_pools = 1;
     m->pools[a] = (uint32_t)num;
+    if (kind != REC_TORCH_ALLOC) m->capture_pool = (uint32_t)num; /* gpumem's: a capture's */
     if ((size_t)a + 1 > m->npools) m->npools = (size_t)a + 1;
     return 0;
 }
@@ -1991,39 +1992,81 @@ size_t adv_steady_step(const adv_model *m)
 
 /* ------------------------------------------------------------------ replay */
 
-alloc_trace_event_t *adv_to_trace(const adv_model *m)
+/* Model event i as a trace event */
+static alloc_trace_event_t adv_ev_trace(const adv_model *m, size_t i)
 {
-    alloc_trace_event_t *t = big_malloc(m->nevs * sizeof *t);
-    if (!t) return NULL;
-    for (size_t i = 0; i < m->nevs; i++) {
-        const adv_ev *e = &m->evs[i];
-        const adv_alloc *a = &m->allocs[e->a];
-        t[i].id = (uint64_t)e->a + 1;
-        t[i].kind = e->kind == ADV_EV_ALLOC         ? ALLOC_TR_ALLOC
-                    : e->kind == ADV_EV_FREE        ? ALLOC_TR_FREE
-                    : e->kind == ADV_EV_FREE_DONE   ? ALLOC_TR_FREE_DONE
-                    : e->kind == ADV_EV_EMPTY_CACHE ? ALLOC_TR_EMPTY_CACHE
-                    : e->kind == ADV_EV_LIMIT       ? ALLOC_TR_LIMIT
-                    : e->kind == ADV_EV_POOL_RELEASE ? ALLOC_TR_POOL_RELEASE
-                                                    : ALLOC_TR_FREE_ASYNC;
-        t[i].size = e->kind == ADV_EV_ALLOC ? a->size : e->kind == ADV_EV_LIMIT ? adv_ev_limit(e) : 0;
-        t[i].stream = e->kind == ADV_EV_ALLOC        ? a->stream
-                      : e->kind == ADV_EV_FREE_ASYNC ? e->stream
-                                                     : 0;
-        /* in a private pool: the pool's key, one per (pool, stream) as PyTorch keys a pool's
-         * blocks by stream too; above every stream id (those are 32-bit) */
-        uint32_t pool = (e->kind == ADV_EV_ALLOC || e->kind == ADV_EV_POOL_RELEASE) && a->orig < m->npools
-                            ? m->pools[a->orig]
-                            : 0;
-        if (pool && e->kind == ADV_EV_ALLOC) t[i].kind = ALLOC_TR_ALLOC_PRIVATE;
-        if (pool) t[i].stream = (uint64_t)pool << 32 | a->stream;
+    alloc_trace_event_t t;
+    const adv_ev *e = &m->evs[i];
+    const adv_alloc *a = &m->allocs[e->a];
+    t.id = (uint64_t)e->a + 1;
+    t.kind = e->kind == ADV_EV_ALLOC          ? ALLOC_TR_ALLOC
+             : e->kind == ADV_EV_FREE         ? ALLOC_TR_FREE
+             : e->kind == ADV_EV_FREE_DONE    ? ALLOC_TR_FREE_DONE
+             : e->kind == ADV_EV_EMPTY_CACHE  ? ALLOC_TR_EMPTY_CACHE
+             : e->kind == ADV_EV_LIMIT        ? ALLOC_TR_LIMIT
+             : e->kind == ADV_EV_POOL_RELEASE ? ALLOC_TR_POOL_RELEASE
+                                              : ALLOC_TR_FREE_ASYNC;
+    t.size = e->kind == ADV_EV_ALLOC ? a->size : e->kind == ADV_EV_LIMIT ? adv_ev_limit(e) : 0;
+    t.stream = e->kind == ADV_EV_ALLOC ? a->stream : e->kind == ADV_EV_FREE_ASYNC ? e->stream : 0;
+    /* in a private pool: the pool's key, one per (pool, stream) as PyTorch keys a pool's
+     * blocks by stream too; above every stream id (those are 32-bit) */
+    uint32_t pool = (e->kind == ADV_EV_ALLOC || e->kind == ADV_EV_POOL_RELEASE) && a->orig < m->npools
+                        ? m->pools[a->orig]
+                        : 0;
+    if (pool && e->kind == ADV_EV_ALLOC) t.kind = ALLOC_TR_ALLOC_PRIVATE;
+    if (pool) t.stream = (uint64_t)pool << 32 | a->stream;
+    return t;
+}
+
+alloc_trace_event_t *adv_to_trace(const adv_model *m, size_t *n)
+{
+    /* gpumem's captures: `cb` before the first allocation of each capture's pool, `ce` after
+     * its last (the recording's bounds of the capture), so that the replay settles and releases
+     * nothing in between, as the live allocator could not (alloc.h, ALLOC_TR_CAPTURE_BEGIN) */
+    unsigned char *mark = NULL; /* per model event: 1 a capture begins before it, 2 ends after */
+    size_t ncap = 0;
+    if (m->capture_pool) {
+        u64map last = {0}; /* a capture pool's key -> its last allocation's event */
+        mark = calloc(m->nevs ? m->nevs : 1, 1);
+        int nomem = !mark;
+        for (size_t i = 0; i < m->nevs && !nomem; i++) {
+            const adv_ev *e = &m->evs[i];
+            const adv_alloc *a = &m->allocs[e->a];
+            if (e->kind != ADV_EV_ALLOC || a->orig >= m->npools || m->pools[a->orig] != m->capture_pool) continue;
+            uint64_t key = (uint64_t)m->capture_pool << 32 | a->stream;
+            if (!u64map_get(&last, key)) mark[i] |= 1, ncap++;
+            nomem = u64map_put(&last, key, i) != 0;
+        }
+        for (uint64_t k = 0; !nomem && k <= last.mask && last.keys; k++)
+            if (last.keys[k] != U64MAP_EMPTY) mark[last.vals[k]] |= 2;
+        u64map_free(&last);
+        if (nomem) {
+            free(mark);
+            return NULL;
+        }
     }
+    size_t total = m->nevs + 2 * ncap;
+    alloc_trace_event_t *t = big_malloc((total ? total : 1) * sizeof *t);
+    if (!t) {
+        free(mark);
+        return NULL;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < m->nevs; i++) {
+        alloc_trace_event_t x = adv_ev_trace(m, i);
+        if (mark && (mark[i] & 1)) t[o++] = (alloc_trace_event_t){.kind = ALLOC_TR_CAPTURE_BEGIN, .stream = x.stream};
+        t[o++] = x;
+        if (mark && (mark[i] & 2)) t[o++] = (alloc_trace_event_t){.kind = ALLOC_TR_CAPTURE_END, .stream = x.stream};
+    }
+    free(mark);
+    *n = o;
     return t;
 }
 
 int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t errsz)
 {
-    alloc_trace_event_t *t = adv_to_trace(m);
+    size_t nt = 0;
+    alloc_trace_event_t *t = adv_to_trace(m, &nt);
     if (!t) {
         snprintf(err, errsz, "out of memory for a %zu-event trace", m->nevs);
         return -1;
@@ -2044,9 +2087,9 @@ int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t
             snprintf(path, sizeof path, "%.*s%u%s", (int)(pct - dump), dump, k, pct + 2);
         else
             snprintf(path, sizeof path, "%s", dump);
-        alloc_trace_write(path, t, m->nevs);
+        alloc_trace_write(path, t, nt);
     }
-    int rc = alloc_replay(&m->cfg, &o, t, m->nevs, out, err, errsz);
+    int rc = alloc_replay(&m->cfg, &o, t, nt, out, err, errsz);
     free(t);
     return rc == ALLOC_OK ? 0 : -1;
 }

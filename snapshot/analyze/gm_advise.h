@@ -188,6 +188,9 @@ typedef struct adv_model {
     uint32_t *pools;
     size_t npools;
     int owns_pools;
+    /* the number of gpumem's own capture pools among `pools` (one number, each capture its
+     * stream; 0: none): adv_to_trace brackets each capture's allocations with `cb` / `ce` */
+    uint32_t capture_pool;
     /* ADV_BORROWS_*: the arrays that are another model's (adv_model_view), not this one's to
      * write or free; 0 for a loaded model or a deep copy */
     unsigned borrows;
@@ -317,7 +320,7 @@ uint32_t adv_new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t cl
 int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t errsz);
 /* The model's events as the replay engine's trace (malloc'ed, m->nevs events), NULL when out of
  * memory. Allocation ids are the model's allocation index + 1. */
-alloc_trace_event_t *adv_to_trace(const adv_model *m);
+alloc_trace_event_t *adv_to_trace(const adv_model *m, size_t *n);
 
 /* ---- transformations: each rewrites m->evs (and adds allocations), in place. 0 or -1. ---- */
 

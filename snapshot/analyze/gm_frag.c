@@ -795,7 +795,8 @@ static void find_fixes(gm_frag *f, gm_db *d, fix_model *fm) {
     gm_conf_short(&am.cfg, f->recorded_conf, sizeof f->recorded_conf);
     f->torch = gm_replay_is_torch(&am);
     if (f->torch) snprintf(f->torch_conf, sizeof f->torch_conf, "%.511s", am.config);
-    alloc_trace_event_t *trace = am.nevs ? adv_to_trace(&am) : NULL;
+    size_t ntrace = 0;
+    alloc_trace_event_t *trace = am.nevs ? adv_to_trace(&am, &ntrace) : NULL;
     enum { NC = sizeof cands / sizeof *cands };
     gm_replay_result *res = calloc(NC + 1, sizeof *res);
     f->fixes = calloc(NC + 2, sizeof *f->fixes); /* and tune's two answers (tune_answer) */
@@ -832,7 +833,7 @@ static void find_fixes(gm_frag *f, gm_db *d, fix_model *fm) {
     if (2 * am.rec_peak_reserved > cap) cap = (size_t)(2 * am.rec_peak_reserved);
     /* only a configuration that reserves less than the recorded one's replay is a fix: the others
      * stop when they reach its peak (when it met no OOM; else a fix is one that meets none) */
-    gm_replay_below(trace, am.nevs, cap, am.top_down, res, nres, 0);
+    gm_replay_below(trace, ntrace, cap, am.top_down, res, nres, 0);
     const gm_replay_result *base = &res[0];
     if (!base->ok) {
         snprintf(f->fix_note, sizeof f->fix_note, "no replay: the recorded configuration could not be replayed");

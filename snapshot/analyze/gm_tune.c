@@ -313,7 +313,8 @@ int gm_tune_search(gm_db *d, const adv_model *model, const gm_tune_opts *o, gm_t
         t->empty = 1;
         return 0;
     }
-    alloc_trace_event_t *trace = adv_to_trace(&am);
+    size_t ntrace = 0;
+    alloc_trace_event_t *trace = adv_to_trace(&am, &ntrace);
     if (!trace) {
         snprintf(err, errsz, "out of memory for a %zu-event trace", am.nevs);
         return -1;
@@ -321,7 +322,7 @@ int gm_tune_search(gm_db *d, const adv_model *model, const gm_tune_opts *o, gm_t
     /* gpumem as PyTorch's allocator served cuBLAS's workspaces from its pool; PyTorch's own
      * allocator never sees them: the rows replay the recording, the "under PyTorch" figure
      * replays them outside (below) */
-    long served = gm_replay_is_torch(&am) ? 0 : gm_replay_mark_served(d, trace, am.nevs);
+    long served = gm_replay_is_torch(&am) ? 0 : gm_replay_mark_served(d, trace, ntrace);
     t->served_outside = served > 0 ? (int)served : 0;
     search s = {.t = t, .o = o};
     s.limit = o->limit_set ? o->limit : am.cfg.limit;
@@ -342,9 +343,9 @@ int gm_tune_search(gm_db *d, const adv_model *model, const gm_tune_opts *o, gm_t
     size_t cap = (size_t)80 << 30;
     if (2 * am.rec_peak_reserved > cap) cap = (size_t)(2 * am.rec_peak_reserved);
     if (s.limit != ALLOC_NO_LIMIT && 2 * s.limit > cap) cap = (size_t)(2 * s.limit);
-    s.trace = trace, s.ntrace = am.nevs, s.capacity = cap, s.top_down = am.top_down;
+    s.trace = trace, s.ntrace = ntrace, s.capacity = cap, s.top_down = am.top_down;
     uint32_t *slots = NULL; /* out of memory: each batch numbers them (or keeps the id table) */
-    if (alloc_trace_slots(trace, am.nevs, &slots, &s.nslots) == ALLOC_OK) s.slots = slots;
+    if (alloc_trace_slots(trace, ntrace, &slots, &s.nslots) == ALLOC_OK) s.slots = slots;
     alloc_config_t recorded = am.cfg;
     recorded.limit = s.limit;
     gm_conf_short(&recorded, t->recorded_conf, sizeof t->recorded_conf);
@@ -432,7 +433,7 @@ int gm_tune_search(gm_db *d, const adv_model *model, const gm_tune_opts *o, gm_t
         if (np && !own) goto oom;
         for (size_t i = 0, k = 0; i < t->nresults; i++)
             if (t->results[i].has_pytorch && t->results[i].cfg.policy == ALLOC_POLICY_PYTORCH) own[k++] = t->results[i];
-        gm_replay_framework_only(trace, am.nevs, cap, am.top_down, own, np, s.threads);
+        gm_replay_framework_only(trace, ntrace, cap, am.top_down, own, np, s.threads);
         for (size_t i = 0, k = 0; i < t->nresults; i++) {
             gm_replay_result *r = &t->results[i];
             if (!(r->has_pytorch && r->cfg.policy == ALLOC_POLICY_PYTORCH)) continue;

@@ -23,7 +23,10 @@
  * pool = 2^32 + stream (as adv_to_trace keys it): the replay keeps it in that pool; the first
  * segment of that pool given back (kind 15 or 19 flagged REC_F_PRIVATE_POOL: gpumem releases a
  * capture's pool only once its graphs are destroyed) is "pr <pool>", where the replay releases
- * the pool. A free that
+ * the pool. The capture itself is "cb <pool>" before the pool's first allocation and "ce <pool>"
+ * after its last (the recording has no event for cuStreamBeginCapture / EndCapture; these are
+ * the bounds its allocations give): between them the replay settles, synchronizes and releases
+ * nothing, as the live allocator during a capture. A free that
  * waited for stream events landed in the allocator later (kind 29 free_completed, matched to its
  * free by address and allocation id): "fc <id>" at that point, and the replay holds the free until
  * then. Only frees flagged REC_F_PENDING wait for one; those still waiting when the recording
@@ -77,6 +80,20 @@ static uint64_t fc_key(sqlite3_stmt *s) {
     return (uint64_t)sqlite3_column_int64(s, 7) ^ ((uint64_t)(sqlite3_column_int64(s, 6) & 0xff) << 56);
 }
 
+/* The last allocation (seq) of each of gpumem's capture pools, by the capture's stream: where
+ * the trace's "ce" goes. 0, or -1 out of memory. */
+static int capture_last_allocs(gm_db *d, u64map *last) {
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(d->db, "SELECT stream, max(seq) FROM events WHERE kind IN (1, 3) AND (flags & 32768) != 0 "
+                                  "GROUP BY stream", -1, &s, NULL) != SQLITE_OK)
+        return 0; /* read again below, where a damaged table is said */
+    int rc = 0;
+    while (rc == 0 && sqlite3_step(s) == SQLITE_ROW)
+        if (u64map_put(last, (uint64_t)sqlite3_column_int64(s, 0), (uint64_t)sqlite3_column_int64(s, 1)) != 0) rc = -1;
+    sqlite3_finalize(s);
+    return rc;
+}
+
 int gm_export_trace(gm_db *d, FILE *out) {
     sqlite3_stmt *s;
     /* a recording through PyTorch's pluggable allocator: what did not come through it (cuBLAS
@@ -102,7 +119,14 @@ int gm_export_trace(gm_db *d, FILE *out) {
      * allocation keys whose free_completed came before their free */
     u64map pend = {0}, pend_key = {0}, early = {0};
     u64map pools = {0}; /* capture pools' keys: 1 made (an "ap" line), 2 ended (its "pr" line) */
-    int rc;
+    u64map cap_last = {0}; /* a capture's stream -> its pool's last allocation ("ce" after it) */
+    int rc = capture_last_allocs(d, &cap_last) ? SQLITE_NOMEM : SQLITE_ROW;
+    if (rc == SQLITE_NOMEM) {
+        sqlite3_finalize(s);
+        u64map_free(&cap_last);
+        fprintf(stderr, "gpumem: out of memory exporting %s\n", d->path);
+        return GM_EXIT_BADDB;
+    }
     uint64_t lines = 0;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
@@ -121,11 +145,14 @@ int gm_export_trace(gm_db *d, FILE *out) {
             int other = framework && !(sqlite3_column_int64(s, 5) & REC_F_FRAMEWORK);
             if (sqlite3_column_int64(s, 5) & REC_F_PRIVATE_POOL) { /* a capture's pool: its own key */
                 uint64_t key = (uint64_t)1 << 32 | (uint64_t)stream;
+                if (!u64map_get(&pools, key)) fprintf(out, "cb %" PRIu64 "\n", key); /* the capture begins */
                 if (u64map_put(&pools, key, 1) != 0) {
                     rc = SQLITE_NOMEM;
                     break;
                 }
                 fprintf(out, "ap %" PRIu64 " %" PRId64 " %" PRIu64 "\n", seq, (int64_t)sqlite3_column_int64(s, 3), key);
+                const uint64_t *last = u64map_get(&cap_last, (uint64_t)stream);
+                if (last && *last == seq) fprintf(out, "ce %" PRIu64 "\n", key);
             } else
                 fprintf(out, "%s %" PRIu64 " %" PRId64 " %" PRId64 "\n", other ? other_word : "a", seq,
                         (int64_t)sqlite3_column_int64(s, 3), stream);
@@ -188,7 +215,7 @@ int gm_export_trace(gm_db *d, FILE *out) {
         free(births);
     }
     u64map_free(&live);
-    u64map_free(&pend), u64map_free(&pend_key), u64map_free(&early), u64map_free(&pools);
+    u64map_free(&pend), u64map_free(&pend_key), u64map_free(&early), u64map_free(&pools), u64map_free(&cap_last);
     if (rc == SQLITE_NOMEM) {
         fprintf(stderr, "gpumem: out of memory exporting %s\n", d->path);
         return GM_EXIT_BADDB;
