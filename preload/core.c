@@ -1210,6 +1210,13 @@ GM_EXPORT void *gpumem_torch_malloc(ssize_t size, int device, void *stream)
     return (void *)(uintptr_t)p;
 }
 
+GM_EXPORT void gpumem_empty_cache(void)
+{
+    /* replace mode only: elsewhere gpumem caches nothing (the program's allocator does) */
+    if (gm_mode() == GM_MODE_REPLACE && !gm_forked_child)
+        gm_heap_empty_cache();
+}
+
 GM_EXPORT void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stream)
 {
     (void)size;

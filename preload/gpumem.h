@@ -36,6 +36,13 @@ int gpumem_name_next(const char *name);
  * out-of-memory error). The stream is a void * here so that this header needs no CUDA header. */
 void *gpumem_torch_malloc(ssize_t size, int device, void *stream);
 void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stream);
+/* Gives gpumem's cached device memory back to the driver, on every device (PyTorch's
+ * torch.cuda.empty_cache(): the gpumem Python module calls it from there once gpumem is
+ * PyTorch's allocator, which PyTorch's CUDAPluggableAllocator cannot do from Python). It waits
+ * for the device first. A CUDA graph's memory stays while the graph lives; once the graph is
+ * destroyed and its last tensor freed, its pool goes back here. Nothing in modes record and
+ * off (the program's own allocator caches). */
+void gpumem_empty_cache(void);
 
 /* A range of the calling thread, like nvtxRangePushA / nvtxRangePop without an NVTX library
  * (the gpumem Python module's gpumem.range and gpumem.annotate use these): allocations made

@@ -101,6 +101,11 @@ static int life_index(const adv_model *m, size_t **birth, size_t **death);
 int adv_add_release(adv_model *m, uint64_t t, size_t *evcap)
 {
     if (m->nevs && m->evs[m->nevs - 1].kind == ADV_EV_EMPTY_CACHE) return 0;
+    return adv_append_release(m, t, evcap);
+}
+
+int adv_append_release(adv_model *m, uint64_t t, size_t *evcap)
+{
     uint32_t a = new_alloc(m, 0, 0, 0, 0, (uint32_t)m->nallocs);
     if (a == UINT32_MAX || gm_grow_fast((void **)&m->evs, evcap, m->nevs + 1, sizeof *m->evs)) return -1;
     m->evs[m->nevs++] = (adv_ev){.a = a, .kind = ADV_EV_EMPTY_CACHE, .step = -1, .t = t};

@@ -23,7 +23,8 @@
  * pool = 2^32 + stream (as adv_to_trace keys it): the replay keeps it in that pool; the first
  * segment of that pool given back (kind 15 or 19 flagged REC_F_PRIVATE_POOL: gpumem releases a
  * capture's pool only once its graphs are destroyed) is "pr <pool>", where the replay releases
- * the pool. The capture itself is "cb <pool>" before the pool's first allocation and "ce <pool>"
+ * the pool. gpumem's allocator emptying its cache (kind 36 flagged REC_F_FRAMEWORK:
+ * gpumem_empty_cache, PyTorch's torch.cuda.empty_cache() through it) is "e". The capture itself is "cb <pool>" before the pool's first allocation and "ce <pool>"
  * after its last (the recording has no event for cuStreamBeginCapture / EndCapture; these are
  * the bounds its allocations give): between them the replay settles, synchronizes and releases
  * nothing, as the live allocator during a capture. A free that
@@ -104,7 +105,8 @@ int gm_export_trace(gm_db *d, FILE *out) {
     /* the recording's allocator served the libraries' allocations too (replace is the default) */
     const char *other_word = !mode[0] || !strcmp(mode, "replace") ? "ag" : "ax";
     if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, flags, device, alloc_id, size FROM events "
-                                  "WHERE kind IN (1, 2, 3, 4, 13, 15, 19, 21, 29) ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
+                                  "WHERE kind IN (1, 2, 3, 4, 13, 15, 19, 21, 29) OR (kind = 36 AND (flags & 4096) != 0) "
+                                  "ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
         fprintf(stderr, "gpumem: %s: cannot read events: %s\n", d->path, sqlite3_errmsg(d->db));
         return GM_EXIT_BADDB;
     }
@@ -166,6 +168,8 @@ int gm_export_trace(gm_db *d, FILE *out) {
                 break;
             }
             fprintf(out, "pr %" PRIu64 "\n", key);
+        } else if (kind == REC_TORCH_EMPTY_CACHE) { /* gpumem's allocator emptied its cache */
+            fprintf(out, "e\n");
         } else if (kind == REC_OOM) { /* the failed request, tried again by the replay */
             int64_t req = (int64_t)sqlite3_column_int64(s, 3);
             if (!req) req = (int64_t)sqlite3_column_int64(s, 8);
