@@ -1729,10 +1729,15 @@ enum { A_MAX_MARKERS = 8 }; /* pending markers per stream: a busy stream does no
  * synchronization began after it became free, or a marker recorded after that has completed.
  * With per-stream pools a block's other streams were waited for by its fence before it became
  * FREE, so only the pool's own stream is left; the shared pools' blocks (per_stream_pools:False)
- * may have been used on any live stream. Without events, work completes at issue. */
+ * may have been used on any live stream. Without events (the replay's backend), work completes
+ * at issue, and a release settles every free made before it (settle_free), as the markers of a
+ * device whose work is done do; but during a graph capture the live allocator can settle
+ * nothing, so neither does this: a block freed since the last release or synchronization stays
+ * cached until the capture ends (the replay of a capture kept to the run's peak). */
 static bool blk_settled(const alloc_t *a, const blk_t *b)
 {
-    if (b->fseq <= a->synced_free_seq || !a->events) return true;
+    if (b->fseq <= a->synced_free_seq) return true;
+    if (!a->events) return !a->captures || b->fseq <= a->mk_all_done;
     const sstate_t *o = b->seg->pool->owner;
     return b->fseq <= (o != a->shared ? o->mk_done : a->mk_all_done);
 }
@@ -1820,7 +1825,11 @@ static void markers_record(alloc_t *a)
  * release gives back what a synchronization would have). */
 static void settle_free(alloc_t *a)
 {
-    if (!a->events || a->captures) return; /* no event query while a graph is captured */
+    if (a->captures) return; /* no event query while a graph is captured */
+    if (!a->events) { /* work completes at issue: every free so far is settled */
+        a->mk_all_done = a->free_seq;
+        return;
+    }
     for (size_t i = 0; i < a->nstreams; i++) {
         sstate_t *st = a->streams[i];
         if (st->graph) continue;
@@ -2495,7 +2504,10 @@ static int do_free(alloc_t *a, uint64_t ptr, bool async, uintptr_t stream, uintp
     } else if (a->cfg.policy == ALLOC_POLICY_NOCACHE && !b->seg->guard) {
         nocache_free(a, b);
     } else if (!a->events || (!async && stream == ALLOC_FREE_SYNCED)) {
-        make_free(a, b, true); /* no events, or the caller synchronized the device (free_sync) */
+        /* no events, or the caller synchronized the device (free_sync); without events the free
+         * is numbered all the same, so that a capture can tell it from those settled before
+         * (blk_settled) */
+        make_free(a, b, a->events || (!async && stream == ALLOC_FREE_SYNCED));
     } else if (!fence_block(a, b, fs)) {
         must_sync = true; /* could not record events: wait as cudaFree does, below */
     }

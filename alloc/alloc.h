@@ -612,12 +612,24 @@ typedef enum alloc_trace_kind {
      * Without it a pool's allocations were served from the allocator's segments, so a
      * configuration seemed to save memory the program's pool held in the run. */
     ALLOC_TR_ALLOC_DRIVER = 12,
+    /* cb <pool> / ce <pool>: gpumem's graph capture into the private pool `pool` (an `ap` key)
+     * begins / ends (gpumem's recordings: the first and the last allocation of a capture's pool,
+     * written before and after them). While a capture is underway the live allocator queries no
+     * event, never synchronizes and releases no memory its streams may still use (only what was
+     * settled before it began), and a free that must wait for other streams is recorded at the
+     * capture's end (alloc_capture_begin / alloc_capture_end); the replay does the same between
+     * the two lines. Without them the replay released the default pool's cached memory while
+     * the capture grew its pool, which the run could not: 38 MiB below a recording's peak
+     * reserved (tests/torch/torch_graphs.sh, `release-gpumem`). */
+    ALLOC_TR_CAPTURE_BEGIN = 13,
+    ALLOC_TR_CAPTURE_END = 14,
 } alloc_trace_kind_t;
 
 typedef struct alloc_trace_event {
     uint64_t id;     /* allocation id, any 64-bit value; unique among live allocations */
     uint64_t size;   /* ALLOC, ALLOC_OTHER, ALLOC_SERVED, ALLOC_FAILED, ALLOC_DRIVER; LIMIT: the cap */
-    uint64_t stream; /* the allocations', FREE_ASYNC, RECORD_STREAM; POOL_RELEASE: the pool's key */
+    uint64_t stream; /* the allocations', FREE_ASYNC, RECORD_STREAM; POOL_RELEASE, CAPTURE_BEGIN,
+                      * CAPTURE_END: the pool's key */
     uint32_t kind;   /* alloc_trace_kind_t */
 } alloc_trace_event_t;
 

@@ -142,8 +142,10 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
             if (ok && r < eol && *r != '#') q = parse_num(r, eol, &e.stream, &ok);
             /* a private pool is named by its key: 0 names none */
             if (e.kind == ALLOC_TR_ALLOC_PRIVATE && !e.stream) ok = false;
-        } else if (WORD("pr")) {
-            e.kind = ALLOC_TR_POOL_RELEASE;
+        } else if (WORD("pr") || WORD("cb") || WORD("ce")) {
+            e.kind = q[0] == 'p'   ? ALLOC_TR_POOL_RELEASE
+                     : q[1] == 'b' ? ALLOC_TR_CAPTURE_BEGIN
+                                   : ALLOC_TR_CAPTURE_END;
             q = parse_num(q + 2, eol, &e.stream, &ok);
             if (!e.stream) ok = false; /* as `ap`: 0 names no pool */
         } else if (WORD("f")) {
@@ -161,7 +163,7 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
             return perr(err, errlen,
                         "line %zu: unknown event (expected 'a <id> <size> [stream]', 'ax <id> "
                         "<size> [stream]', 'ag <id> <size> [stream]', 'ao <id> <size> [stream]', "
-                        "'ap <id> <size> <pool>', 'pr <pool>', 'f <id>', 'fa <id> <stream>', 'rs <id> <stream>', "
+                        "'ap <id> <size> <pool>', 'pr <pool>', 'cb <pool>', 'ce <pool>', 'f <id>', 'fa <id> <stream>', 'rs <id> <stream>', "
                         "'fc <id>', 'e' or 'l <bytes>')",
                         line);
         }
@@ -171,7 +173,7 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
             return perr(err, errlen,
                         "line %zu: bad or missing number (expected 'a <id> <size> [stream]', "
                         "'ax <id> <size> [stream]', 'ag <id> <size> [stream]', 'ao <id> <size> "
-                        "[stream]', 'ap <id> <size> <pool>', 'pr <pool>', 'f <id>', 'fa <id> <stream>', "
+                        "[stream]', 'ap <id> <size> <pool>', 'pr <pool>', 'cb <pool>', 'ce <pool>', 'f <id>', 'fa <id> <stream>', "
                         "'rs <id> <stream>', 'fc <id>', 'e' or 'l <bytes>')",
                         line);
         }
@@ -255,6 +257,11 @@ int alloc_trace_write(const char *path, const alloc_trace_event_t *ev, size_t n)
             break;
         case ALLOC_TR_POOL_RELEASE:
             fprintf(f, "pr %llu\n", (unsigned long long)ev[i].stream);
+            break;
+        case ALLOC_TR_CAPTURE_BEGIN:
+        case ALLOC_TR_CAPTURE_END:
+            fprintf(f, "%s %llu\n", ev[i].kind == ALLOC_TR_CAPTURE_BEGIN ? "cb" : "ce",
+                    (unsigned long long)ev[i].stream);
             break;
         case ALLOC_TR_FREE:
             fprintf(f, "f %llu\n", (unsigned long long)ev[i].id);
@@ -977,6 +984,12 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
             gone[ngone++] = e->stream;
             break;
         }
+        case ALLOC_TR_CAPTURE_BEGIN:
+            alloc_capture_begin(a);
+            break;
+        case ALLOC_TR_CAPTURE_END:
+            alloc_capture_end(a); /* the frees made during the captures record their events */
+            break;
         case ALLOC_TR_EMPTY_CACHE:
             held_land_all(&held); /* PyTorch's empty_cache synchronizes first */
             alloc_empty_cache(a);

@@ -80,8 +80,9 @@ static int usage(void)
             "allocator), ag <id> <size> [stream] (outside it, served by the recording's allocator),\n"
             "ao <id> <size> [stream] (a request that failed: out of memory), ap <id> <size> <pool>\n"
             "(in a private pool: a CUDA graph's), ad <id> <size> [stream] (the driver's under every\n"
-            "configuration: a pool the program chose, a graph's memory node), f <id>, fa <id> <stream>,\n"
-            "rs <id> <stream>, fc <id>, e, l <bytes> (alloc/README.md).\n");
+            "configuration: a pool the program chose, a graph's memory node), pr <pool> (the pool given\n"
+            "back), cb <pool> / ce <pool> (gpumem's capture into the pool begins / ends), f <id>,\n"
+            "fa <id> <stream>, rs <id> <stream>, fc <id>, e, l <bytes> (alloc/README.md).\n");
     return 2;
 }
 

@@ -393,7 +393,20 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
         o.device = device;
         o.stream = (uint64_t)(uintptr_t)stream;
         o.requested = requested;
-        o.limit = gm_limit == ALLOC_NO_LIMIT ? REC_NO_LIMIT : gm_limit; /* 0 is 0 bytes */
+        /* Every OOM recorded here is the driver's refusal of a call gpumem passed through (record
+         * mode, a pool's or a graph's memory, ...): gpumem's limit (GPUMEM_LIMIT, GPUMEM_CONF's
+         * limit) caps only what gpumem's allocator serves, whose OOMs are gm_rec_oom's, so none
+         * bound this one: the device did, as its own figures say (when its context is current) */
+        o.limit = REC_NO_LIMIT;
+        CUdevice cur = -1;
+        size_t free_b = 0, total_b = 0;
+        if (gm_real.cuCtxGetDevice && gm_real.cuCtxGetDevice(&cur) == CUDA_SUCCESS && cur == device &&
+            gm_real.cuMemGetInfo_v2 &&
+            GM_DRV(GM_DRV_MEM_GET_INFO, gm_real.cuMemGetInfo_v2(&free_b, &total_b)) == CUDA_SUCCESS &&
+            free_b <= total_b) {
+            o.device_free = free_b;
+            o.device_total = total_b;
+        }
         o.name = named ? pending_name : NULL;
         rec_oom(&o);
         pending_name[0] = 0;
@@ -1185,8 +1198,13 @@ static void *torch_malloc(ssize_t size, int device, void *stream)
         gm_next_alloc_flags = 0;
         return r ? NULL : (void *)(uintptr_t)p;
     }
-    if (gm_real.cuMemAlloc_v2(&p, (size_t)size) != CUDA_SUCCESS) {
+    CUresult r = gm_real.cuMemAlloc_v2(&p, (size_t)size);
+    if (r != CUDA_SUCCESS) {
         gm_next_alloc_flags = 0;
+        if (r == CUDA_ERROR_OUT_OF_MEMORY) { /* the driver refused it, as record mode's cudaMalloc */
+            gm_stat_add(GM_ST_OOM, 1);
+            gm_event(GM_EV_OOM, device, (CUstream)stream, 0, 0, (size_t)size);
+        }
         return NULL;
     }
     gm_stat_add(GM_ST_PASSTHROUGH, 1);
@@ -1272,6 +1290,13 @@ GM_EXPORT void gpumem_torch_memory_fraction(double fraction, int device)
         "is ignored: gpumem's allocator serves PyTorch's tensors (--allocator gpumem, gpumem.use_as_allocator) "
         "and has no per-process fraction; cap it with GPUMEM_LIMIT (bytes) or GPUMEM_CONF=limit:BYTES, or keep "
         "PyTorch's allocator (no --allocator gpumem)");
+}
+
+GM_EXPORT void gpumem_empty_cache(void)
+{
+    /* replace mode only: elsewhere gpumem caches nothing (the program's allocator does) */
+    if (gm_mode() == GM_MODE_REPLACE && !gm_forked_child)
+        gm_heap_empty_cache();
 }
 
 GM_EXPORT void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stream)

@@ -246,6 +246,7 @@ int gm_is_capture_key(uintptr_t key);
 void gm_heap_capture_begin(void);
 void gm_heap_capture_end(void);
 void gm_heap_capture_release(uintptr_t key);
+void gm_heap_empty_cache(void); /* every device's cache back (gpumem_empty_cache) */
 /* 1 while a graph capture is underway anywhere in the process (replace mode; one atomic load) */
 int gm_capture_underway(void);
 /* 1 when the calling thread may not make a "potentially unsafe" call (cudaMalloc, cudaFree,

@@ -47,6 +47,13 @@ size_t gpumem_torch_oom_message(char *buf, size_t cap);
  * (set_memory_fraction_fn): gpumem's allocator has no fraction; it says so once (stderr, meta
  * ignored.torch.cuda.set_per_process_memory_fraction) and names GPUMEM_LIMIT instead. */
 void gpumem_torch_memory_fraction(double fraction, int device);
+/* Gives gpumem's cached device memory back to the driver, on every device (PyTorch's
+ * torch.cuda.empty_cache(): the gpumem Python module calls it from there once gpumem is
+ * PyTorch's allocator, which PyTorch's CUDAPluggableAllocator cannot do from Python). It waits
+ * for the device first. A CUDA graph's memory stays while the graph lives; once the graph is
+ * destroyed and its last tensor freed, its pool goes back here. Nothing in modes record and
+ * off (the program's own allocator caches). */
+void gpumem_empty_cache(void);
 
 /* A range of the calling thread, like nvtxRangePushA / nvtxRangePop without an NVTX library
  * (the gpumem Python module's gpumem.range and gpumem.annotate use these): allocations made

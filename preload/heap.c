@@ -330,6 +330,24 @@ void gm_heap_capture_release(uintptr_t key)
     }
 }
 
+/* PyTorch's torch.cuda.empty_cache() with gpumem as its allocator (gpumem_empty_cache): every
+ * device's cached memory goes back, and with it the pools of released captures whose last block
+ * was freed after their graphs were destroyed (alloc_empty_cache reaps them). */
+void gm_heap_empty_cache(void)
+{
+    for (int i = 0; i < GM_MAX_DEVICES; i++) {
+        alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
+        if (!a)
+            continue;
+#ifdef GM_HAVE_REC
+        /* before the unmaps it brings: a replay empties its cache where the run did (the trace's
+         * `e`); flagged as gpumem's own, apart from PyTorch's call merged from its hooks */
+        gm_event_raw(REC_TORCH_EMPTY_CACHE | REC_F_FRAMEWORK, i, 0, 0, 0, 0, 0);
+#endif
+        alloc_empty_cache(a);
+    }
+}
+
 /* The allocator's key for a stream: the capture's private key while the stream is captured */
 static uintptr_t heap_key(CUstream s, uintptr_t *capture)
 {

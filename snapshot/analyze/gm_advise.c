@@ -102,6 +102,11 @@ static int life_index(const adv_model *m, size_t **birth, size_t **death);
 int adv_add_release(adv_model *m, uint64_t t, size_t *evcap)
 {
     if (m->nevs && m->evs[m->nevs - 1].kind == ADV_EV_EMPTY_CACHE) return 0;
+    return adv_append_release(m, t, evcap);
+}
+
+int adv_append_release(adv_model *m, uint64_t t, size_t *evcap)
+{
     uint32_t a = new_alloc(m, 0, 0, 0, 0, (uint32_t)m->nallocs);
     if (a == UINT32_MAX || gm_grow_fast((void **)&m->evs, evcap, m->nevs + 1, sizeof *m->evs)) return -1;
     m->evs[m->nevs++] = (adv_ev){.a = a, .kind = ADV_EV_EMPTY_CACHE, .step = -1, .t = t};
@@ -1328,6 +1333,7 @@ int adv_pool_note(adv_model *m, uint32_t a, int kind, uint64_t flags, uint64_t a
     const uint64_t *n = u64map_get(&ids->ids, name);
     uint64_t num = n ? *n : ids->ids.count + 1;
     if (!n && u64map_put(&ids->ids, name, num) != 0) return -1;
+    if (kind != REC_TORCH_ALLOC) m->capture_pool = (uint32_t)num; /* gpumem's: a capture's */
     return pool_set(m, a, (uint32_t)num, ids);
 }
 
@@ -2223,8 +2229,9 @@ static int has_landing(const adv_ev *e)
 }
 
 /* The model's events in trace order, each free's landing (ADV_EV_FREE_DONE) after its lag:
- * emit(ctx, event) for each. 0, or -1 out of memory. */
-static int trace_walk(const adv_model *m, void (*emit)(void *ctx, const adv_ev *e), void *ctx)
+ * emit(ctx, event, its index in m->evs or SIZE_MAX for a landing) for each. 0, or -1 out of
+ * memory. */
+static int trace_walk(const adv_model *m, void (*emit)(void *ctx, const adv_ev *e, size_t i), void *ctx)
 {
     fc_heap h = {0};
     for (size_t i = 0; i <= m->nevs; i++) {
@@ -2232,11 +2239,11 @@ static int trace_walk(const adv_model *m, void (*emit)(void *ctx, const adv_ev *
             fc_due d = fc_pop(&h);
             /* its time: the event it follows (what is put in by time later goes after it) */
             adv_ev done = {.a = d.a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = i ? m->evs[i - 1].t : 0};
-            emit(ctx, &done);
+            emit(ctx, &done, SIZE_MAX);
         }
         if (i == m->nevs) break;
         const adv_ev *e = &m->evs[i];
-        emit(ctx, e);
+        emit(ctx, e, i);
         if (has_landing(e) &&
             fc_push(&h, e->pad == ADV_FC_END ? UINT64_MAX : (uint64_t)i + e->pad, e->a) != 0) {
             free(h.v);
@@ -2252,16 +2259,23 @@ typedef struct trace_out {
     alloc_trace_event_t *t;
     adv_ev *evs;
     size_t n;
+    const unsigned char *mark; /* adv_to_trace's capture bounds, by model event */
 } trace_out;
 
-static void emit_trace(void *ctx, const adv_ev *e)
+static void emit_trace(void *ctx, const adv_ev *e, size_t i)
 {
     trace_out *o = ctx;
-    trace_event(o->m, e, &o->t[o->n++]);
+    alloc_trace_event_t x;
+    trace_event(o->m, e, &x);
+    unsigned mk = o->mark && i != SIZE_MAX ? o->mark[i] : 0;
+    if (mk & 1) o->t[o->n++] = (alloc_trace_event_t){.kind = ALLOC_TR_CAPTURE_BEGIN, .stream = x.stream};
+    o->t[o->n++] = x;
+    if (mk & 2) o->t[o->n++] = (alloc_trace_event_t){.kind = ALLOC_TR_CAPTURE_END, .stream = x.stream};
 }
 
-static void emit_ev(void *ctx, const adv_ev *e)
+static void emit_ev(void *ctx, const adv_ev *e, size_t i)
 {
+    (void)i;
     trace_out *o = ctx;
     adv_ev x = *e;
     if (x.kind == ADV_EV_FREE || x.kind == ADV_EV_FREE_ASYNC) x.pad = 0; /* its landing follows */
@@ -2276,15 +2290,50 @@ static size_t landings(const adv_model *m)
     return n;
 }
 
+/* gpumem's captures: per model event, 1 a capture's pool has its first allocation there (`cb`
+ * before it), 2 its last (`ce` after), so that the replay settles and releases nothing in
+ * between, as the live allocator could not (alloc.h, ALLOC_TR_CAPTURE_BEGIN); *ncap the
+ * captures. NULL with *ncap 0 where there is none; -1 out of memory. */
+static int capture_marks(const adv_model *m, unsigned char **out, size_t *ncap)
+{
+    *out = NULL, *ncap = 0;
+    if (!m->capture_pool) return 0;
+    u64map last = {0}; /* a capture pool's key -> its last allocation's event */
+    unsigned char *mark = calloc(m->nevs ? m->nevs : 1, 1);
+    int nomem = !mark;
+    for (size_t i = 0; i < m->nevs && !nomem; i++) {
+        const adv_ev *e = &m->evs[i];
+        const adv_alloc *a = &m->allocs[e->a];
+        if (e->kind != ADV_EV_ALLOC || a->orig >= m->npools || m->pools[a->orig] != m->capture_pool) continue;
+        uint64_t key = (uint64_t)m->capture_pool << 32 | a->stream;
+        if (!u64map_get(&last, key)) mark[i] |= 1, (*ncap)++;
+        nomem = u64map_put(&last, key, i) != 0;
+    }
+    for (uint64_t k = 0; !nomem && k <= last.mask && last.keys; k++)
+        if (last.keys[k] != U64MAP_EMPTY) mark[last.vals[k]] |= 2;
+    u64map_free(&last);
+    if (nomem) {
+        free(mark);
+        *ncap = 0;
+        return -1;
+    }
+    *out = mark;
+    return 0;
+}
+
 alloc_trace_event_t *adv_to_trace(const adv_model *m, size_t *n)
 {
-    size_t total = m->nevs + landings(m);
-    trace_out o = {.m = m, .t = big_malloc((total ? total : 1) * sizeof *o.t)};
-    if (!o.t) return NULL;
-    if (trace_walk(m, emit_trace, &o) != 0) {
+    unsigned char *mark;
+    size_t ncap;
+    if (capture_marks(m, &mark, &ncap) != 0) return NULL;
+    size_t total = m->nevs + landings(m) + 2 * ncap;
+    trace_out o = {.m = m, .t = big_malloc((total ? total : 1) * sizeof *o.t), .mark = mark};
+    if (!o.t || trace_walk(m, emit_trace, &o) != 0) {
         free(o.t);
+        free(mark);
         return NULL;
     }
+    free(mark);
     *n = o.n;
     return o.t;
 }

@@ -200,6 +200,9 @@ typedef struct adv_model {
     uint32_t *pools;
     size_t npools;
     int owns_pools;
+    /* the number of gpumem's own capture pools among `pools` (one number, each capture its
+     * stream; 0: none): adv_to_trace brackets each capture's allocations with `cb` / `ce` */
+    uint32_t capture_pool;
     /* ADV_BORROWS_*: the arrays that are another model's (adv_model_view), not this one's to
      * write or free; 0 for a loaded model or a deep copy */
     unsigned borrows;
@@ -323,6 +326,9 @@ const char *adv_str(const adv_model *m, uint32_t i);
  * own 0-byte allocation; none when the last event is one already (a run of segment frees is one
  * release). 1 added, 0 not needed, -1 out of memory. */
 int adv_add_release(adv_model *m, uint64_t t, size_t *evcap);
+/* The same, whatever the last event is (events appended after the model's pass, then merged by
+ * time: gpumem's own empty_cache, gm_replay.c). 1 added, -1 out of memory. */
+int adv_append_release(adv_model *m, uint64_t t, size_t *evcap);
 /* ADV_EV_LIMIT at time t (cap: bytes, 0 is 0 bytes; at most 2^48 - 1) appended as adv_add_release
  * appends its event; a fraction (millionths, the event's requested) of 1 or more caps nothing.
  * 1 added, -1 out of memory. */

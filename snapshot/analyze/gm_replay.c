@@ -165,11 +165,22 @@ typedef struct pool_end {
 typedef struct pool_ends {
     pool_end *v;
     size_t n, cap;
+    /* and gpumem's allocator emptying its cache (kind 36 flagged REC_F_FRAMEWORK:
+     * gpumem_empty_cache, PyTorch's torch.cuda.empty_cache() through it): their times, merged
+     * as ADV_EV_EMPTY_CACHE the same way (after the pass, so that every recorded allocation
+     * keeps its rank) */
+    uint64_t *empty;
+    size_t nempty, capempty;
 } pool_ends;
 
 static int pool_end_rows(pool_ends *p, const gm_event_row *rows, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const gm_event_row *e = &rows[i];
+        if (e->kind == REC_TORCH_EMPTY_CACHE && ((uint64_t)e->flags & REC_F_FRAMEWORK)) {
+            if (gm_grow_fast((void **)&p->empty, &p->capempty, p->nempty + 1, sizeof *p->empty)) return -1;
+            p->empty[p->nempty++] = (uint64_t)e->t;
+            continue;
+        }
         if ((e->kind != REC_SEG_UNMAP && e->kind != REC_DRIVER_FREE) || !((uint64_t)e->flags & REC_F_PRIVATE_POOL))
             continue;
         if (p->n && p->v[p->n - 1].stream == (uint32_t)e->stream) continue; /* one capture's run of segments */
@@ -177,6 +188,29 @@ static int pool_end_rows(pool_ends *p, const gm_event_row *rows, size_t n) {
         p->v[p->n++] = (pool_end){(uint64_t)e->t, (uint32_t)e->stream};
     }
     return 0;
+}
+
+/* The events appended from `body` on (each in recorded order) merged into the model's by time.
+ * 0, or -1 out of memory. */
+static int merge_tail(adv_model *am, size_t body) {
+    size_t nadd = am->nevs - body;
+    if (!nadd) return 0;
+    adv_ev *evs = malloc(am->nevs * sizeof *evs);
+    if (!evs) return -1;
+    const adv_ev *b = am->evs, *x = am->evs + body;
+    for (size_t i = 0, j = 0, o = 0; o < am->nevs; o++)
+        evs[o] = j < nadd && (i == body || x[j].t < b[i].t) ? x[j++] : b[i++];
+    free(am->evs);
+    am->evs = evs;
+    return 0;
+}
+
+/* After the pass: gpumem's empty_cache calls (pool_ends.empty) as ADV_EV_EMPTY_CACHE events. */
+static int empty_merge(const pool_ends *p, adv_model *am) {
+    size_t body = am->nevs, cev = am->nevs;
+    for (size_t i = 0; i < p->nempty; i++)
+        if (adv_append_release(am, p->empty[i], &cev) < 0) return -1;
+    return merge_tail(am, body);
 }
 
 /* After the pass: each capture pool's end as an ADV_EV_POOL_RELEASE (adv_add_pool_release, its
@@ -195,17 +229,8 @@ static int pool_end_merge(const pool_ends *p, adv_model *am) {
     for (size_t i = 0; i < p->n && rc == 0; i++)
         if (adv_add_pool_release(am, REC_SEG_UNMAP, 0, p->v[i].stream, p->v[i].t, &cev, &ids) < 0) rc = -1;
     adv_pool_ids_free(&ids);
-    size_t nadd = am->nevs - body;
-    if (rc || !nadd) return rc;
-    /* merge by time: the body and the ends are both in recorded order */
-    adv_ev *evs = malloc(am->nevs * sizeof *evs);
-    if (!evs) return -1;
-    const adv_ev *b = am->evs, *x = am->evs + body;
-    for (size_t i = 0, j = 0, o = 0; o < am->nevs; o++)
-        evs[o] = j < nadd && (i == body || x[j].t < b[i].t) ? x[j++] : b[i++];
-    free(am->evs);
-    am->evs = evs;
-    return 0;
+    if (rc) return rc;
+    return merge_tail(am, body); /* the body and the ends are both in recorded order */
 }
 
 /* The model's pass shown to the trace's own reader (the capture pools' ends; the frees'
@@ -224,6 +249,7 @@ static int trace_rows(void *ctx, const gm_event_row *rows, size_t n) {
 static void trace_restart(void *ctx) {
     trace_tap *t = ctx;
     t->ends.n = 0;
+    t->ends.nempty = 0;
     if (t->outer) t->outer->restart(t->outer->ctx);
 }
 
@@ -238,7 +264,7 @@ int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *t
     trace_tap t = {.outer = tap};
     adv_tap in = {.rows = trace_rows, .restart = trace_restart, .ctx = &t};
     if (adv_model_load_tap(d, am, 0, &in, err, errsz) != 0) {
-        free(t.ends.v);
+        free(t.ends.v), free(t.ends.empty);
         return -1;
     }
     if (tapped) *tapped = 1;
@@ -246,7 +272,8 @@ int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *t
      * them; then the capture pools' ends, by time */
     int fm = adv_fc_merge(am);
     if (fm == 0) fm = pool_end_merge(&t.ends, am);
-    free(t.ends.v);
+    if (fm == 0) fm = empty_merge(&t.ends, am);
+    free(t.ends.v), free(t.ends.empty);
     if (fm != 0) {
         adv_model_free(am);
         snprintf(err, errsz, "out of memory");

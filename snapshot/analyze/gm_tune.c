@@ -313,7 +313,7 @@ int gm_tune_search(gm_db *d, const adv_model *model, const gm_tune_opts *o, gm_t
         t->empty = 1;
         return 0;
     }
-    size_t ntrace;
+    size_t ntrace = 0;
     alloc_trace_event_t *trace = adv_to_trace(&am, &ntrace);
     if (!trace) {
         snprintf(err, errsz, "out of memory for a %zu-event trace", am.nevs);

@@ -27,7 +27,11 @@
  * pool = 2^32 + stream (as adv_to_trace keys it): the replay keeps it in that pool; the first
  * segment of that pool given back (kind 15 or 19 flagged REC_F_PRIVATE_POOL: gpumem releases a
  * capture's pool only once its graphs are destroyed) is "pr <pool>", where the replay releases
- * the pool. A free that
+ * the pool. gpumem's allocator emptying its cache (kind 36 flagged REC_F_FRAMEWORK:
+ * gpumem_empty_cache, PyTorch's torch.cuda.empty_cache() through it) is "e". The capture itself is "cb <pool>" before the pool's first allocation and "ce <pool>"
+ * after its last (the recording has no event for cuStreamBeginCapture / EndCapture; these are
+ * the bounds its allocations give): between them the replay settles, synchronizes and releases
+ * nothing, as the live allocator during a capture. A free that
  * waited for stream events landed in the allocator later (kind 29 free_completed, matched to its
  * free by address and allocation id): "fc <id>" at that point, and the replay holds the free until
  * then. Only frees flagged REC_F_PENDING wait for one; those still waiting when the recording
@@ -81,6 +85,20 @@ static uint64_t fc_key(sqlite3_stmt *s) {
     return (uint64_t)sqlite3_column_int64(s, 7) ^ ((uint64_t)(sqlite3_column_int64(s, 6) & 0xff) << 56);
 }
 
+/* The last allocation (seq) of each of gpumem's capture pools, by the capture's stream: where
+ * the trace's "ce" goes. 0, or -1 out of memory. */
+static int capture_last_allocs(gm_db *d, u64map *last) {
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(d->db, "SELECT stream, max(seq) FROM events WHERE kind IN (1, 3) AND (flags & 32768) != 0 "
+                                  "GROUP BY stream", -1, &s, NULL) != SQLITE_OK)
+        return 0; /* read again below, where a damaged table is said */
+    int rc = 0;
+    while (rc == 0 && sqlite3_step(s) == SQLITE_ROW)
+        if (u64map_put(last, (uint64_t)sqlite3_column_int64(s, 0), (uint64_t)sqlite3_column_int64(s, 1)) != 0) rc = -1;
+    sqlite3_finalize(s);
+    return rc;
+}
+
 int gm_export_trace(gm_db *d, FILE *out) {
     sqlite3_stmt *s;
     /* a recording through PyTorch's pluggable allocator: what did not come through it (cuBLAS
@@ -91,7 +109,8 @@ int gm_export_trace(gm_db *d, FILE *out) {
     /* the recording's allocator served the libraries' allocations too (replace is the default) */
     const char *other_word = !mode[0] || !strcmp(mode, "replace") ? "ag" : "ax";
     if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, flags, device, alloc_id, size FROM events "
-                                  "WHERE kind IN (1, 2, 3, 4, 13, 15, 19, 21, 29) ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
+                                  "WHERE kind IN (1, 2, 3, 4, 13, 15, 19, 21, 29) OR (kind = 36 AND (flags & 4096) != 0) "
+                                  "ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
         fprintf(stderr, "gpumem: %s: cannot read events: %s\n", d->path, sqlite3_errmsg(d->db));
         return GM_EXIT_BADDB;
     }
@@ -106,7 +125,14 @@ int gm_export_trace(gm_db *d, FILE *out) {
      * allocation keys whose free_completed came before their free */
     u64map pend = {0}, pend_key = {0}, early = {0};
     u64map pools = {0}; /* capture pools' keys: 1 made (an "ap" line), 2 ended (its "pr" line) */
-    int rc;
+    u64map cap_last = {0}; /* a capture's stream -> its pool's last allocation ("ce" after it) */
+    int rc = capture_last_allocs(d, &cap_last) ? SQLITE_NOMEM : SQLITE_ROW;
+    if (rc == SQLITE_NOMEM) {
+        sqlite3_finalize(s);
+        u64map_free(&cap_last);
+        fprintf(stderr, "gpumem: out of memory exporting %s\n", d->path);
+        return GM_EXIT_BADDB;
+    }
     uint64_t lines = 0;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
@@ -132,11 +158,14 @@ int gm_export_trace(gm_db *d, FILE *out) {
                 fprintf(out, "ad %" PRIu64 " %" PRId64 " %" PRId64 "\n", seq, bytes, stream);
             } else if (fl & REC_F_PRIVATE_POOL) { /* a capture's pool: its own key */
                 uint64_t key = (uint64_t)1 << 32 | (uint64_t)stream;
+                if (!u64map_get(&pools, key)) fprintf(out, "cb %" PRIu64 "\n", key); /* the capture begins */
                 if (u64map_put(&pools, key, 1) != 0) {
                     rc = SQLITE_NOMEM;
                     break;
                 }
                 fprintf(out, "ap %" PRIu64 " %" PRId64 " %" PRIu64 "\n", seq, (int64_t)sqlite3_column_int64(s, 3), key);
+                const uint64_t *last = u64map_get(&cap_last, (uint64_t)stream);
+                if (last && *last == seq) fprintf(out, "ce %" PRIu64 "\n", key);
             } else
                 fprintf(out, "%s %" PRIu64 " %" PRId64 " %" PRId64 "\n", other ? other_word : "a", seq,
                         (int64_t)sqlite3_column_int64(s, 3), stream);
@@ -150,6 +179,8 @@ int gm_export_trace(gm_db *d, FILE *out) {
                 break;
             }
             fprintf(out, "pr %" PRIu64 "\n", key);
+        } else if (kind == REC_TORCH_EMPTY_CACHE) { /* gpumem's allocator emptied its cache */
+            fprintf(out, "e\n");
         } else if (kind == REC_OOM) { /* the failed request, tried again by the replay */
             int64_t req = (int64_t)sqlite3_column_int64(s, 3);
             if (!req) req = (int64_t)sqlite3_column_int64(s, 8);
@@ -199,7 +230,7 @@ int gm_export_trace(gm_db *d, FILE *out) {
         free(births);
     }
     u64map_free(&live);
-    u64map_free(&pend), u64map_free(&pend_key), u64map_free(&early), u64map_free(&pools);
+    u64map_free(&pend), u64map_free(&pend_key), u64map_free(&early), u64map_free(&pools), u64map_free(&cap_last);
     if (rc == SQLITE_NOMEM) {
         fprintf(stderr, "gpumem: out of memory exporting %s\n", d->path);
         return GM_EXIT_BADDB;

@@ -828,8 +828,10 @@ void rec_event(unsigned kind, int device, uint64_t stream, uint64_t addr, uint64
                uint64_t requested, uint64_t alloc_id) {
     if (!ready()) return;
     unsigned k = kind & 0xffu;
-    /* REC_LAUNCH records have their own layout (rec_internal.h): only rec_launch writes them */
-    if (k == 0 || k >= REC_KIND_MAX_ || k == REC_LAUNCH) return;
+    /* REC_LAUNCH records have their own layout (rec_internal.h): only rec_launch writes them.
+     * PyTorch's kinds are the merge's, except an empty_cache gpumem's own allocator made
+     * (gpumem_empty_cache: 36 flagged REC_F_FRAMEWORK) */
+    if (k == 0 || (k >= REC_KIND_MAX_ && k != REC_TORCH_EMPTY_CACHE) || k == REC_LAUNCH) return;
     emit(my_tls(), kind & (0xffu | REC_F_FLAGS_MASK), device, stream, addr, size, requested,
          alloc_id, 1);
 }

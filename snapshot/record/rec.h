@@ -107,7 +107,10 @@ enum rec_torch_kind {
     REC_TORCH_SEG_UNMAP = 35,      /* and gave it back: segment_free, segment_unmap           */
     /* 36-38: the program's own calls that change PyTorch's cache, from gpumem's hooks (not in
      * PyTorch's trace: an empty_cache that frees nothing leaves no entry there) */
-    REC_TORCH_EMPTY_CACHE = 36,    /* torch.cuda.empty_cache(): device = the current device    */
+    REC_TORCH_EMPTY_CACHE = 36,    /* torch.cuda.empty_cache(): device = the current device;
+                                      flagged REC_F_FRAMEWORK: gpumem's allocator emptied its
+                                      cache on that device (gpumem_empty_cache, written by the
+                                      program's thread as it ran, the one such kind)         */
     REC_TORCH_MEMORY_FRACTION = 37, /* set_per_process_memory_fraction, or the fraction in force
                                       at the start: size = PyTorch's cap on reserved, in bytes
                                       (fraction x the device's total memory; 0: no cap),

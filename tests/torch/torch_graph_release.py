@@ -10,6 +10,12 @@ the default pool. The run's peak reserved is therefore where the graph lived or 
 tensors live, never both at once: a replay that keeps the pool's memory to the end (no end of the
 pool in its trace) predicts the pool plus the later tensors.
 
+--order says what goes first: "tensors" (the default: the static output and the gradients, then
+the graph), "graph" (the graph is destroyed while its tensors live; they are freed after it), or
+"shared" (a second graph is captured into the first's pool, torch.cuda.graph(pool=g.pool()); both
+graphs are destroyed, then the tensors of both). Either way the pool is free of tensors and graphs
+before torch.cuda.empty_cache(), so every allocator gives it back there or before.
+
 Prints max_memory_reserved (PyTorch's allocator) and "graph release ok", exit 0.
 """
 import argparse
@@ -24,6 +30,8 @@ def main(argv):
     p.add_argument("--width", type=int, default=1024)
     p.add_argument("--batch", type=int, default=2048)
     p.add_argument("--after-mib", type=int, default=96, help="MiB allocated after the graph is gone")
+    p.add_argument("--order", choices=("tensors", "graph", "shared"), default="tensors",
+                   help="what goes first: the graph's tensors, or the graph(s)")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("torch_graph_release.py: no CUDA device", file=sys.stderr)
@@ -45,16 +53,30 @@ def main(argv):
     with torch.cuda.graph(g):
         y = model(x)
         y.sum().backward()
+    graphs, outs = [g], [y]
+    if a.order == "shared":  # a second graph in the first one's pool
+        g2 = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g2, pool=g.pool()):
+            outs.append(model(x) * 2)
+        graphs.append(g2)
+        del g2
+    del g, y
     for _ in range(3):
-        g.replay()
+        for i in range(len(graphs)):  # no loop variable left holding a graph
+            graphs[i].replay()
     torch.cuda.synchronize()
-    # the graph's tensors go (its static output, the gradients made in its pool), then the graph
-    del y
-    model.zero_grad(set_to_none=True)
+
+    def tensors_go():  # the static outputs, and the gradients made in the pool
+        outs.clear()
+        model.zero_grad(set_to_none=True)
+        gc.collect()
+        torch.cuda.synchronize()
+    if a.order == "tensors":
+        tensors_go()
+    graphs.clear()  # the graphs (CUDAGraph's destructor: its executable graph and the pool's use)
     gc.collect()
-    torch.cuda.synchronize()
-    del g
-    gc.collect()
+    if a.order != "tensors":
+        tensors_go()
     torch.cuda.empty_cache()
     later = [torch.empty(a.after_mib << 20, dtype=torch.uint8, device=dev)]
     later.append(torch.empty(a.after_mib << 19, dtype=torch.uint8, device=dev))

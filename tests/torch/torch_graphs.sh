@@ -30,10 +30,12 @@
 #     history: under gpumem a free may wait for stream events (kind 29 says when it landed, run
 #     to run apart), which frag's and tune's model reads and advise's does not; gpumem's
 #     recordings exported as a trace (`ap` lines) replay in gpumem-replay to the same;
-#   - a graph's pool given back (tests/torch/torch_graph_release.py: the graph destroyed, the cache
-#     emptied, then more allocated): the replays release the pool where the recording gave its
-#     segments back (the trace's `pr`), so frag, tune and advise replay PyTorch's run to its peak
-#     reserved, and gpumem's not above it (one table, a row per allocator).
+#   - a graph's pool given back (tests/torch/torch_graph_release.py: the graph destroyed, before or
+#     after its tensors, or two graphs sharing a pool; the cache emptied, then more allocated):
+#     every allocator gives the pool back before the later tensors, and the replays release it
+#     where the recording gave its segments back (the trace's `pr`), so frag and tune (advise for
+#     PyTorch's allocator, the exported trace for gpumem's) replay each run to its peak reserved
+#     (one table, a row per allocator and order).
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 script=tests/torch/torch_graphs.py
@@ -193,38 +195,56 @@ gpumem-pytorch-shared 14,18 15,19 no
 EOF2
 
 # A graph's pool given back: tests/torch/torch_graph_release.py captures an MLP's step, deletes the
-# graph and its tensors, empties the cache and then allocates more than the pool held. The
-# recording marks the pool's end (its segments given back, flagged 32768: PyTorch's kind 35 at the
-# empty_cache, gpumem's 15 when the capture is released); the trace has a "pr" line there and the
-# replay releases the pool. Without it frag and tune kept the pool to the end and predicted the
-# pool plus the later tensors (PyTorch's allocator: 356 MiB for a recorded 230 MiB; gpumem's 424
-# for 330). Row: name, the allocator PyTorch runs with, "exact" (frag, tune and advise replay to the recorded peak
-# reserved) or "bound" (gpumem's: the capture phase replays below the run, tests' README; the
-# replay must not exceed the recording, and the exported trace with its "pr" replays the same).
-while read -r name alloc want <&3; do
+# graph and its tensors (--order: the tensors first, the graph first, or two graphs sharing one
+# pool through pool= deleted before their tensors), empties the cache and then allocates more
+# than the pool held. One table, a row per allocator and order:
+#   - the pool goes back, every private segment of it (flagged 32768: PyTorch's kind 35, gpumem's
+#     15), before the later allocations: gpumem as PyTorch's allocator once held a pool whose
+#     graph went before its tensors to the end of the run (torch.cuda.empty_cache() never reached
+#     it: the gpumem module now passes it on, gpumem_empty_cache);
+#   - frag and tune replay the recording to its recorded peak reserved, exactly; advise too for
+#     PyTorch's allocator (advise's model of gpumem's recordings reads neither the frees' landing
+#     nor the pools' ends: tests' README); for gpumem's recordings also the exported trace, whose
+#     "pr" ends the pool, "e" empties the cache where gpumem's did, and "cb"/"ce" bound the
+#     capture, during which the live allocator releases nothing (without them the replay gave
+#     back the default pool's cache while the capture grew its pool: 280 MiB for a recorded 330).
+# Without the pool's end frag and tune kept the pool to the end and predicted the pool plus the
+# later tensors (PyTorch's allocator: 356 MiB for a recorded 230 MiB; gpumem's 424 for 330).
+while read -r name alloc order <&3; do
   db=$tmp/$name.db
-  "$G" record --allocator "$alloc" -o "$db" -- "$torch_py" tests/torch/torch_graph_release.py >"$tmp/$name.out" 2>"$tmp/$name.err"
+  "$G" record --allocator "$alloc" -o "$db" -- "$torch_py" tests/torch/torch_graph_release.py --order "$order" \
+    >"$tmp/$name.out" 2>"$tmp/$name.err"
   grep -q '^graph release ok' "$tmp/$name.out" || { bad "$name: the script failed: $(tail -2 "$tmp/$name.err")"; continue; }
-  ends=$("$G" sql "$db" -c "SELECT count(*) FROM events WHERE kind IN (15, 19, 35) AND (flags & 32768) != 0" | tail -1)
+  if [[ $alloc == torch ]]; then maps=34 unmaps=35; else maps=14,18 unmaps=15,19; fi
+  # private bytes mapped, given back, the last give-back's seq, the later tensors' first seq
+  read -r mapped back last later < <("$G" sql "$db" -c "SELECT
+      (SELECT coalesce(sum(size), 0) FROM events WHERE kind IN ($maps) AND (flags & 32768) != 0),
+      (SELECT coalesce(sum(size), 0) FROM events WHERE kind IN ($unmaps) AND (flags & 32768) != 0),
+      (SELECT coalesce(max(seq), 0) FROM events WHERE kind IN ($unmaps) AND (flags & 32768) != 0),
+      (SELECT coalesce(min(seq), 0) FROM events WHERE kind IN (1, 3, 31) AND size >= 100663296)" | tail -1 | tr '|' ' ')
+  [[ $mapped -gt 0 && $back == "$mapped" && $last -gt 0 && $last -lt $later ]] \
+    && ok "$name: the pool given back ($back of $mapped private bytes) before the later tensors" \
+    || bad "$name: private bytes mapped $mapped, given back $back (the last at event $last; the later tensors from event $later)"
   rec=$("$G" tune --json "$db" | jq -r .recorded.peak_reserved)
   tun=$("$G" tune --json "$db" | jq -r '.recorded as $r | .results[] | select(.conf == $r.conf) | .peak_reserved')
   frg=$("$G" frag --json "$db" | jq -r .recorded.replayed_peak_reserved)
-  if [[ $want == exact ]]; then
-    adv=$("$G" advise --json "$db" | jq -r .baseline.peak_reserved)
-    [[ $ends -gt 0 && $tun == "$rec" && $frg == "$rec" && $adv == "$rec" ]] \
-      && ok "$name: the graph's pool given back ($ends segments): frag, tune and advise replay to the recorded peak reserved ($rec)" \
-      || bad "$name: recorded $rec, replayed by tune $tun, frag $frg, advise $adv (pool segments given back: $ends)"
+  if [[ $alloc == torch ]]; then
+    adv=$("$G" advise --json "$db" | jq -r .baseline.peak_reserved) also="advise $adv"
   else
     "$G" export "$db" --format trace -o "$tmp/$name.trace" >/dev/null 2>&1
     conf=$("$G" tune --json "$db" | jq -r .recorded.conf)
-    tr=$("$build/alloc/gpumem-replay" --top-down --conf "$conf" "$tmp/$name.trace" | sed -n 's/.* peak_reserved=\([0-9]*\) .*/\1/p')
-    npr=$(grep -c '^pr ' "$tmp/$name.trace")
-    [[ $ends -gt 0 && $npr == 1 && -n $tun && $tun -le $rec && $frg == "$tun" && $tr == "$tun" ]] \
-      && ok "$name: the capture's pool given back ($ends segments, $npr pr line): frag, tune and the exported trace replay to $tun, not above the recorded $rec" \
-      || bad "$name: recorded $rec, replayed by tune $tun, frag $frg, the exported trace $tr ($npr pr lines; pool segments given back: $ends)"
+    adv=$("$build/alloc/gpumem-replay" --top-down --conf "$conf" "$tmp/$name.trace" | sed -n 's/.* peak_reserved=\([0-9]*\) .*/\1/p')
+    also="the exported trace $adv ($(grep -c '^pr ' "$tmp/$name.trace") pr, $(grep -c '^cb ' "$tmp/$name.trace") cb, $(grep -c '^e$' "$tmp/$name.trace") e lines)"
   fi
+  [[ -n $rec && $tun == "$rec" && $frg == "$rec" && $adv == "$rec" ]] \
+    && ok "$name: tune, frag and $also replay to the recorded peak reserved ($rec)" \
+    || bad "$name: recorded $rec, replayed by tune $tun, frag $frg, $also"
 done 3<<'EOF2'
-release-torch torch exact
-release-gpumem gpumem bound
+release-torch torch tensors
+release-torch-graph torch graph
+release-torch-shared torch shared
+release-gpumem gpumem tensors
+release-gpumem-graph gpumem graph
+release-gpumem-shared gpumem shared
 EOF2
 exit $fail

@@ -259,11 +259,13 @@ def use_as_allocator():
                       RuntimeWarning, stacklevel=2)
         return False
     done = _use_shim(os.path.join(os.path.dirname(path), "libgpumem_torch.so"), torch.__version__)
-    if done is not None:
-        return done
-    alloc = tcm.CUDAPluggableAllocator(path, "gpumem_torch_malloc", "gpumem_torch_free")
-    tcm.change_current_allocator(alloc)
-    return True
+    if done is None:  # without the shim: PyTorch's own pluggable allocator over the two entry points
+        alloc = tcm.CUDAPluggableAllocator(path, "gpumem_torch_malloc", "gpumem_torch_free")
+        tcm.change_current_allocator(alloc)
+        done = True
+    if done:
+        _empty_cache_to_gpumem(path)
+    return done
 
 
 def _use_shim(shim, version):
@@ -295,6 +297,33 @@ def _use_shim(shim, version):
                       "CUDA allocation)" % err.value.decode(errors="replace"), RuntimeWarning, stacklevel=3)
         return False
     return True
+
+
+def _empty_cache_to_gpumem(path):
+    """torch.cuda.empty_cache() (both its names) gives gpumem's cache back too: PyTorch's
+    CUDAPluggableAllocator calls no function of the allocator's there (its reset hook is C++ only),
+    so without this a destroyed CUDA graph's pool, whose last tensor was freed after the graph,
+    stayed mapped to the end of the run."""
+    import torch
+    import torch.cuda.memory as tcm
+    try:
+        fn = ctypes.CDLL(path).gpumem_empty_cache
+    except (AttributeError, OSError):
+        warnings.warn("gpumem.use_as_allocator: %s has no gpumem_empty_cache (an older "
+                      "libgpumem.so): torch.cuda.empty_cache() will not give gpumem's cache back"
+                      % path, RuntimeWarning, stacklevel=3)
+        return
+    fn.argtypes, fn.restype = [], None
+    orig = tcm.empty_cache
+
+    def empty_cache():
+        r = orig()
+        fn()
+        return r
+    empty_cache.__doc__, empty_cache.__wrapped__ = orig.__doc__, orig
+    for mod in (torch.cuda, tcm):
+        if getattr(mod, "empty_cache", None) is orig:
+            setattr(mod, "empty_cache", empty_cache)
 
 
 def _library_path():
