@@ -186,6 +186,13 @@ void gm_settings_program_mem(void)
     static _Atomic int said;
     if (atomic_load_explicit(&said, memory_order_relaxed) || atomic_exchange(&said, 1))
         return;
+    /* PyTorch's expandable segments map every tensor this way, so GPUMEM_CONF then places none of
+     * PyTorch's memory. Another program's own mappings (its VMM, NCCL's buffers) sit beside the
+     * cudaMalloc memory gpumem's allocator does place under GPUMEM_CONF: not said there. */
+    void *c10 = dlopen("libc10_cuda.so", RTLD_NOW | RTLD_NOLOAD);
+    if (!c10)
+        return;
+    dlclose(c10);
     static const char why[] =
         "does not apply to the memory the program maps itself (cuMemCreate and cuMemMap: PyTorch's "
         "expandable_segments, NCCL; its own memory pools and arrays): gpumem's allocator does not serve it. "

@@ -52,7 +52,7 @@ while read -r kind bytes; do
   # tune's replay of each preset against the recording made under it; the trace export alike
   "$GM" tune --json "$db" > "$TMP/tune.json" 2> "$TMP/tune.err" || fail "$kind: tune exited $?: $(tail -2 "$TMP/tune.err")"
   "$GM" export --format trace "$db" -o "$TMP/$kind.trace" || fail "$kind: export --format trace"
-  [[ $bytes == 0 ]] || grep -q '^ad ' "$TMP/$kind.trace" || fail "$kind: the trace has no 'ad' line"
+  [[ $bytes == 0 ]] || grep -c '^ad ' "$TMP/$kind.trace" > /dev/null || fail "$kind: the trace has no 'ad' line"
   td=$([[ $(sqlite3 "$db" "SELECT value FROM meta WHERE key = 'alloc.address_order'") == down ]] && echo --top-down)
   for p in $presets; do
     read -r ma mr <<< "${meas[$p]}"

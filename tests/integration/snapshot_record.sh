@@ -32,7 +32,7 @@ GPUMEM_LIMIT=1G "$GPUMEM" record -q -o "$TMP/oom.db" -- "$BUILD/tests/apps/rt_ap
 "$GPUMEM" report "$TMP/oom.db" > "$TMP/oom.txt" || fail "report on the OOM run failed"
 grep -q "OOM 1 at event .* requested 2.00 GiB" "$TMP/oom.txt" || { cat "$TMP/oom.txt"; fail "OOM forensics missing"; }
 grep -q "limit 1.00 GiB" "$TMP/oom.txt" && grep -q "binding constraint: limit; the request fell short by 1.00 GiB (1073741824 bytes)" "$TMP/oom.txt" \
-  && grep -q "Raise it (to at least 2.00 GiB for this request)" "$TMP/oom.txt" || { cat "$TMP/oom.txt"; fail "OOM advice does not name the limit and the shortfall"; }
+  && grep -q "Raise it (to at least 2.00 GiB (2147483648 bytes) for this request)" "$TMP/oom.txt" || { cat "$TMP/oom.txt"; fail "OOM advice does not name the limit and the shortfall"; }
 "$GPUMEM" report --json "$TMP/oom.db" | grepq '"cause":"limit","shortfall":1073741824' || fail "OOM JSON lacks cause/shortfall"
 # under a 5 MiB limit the 2 MiB mapping unit binds: 4 MiB mapped, 1 MiB left that cannot be mapped
 if [[ -x $BUILD/train_gpt2_sim ]]; then
