@@ -365,11 +365,10 @@ static void words_free(struct gm_uses_op *ws)
 
 /* A PyTorch kernel's parameters are mostly sizes, strides and zeros (a TensorIterator's offset
  * calculators: kilobytes a launch, ~2,400 instructions of a tiny GPT-2 step's launch when
- * tested a word at a time), so this loop is the launch's cost. Where the CPU has AVX2, four
- * words are tested at once (the unsigned "w - lo < len" as a signed comparison of both sides
- * with the sign bit flipped) and only a group with a candidate is looked at word by word; the
- * rest goes through the scalar loop, branch-free: every word stored, the count moved by the
- * test. Both store at most one word per word scanned: scan gives them room for a chunk of
+ * tested a word at a time), so this loop is the launch's cost. Where the CPU has AVX2, sixteen
+ * words are tested at once (scan_avx2_spans) and the candidates of a block that has some are
+ * kept by the comparison's mask; the rest goes through the scalar loop, branch-free: every word
+ * stored, the count moved by the test. Both store at most one word per word scanned: scan gives them room for a chunk of
  * words at a time. */
 __attribute__((always_inline)) static inline size_t
 scan_words_spans(uint64_t *w, size_t n, const struct spans *sp, const unsigned char *base,
@@ -391,34 +390,63 @@ static size_t scan_words(uint64_t *w, size_t n, const struct spans *sp, const un
 }
 
 #if defined(__x86_64__)
+/* The words of p whose bit is set in mask (bit i: word i), in order. */
+__attribute__((always_inline)) static inline size_t keep_hits(uint64_t *w, size_t n,
+                                                             const unsigned char *p, unsigned mask)
+{
+    for (; mask; mask &= mask - 1)
+        memcpy(&w[n++], p + 8 * (unsigned)__builtin_ctz(mask), 8);
+    return n;
+}
+
 /* both: test the host span too (a program with pinned host memory); without it, the device
- * span alone, a third fewer instructions a group (PyTorch's steps pin nothing) */
+ * span alone (PyTorch's steps pin nothing).
+ *
+ * "w - lo < len" unsigned is "(w - lo) ^ MIN < len ^ MIN" signed, and (w - lo) ^ MIN is w +
+ * (MIN - lo) (adding the sign bit flips it): one addition and one signed comparison a vector.
+ * Sixteen words are tested at once (four vectors, their hits or-ed, one test and one branch),
+ * since a launch's words are rarely candidates (an offset calculator's divisors and strides,
+ * sizes); in a block with a hit, the comparison's own mask says which words to keep (the same
+ * test as the scalar loop's, exact), in order; the words past the last group of four go through
+ * the scalar loop. A zero is never a candidate (no span starts at 0), so the zero words that
+ * fill an offset calculator's unused dimensions need no test of their own. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i
+hits4(const unsigned char *p, __m256i dbias, __m256i dlen, __m256i hbias, __m256i hlen, int both)
+{
+    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    __m256i hit = _mm256_cmpgt_epi64(dlen, _mm256_add_epi64(v, dbias));
+    if (both)
+        hit = _mm256_or_si256(hit, _mm256_cmpgt_epi64(hlen, _mm256_add_epi64(v, hbias)));
+    return hit;
+}
+
 __attribute__((target("avx2"), always_inline)) static inline size_t
 scan_avx2_spans(uint64_t *w, size_t n, const struct spans *sp, const unsigned char *base, size_t words,
                 int both)
 {
-    const __m256i flip = _mm256_set1_epi64x(INT64_MIN);
-    const __m256i dlo = _mm256_set1_epi64x((long long)sp->dlo);
-    const __m256i hlo = _mm256_set1_epi64x((long long)sp->hlo);
+    const __m256i dbias = _mm256_set1_epi64x((long long)((uint64_t)INT64_MIN - sp->dlo));
+    const __m256i hbias = _mm256_set1_epi64x((long long)((uint64_t)INT64_MIN - sp->hlo));
     const __m256i dlen = _mm256_set1_epi64x((long long)(sp->dlen ^ (uint64_t)INT64_MIN));
     const __m256i hlen = _mm256_set1_epi64x((long long)(sp->hlen ^ (uint64_t)INT64_MIN));
     size_t i = 0;
-    for (; i + 4 <= words; i += 4) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(base + 8 * i));
-        /* zeros first: most of an offset calculator's words are its unused dimensions' (no span
-         * starts at 0, so four zero words hold no candidate) */
-        if (_mm256_testz_si256(v, v))
+    for (; i + 16 <= words; i += 16) {
+        const unsigned char *p = base + 8 * i;
+        __m256i h0 = hits4(p, dbias, dlen, hbias, hlen, both), h1 = hits4(p + 32, dbias, dlen, hbias, hlen, both),
+                h2 = hits4(p + 64, dbias, dlen, hbias, hlen, both), h3 = hits4(p + 96, dbias, dlen, hbias, hlen, both);
+        __m256i hit = _mm256_or_si256(_mm256_or_si256(h0, h1), _mm256_or_si256(h2, h3));
+        if (__builtin_expect(_mm256_testz_si256(hit, hit), 1))
             continue;
-        __m256i d = _mm256_xor_si256(_mm256_sub_epi64(v, dlo), flip);
-        __m256i hit = _mm256_cmpgt_epi64(dlen, d);
-        if (both) {
-            __m256i h = _mm256_xor_si256(_mm256_sub_epi64(v, hlo), flip);
-            hit = _mm256_or_si256(hit, _mm256_cmpgt_epi64(hlen, h));
-        }
-        if (!_mm256_testz_si256(hit, hit))
-            n = scan_words(w, n, sp, base + 8 * i, 4);
+        n = keep_hits(w, n, p,
+                      (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(h0)) |
+                          (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(h1)) << 4 |
+                          (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(h2)) << 8 |
+                          (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(h3)) << 12);
     }
-    return scan_words(w, n, sp, base + 8 * i, words - i);
+    for (; i + 4 <= words; i += 4) {
+        __m256i hit = hits4(base + 8 * i, dbias, dlen, hbias, hlen, both);
+        n = keep_hits(w, n, base + 8 * i, (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(hit)));
+    }
+    return scan_words_spans(w, n, sp, base + 8 * i, words - i, both);
 }
 
 __attribute__((target("avx2"))) static size_t scan_avx2(uint64_t *w, size_t n,
@@ -440,9 +468,17 @@ static size_t scan_run(uint64_t *w, size_t n, const struct spans *sp, const unsi
     return scan_words(w, n, sp, base, words);
 }
 
+/* Room for every word of the parameter first (the thread's spill buffer keeps it from launch to
+ * launch), so that the scan runs over it in one call: a PyTorch launch's offset calculators are
+ * hundreds of words, and a room check and a call per 64 of them cost a fifth of the scan. Where
+ * that much memory cannot be had, 64 words at a time, as many as fit. */
 static void scan_long(struct gm_uses_op *ws, const struct spans *sp, const unsigned char *base,
                       size_t words)
 {
+    if (words_room(ws, words)) {
+        ws->n = scan_run(ws->w, ws->n, sp, base, words);
+        return;
+    }
     for (size_t i = 0; i < words;) {
         size_t k = words - i < 64 ? words - i : 64;
         if (!words_room(ws, k)) { /* out of memory: as many words as the room left can take */
@@ -456,7 +492,7 @@ static void scan_long(struct gm_uses_op *ws, const struct spans *sp, const unsig
 }
 
 /* A parameter of a few words (a pointer, an int: most kernels') is tested here, inline; a wide
- * one (a struct of kilobytes) chunk by chunk in scan_long. */
+ * one (a struct of kilobytes) in scan_long. */
 static inline void scan(struct gm_uses_op *ws, const struct spans *sp, const unsigned char *base,
                         size_t size)
 {
