@@ -13,7 +13,9 @@
 #include "train/backend.h"
 #include "train/ops.h"
 
+#ifdef _OPENMP
 #include <omp.h>
+#endif
 #include <stddef.h>
 #include <stdio.h>
 
@@ -166,7 +168,11 @@ static int launch(int k, void **params)
 static int sim_init(void *s, int threads, int dry_run)
 {
     stream = (CUstream)s;
+#ifdef _OPENMP
     if (threads > 0) omp_set_num_threads(threads);
+#else
+    (void)threads; /* a SAN=thread build: the ops run on one thread (train/module.mk) */
+#endif
     for (int k = 0; k < K_COUNT; k++) {
         CUresult r = sim_register_kernel(kdefs[k].name, dry_run ? hk_dry : kdefs[k].fn, kdefs[k].n,
                                          kdefs[k].sizes, &fns[k]);

@@ -174,9 +174,7 @@ echo "ok: framework allocations 'a', a library's own 'ag' in the trace"
 # name one configuration, every result passed over obeys the rule and ranks after the others, and
 # the one named is in passed_over and said in the text.
 cat alloc/*.[ch] README.md > "$TMP/text.txt"
-# (under SAN=thread this test is for tune's threads: the trainer's own host kernels, whose
-# races ThreadSanitizer reports in train/ops_cpu.c, are not what it checks; they are left open)
-TSAN_OPTIONS="${TSAN_OPTIONS:-} report_bugs=0" GPUMEM_SIM_BACKING=memory "$GM" record -q -o "$TMP/demo.db" -- "$TRAIN" --model tiny --data "$TMP/text.txt" --steps 200 -B 4 -T 64 > "$TMP/demo.txt" 2>&1 \
+GPUMEM_SIM_BACKING=memory "$GM" record -q -o "$TMP/demo.db" -- "$TRAIN" --model tiny --data "$TMP/text.txt" --steps 200 -B 4 -T 64 > "$TMP/demo.txt" 2>&1 \
   || { tail -5 "$TMP/demo.txt"; fail "the demo's recording"; }
 while read -r db over <&3; do
   "$GM" tune --json "$TMP/$db" > "$TMP/c.json" || fail "$db: tune exited $?"
