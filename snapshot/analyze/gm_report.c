@@ -2078,6 +2078,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     if (o->json) {
         fprintf(out, "{\"database\":");
         gm_json_str(out, d->path);
+        gm_scope_json(d, out, ",", ""); /* several devices: whose leaks these are */
         fprintf(out, ",\"complete\":%s,\"damaged\":", d->closed && !d->damage[0] ? "true" : "false");
         gm_json_str(out, d->damage[0] ? d->damage : NULL);
         char ending[256]; /* null, or why the program did not run to its end: then these are not

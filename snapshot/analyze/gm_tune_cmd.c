@@ -264,6 +264,7 @@ static void print_result_json(const gm_tune *t, const gm_replay_result *r, FILE 
 static void print_json(const gm_db *d, const gm_tune *t, int objective, const uint64_t *meas, FILE *out) {
     fputs("{\"database\":", out);
     gm_json_str(out, d->path);
+    gm_scope_json(d, out, ",", ""); /* several devices: whose events were replayed */
     char ending[256]; /* null, or why the program did not run to its end (gm_ending_line) */
     gm_ending_line((gm_db *)d, ending, sizeof ending);
     fputs(",\"ending\":", out);
@@ -437,7 +438,14 @@ int gm_tune_main(int argc, char **argv) {
         return lossy;
     }
     gm_ending_say(&d, json ? stderr : stdout); /* cut short: said first, as lost events are */
-    gm_devices_say(&d, "the recorded and replayed peaks", json ? stderr : stdout);
+    /* several devices: the busiest device's events, replayed as its own heap (each device has
+     * its own allocator) */
+    if (gm_db_scope_busiest(&d, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "gpumem: %s\n", err);
+        gm_db_close(&d);
+        return GM_EXIT_BADDB;
+    }
+    gm_scope_say(&d, "the recorded and replayed peaks", json ? stderr : stdout);
     o.progress = isatty(2);
     gm_tune t;
     if (gm_tune_run(&d, &o, &t, err, sizeof err) != 0) {
