@@ -9,6 +9,7 @@
 # output), the device's true figure (the program's own LEAKED lines, or report --json's
 # .summary.devices[] of the busiest device), and the command's. Then, on `devices_app stream`
 # (memory on device 0 only), no JSON gains the new keys: one device's output keeps its bytes.
+# tune --check's re-run is read the same way (the busiest device's), as its prediction is.
 source tests/integration/snapshot_common.bash
 APPS=$BUILD/tests/apps
 need "$GPUMEM" "$APPS/devices_app"
@@ -30,6 +31,8 @@ allocs=$("$GPUMEM" sql "$db" -c "SELECT count(*) FROM events WHERE kind = 1 AND 
 "$GPUMEM" leaks "$db" > "$TMP/leaks.txt" 2>&1
 "$GPUMEM" frag --json "$db" > "$TMP/frag.json" 2> "$TMP/frag.err"
 "$GPUMEM" tune --json "$db" > "$TMP/tune.json" 2> "$TMP/tune.err"
+# --check re-runs the program (on two devices again): measured as the prediction is, one device's
+GPUMEM_SIM_DEVICES=2 "$GPUMEM" tune --check --json "$db" > "$TMP/check.json" 2> /dev/null
 "$GPUMEM" advise --json "$db" > "$TMP/advise.json" 2> "$TMP/advise.err"
 "$GPUMEM" viz "$db" -o "$TMP/v.html" 2> "$TMP/viz.err"
 sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/v.html" > "$TMP/viz.json"
@@ -50,6 +53,7 @@ rows=(
   "frag|device|$busy|$(jq -r .device "$TMP/frag.json")"
   "tune|recorded.peak_reserved|$pr|$(jq -r .recorded.peak_reserved "$TMP/tune.json")"
   "tune|least replayed peak_allocated|$pa|$(jq -r '[.results[].peak_allocated] | min' "$TMP/tune.json")"
+  "tune --check|check.measured.peak_reserved|$pr|$(jq -r .check.measured.peak_reserved "$TMP/check.json")"
   "tune|device|$busy|$(jq -r .device "$TMP/tune.json")"
   "advise|baseline.peak_allocated|$pa|$(jq -r .baseline.peak_allocated "$TMP/advise.json")"
   "advise|baseline.peak_reserved|$pr|$(jq -r .baseline.peak_reserved "$TMP/advise.json")"
