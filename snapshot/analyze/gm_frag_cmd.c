@@ -25,6 +25,8 @@ static const char *const usage_frag =
     "    recorded trace through the allocator, with the PYTORCH_CUDA_ALLOC_CONF that says the\n"
     "    same when there is one. The recommendation is gpumem tune's (its search, run on the\n"
     "    same trace): frag, tune and viz name one configuration for a recording.\n"
+    "  - a program on several devices: the busiest device's events, replayed as its own heap\n"
+    "    (each device has its own allocator; said first, JSON \"device\", \"devices\").\n"
     "  - a CUDA graph's private pool (PyTorch's graph pools, torch.cuda.MemPool, gpumem's\n"
     "    capture pools) is a pool row of its own, its free bytes the cause graph_pool (no\n"
     "    setting gives them to other requests), and the replays keep it private.\n"

@@ -286,7 +286,7 @@ const char *gm_oom_json(gm_oom_bound b);
  * model-wide one counts them but over that device's allocations and segments only: on a
  * recording with several devices the model-wide figures add the devices together (a moment's
  * sum, which no device held), so every output that names a peak takes it from here
- * (gm_busiest_device) or says that it sums them (gm_devices_say). */
+ * (gm_busiest_device) or reads that device's events alone (gm_db_scope_busiest). */
 typedef struct gm_dev_figs {
     uint64_t allocated, reserved, requested; /* at the end */
     uint64_t peak_allocated, peak_allocated_seq, peak_reserved, peak_reserved_seq;
