@@ -38,6 +38,8 @@ GPUMEM_SIM_DEVICES=2 "$GPUMEM" tune --check --json "$db" > "$TMP/check.json" 2> 
 sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/v.html" > "$TMP/viz.json"
 "$GPUMEM" export "$db" --format folded -o "$TMP/e.folded" 2> "$TMP/folded.err"
 "$GPUMEM" export "$db" --format trace -o "$TMP/e.trace" 2> "$TMP/trace.err"
+cp "$db" "$TMP/s2.db"
+"$GPUMEM" report --json "$db" "$TMP/s2.db" > "$TMP/ranks.json" 2> /dev/null
 folded=$(awk '{s += $NF} END {print s + 0}' "$TMP/e.folded")
 trace=$(grep -c '^a ' "$TMP/e.trace")
 
@@ -47,6 +49,7 @@ rows=(
   "leaks|growth_per_step|$per_step|$(jq -r .growth_per_step "$TMP/leaks.json")"
   "leaks|device|$busy|$(jq -r .device "$TMP/leaks.json")"
   "leaks|text LEAK SUMMARY bytes|$leaked|$(sed -n 's/^LEAK SUMMARY: \([0-9]*\) bytes.*/\1/p' "$TMP/leaks.txt")"
+  "ranks report|ranks[0].leaked_bytes|$leaked|$(jq -r '.ranks[0].leaked_bytes' "$TMP/ranks.json")"
   "frag|recorded.peak_reserved|$pr|$(jq -r .recorded.peak_reserved "$TMP/frag.json")"
   "frag|recorded.replayed_peak_reserved|$pr|$(jq -r .recorded.replayed_peak_reserved "$TMP/frag.json")"
   "frag|at_peak.reserved|$pr|$(jq -r .at_peak.reserved "$TMP/frag.json")"
