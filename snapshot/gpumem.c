@@ -206,7 +206,9 @@ static const char *const usage_leaks =
     "where ranges named \"step N\" exist, with what grows: what step after step (two steps or\n"
     "more) made at one call site and kept past the last step; an allocation of the first or the\n"
     "last step only where a step between kept one of its size there (not a first step's workspace,\n"
-    "not a loop's last input). The last line is\n"
+    "not a loop's last input). A program on several devices: the busiest device's allocations\n"
+    "and steps (said first; JSON \"device\", \"devices\"), never the devices' leaks added.\n"
+    "The last line is\n"
     "  LEAK SUMMARY: N bytes leaked in M allocations\n"
     "  --fail-on-leak   exit 1 when N > 0 (for CI); exit 3 when it cannot judge: the recording\n"
     "                   lost events (frees may be missing) or the program did not run to its end\n"
@@ -241,7 +243,9 @@ static const char *const usage_export =
     "usage: gpumem export --format FORMAT DB [-o FILE] [--force] [--what peak|total]\n"
     "                     [--at peak|end|oom|SEQ] [--view torch|device]\n"
     "\n"
-    "Writes the recording in another tool's format (default: standard output).\n"
+    "Writes the recording in another tool's format (default: standard output). A program on\n"
+    "several devices: trace, folded and speedscope are the busiest device's (said on stderr;\n"
+    "each device has its own allocator); chrome, torch and csv keep each device apart.\n"
     "  --format trace   the allocator replay engine's text trace (gpumem-replay, alloc/README):\n"
     "                   one line per event, in recorded order:\n"
     "                     a <id> <size> <stream>   a device allocation (cudaMalloc, cudaMallocAsync)\n"
@@ -359,7 +363,24 @@ static int cmd_report(int argc, char **argv, int leaks) {
         return rc;
     }
     m.frames_all = frames_all;
-    if (leaks) gm_devices_say(&d, "the leaked bytes and the growth per step", o.json ? stderr : stdout);
+    if (leaks) {
+        /* several devices: the busiest device's allocations and steps, read again (each device's
+         * leaks are its own memory; their sum is no device's) */
+        char err[8192];
+        int sc = gm_db_scope_busiest(&d, &m, err, sizeof err);
+        if (sc == 1) {
+            gm_model_free(&m);
+            sc = gm_model_load(&d, &m, 1, err, sizeof err) == 0 ? 1 : -1;
+            if (sc == 1) gm_symbolize(&d, &m), m.frames_all = frames_all;
+        }
+        if (sc < 0) {
+            fprintf(stderr, "gpumem: %s\n", err);
+            gm_model_free(&m);
+            gm_db_close(&d);
+            return GM_EXIT_BADDB;
+        }
+        gm_scope_say(&d, "the leaked bytes and the growth per step", o.json ? stderr : stdout);
+    }
     uint64_t leaked = 0;
     /* a PyTorch program's leaks are its tensors (gm_model_leak_view: the rule the ranks report
      * and viz share). Under --allocator gpumem (present == 2) the tensors are the recording's
@@ -449,7 +470,16 @@ static int cmd_export(int argc, char **argv) {
     }
     gm_lossy_say(&d, stderr); /* events lost: said first (the output is another tool's format) */
     gm_ending_say(&d, stderr); /* cut short: said too (and inside the formats that have room) */
-    gm_devices_say(&d, "the export's running totals", stderr);
+    /* several devices: chrome (a counter per device), csv (a device column) and torch (a trace per
+     * device) keep each device apart; the replay trace (one heap) and folded / speedscope (the
+     * bytes live at the peak) are the busiest device's, each device having its own allocator */
+    int one_heap = !strcmp(format, "trace") || !strcmp(format, "folded") || !strcmp(format, "speedscope");
+    if (one_heap && gm_db_scope_busiest(&d, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "gpumem: %s\n", err);
+        gm_db_close(&d);
+        return GM_EXIT_BADDB;
+    }
+    gm_scope_say(&d, !strcmp(format, "trace") ? "the trace's events" : "the bytes live at the peak", stderr);
     gm_model m;
     int loaded = 0;
     if (strcmp(format, "trace") != 0 && strcmp(format, "csv") != 0) {

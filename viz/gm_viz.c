@@ -226,7 +226,8 @@ static const char *const usage_viz =
     "       gpumem viz A.db B.db ... | DIR -o FILE.html [--with ...]   (the ranks of one job)\n"
     "\n"
     "One self-contained HTML page (inline SVG and JavaScript, no network; open it from disk):\n"
-    "  - peak requested, allocated and reserved, as `gpumem report` prints them;\n"
+    "  - peak requested, allocated and reserved, as `gpumem report` prints them (a program on\n"
+    "    several devices: the busiest device's, and every picture its own; the page says so);\n"
     "  - memory over time, opening on the step of the peak (one step either side): each\n"
     "    allocation a band (hover: name, category, size, phases, stack; click pins it; arrow\n"
     "    keys step, +/- zoom); all steps one click away as a min/max envelope; coloured by\n"
@@ -333,7 +334,13 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     }
     gm_lossy_say(&d, stderr); /* events lost: said first (the page says it too) */
     gm_ending_say(&d, stderr); /* did not run to its end: the page says it too */
-    gm_devices_say(&d, "the page's timeline and peaks", stderr);
+    /* several devices: the busiest device's timeline and peaks (each device its own memory) */
+    if (gm_db_scope_busiest(&d, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "gpumem viz: %s\n", err);
+        gm_db_close(&d);
+        return GM_EXIT_BADDB;
+    }
+    gm_scope_say(&d, "the page's timeline and peaks", stderr);
     gm_model m;
     int unread = gm_model_load(&d, &m, 0, err, sizeof err) != 0;
     if (unread) fprintf(stderr, "gpumem viz: %s\n", err);
@@ -377,7 +384,9 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     gm_fmt_bytes(m.peak_requested, pr, sizeof pr);
     gm_fmt_bytes(m.peak_allocated, pa, sizeof pa);
     gm_fmt_bytes(m.peak_reserved, pv, sizeof pv);
-    fputs("{\"summary\":{\"peak_requested\":", o);
+    fputs("{\"summary\":{", o);
+    gm_scope_json(&d, o, "", ","); /* several devices: whose figures the page's are */
+    fputs("\"peak_requested\":", o);
     viz_json_str(o, pr);
     fputs(",\"peak_allocated\":", o);
     viz_json_str(o, pa);

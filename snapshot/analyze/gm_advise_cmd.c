@@ -46,7 +46,9 @@ static const char *const usage_advise =
     "otherwise the change in words, with the PyTorch way of doing it. Techniques add to those\n"
     "the recorded command uses (a flag it sets is merged: --offload activations on an\n"
     "--offload optimizer run is --offload activations,optimizer). A run that hit an OOM is\n"
-    "advised from the steps that completed before it, else refused with the reason.\n"
+    "advised from the steps that completed before it, else refused with the reason. A program\n"
+    "on several devices: the busiest device's trace, replayed as its own heap (each device has\n"
+    "its own allocator; said first, JSON \"device\", \"devices\"), never the devices as one.\n"
     "  --budget SIZE  the cheapest combination (least extra time) whose predicted peak reserved\n"
     "                 fits SIZE (e.g. 40G); exit 1, with the shortfall and why, when none does\n"
     "  --link GB/s    host link bandwidth for offload (default: the recording's own host\n"
@@ -1353,7 +1355,14 @@ int gm_advise_main(int argc, char **argv)
     }
     /* cut short: said first, as lost events are (its JSON takes several shapes: on stderr) */
     gm_ending_say(&d, json ? stderr : stdout);
-    gm_devices_say(&d, "the baseline and predicted peaks", json ? stderr : stdout);
+    /* several devices: the busiest device's events, replayed as its own heap (each device has
+     * its own allocator: a prediction for their sum is for a device that does not exist) */
+    if (gm_db_scope_busiest(&d, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "gpumem: %s\n", err);
+        gm_db_close(&d);
+        return GM_EXIT_BADDB;
+    }
+    gm_scope_say(&d, "the baseline and predicted peaks", json ? stderr : stdout);
     ctx c;
     memset(&c, 0, sizeof c);
     c.progress = isatty(2);
@@ -1887,7 +1896,9 @@ int gm_advise_main(int argc, char **argv)
     size_t nr = (size_t)top < nrecs ? (size_t)top : nrecs,
            nf = (size_t)top < nfront ? (size_t)top : nfront;
     if (json) {
-        printf("{\"baseline\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, \"recorded\": "
+        putchar('{');
+        gm_scope_json(&d, stdout, "", ", "); /* several devices: whose events were replayed */
+        printf("\"baseline\": {\"peak_allocated\": %zu, \"peak_reserved\": %zu}, \"recorded\": "
                "{\"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64
                "}, \"trainer\": %s, \"uses\": %s, \"link_bytes_per_s\": %.0f, \"step_s\": %.6f,\n",
                c.base.peak_allocated, c.base.peak_reserved, c.m.rec_peak_allocated,

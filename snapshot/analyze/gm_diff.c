@@ -456,10 +456,13 @@ int gm_cmd_diff(int argc, char **argv)
                 char ra[32], rr[32];
                 gm_fmt_bytes(x->reset.max_allocated, ra, sizeof ra);
                 gm_fmt_bytes(x->reset.max_reserved, rr, sizeof rr);
-                fprintf(out, "  %s: the program reset PyTorch's peak stats (reset_peak_memory_stats, last at event %" PRIu64
-                             "): the peaks below are the whole run's; its max_memory_allocated() / "
-                             "max_memory_reserved() since: %s / %s\n",
-                        x == &A ? "A" : "B", x->reset.seq, ra, rr);
+                /* several devices: PyTorch's statistics, and this reset, are the side's device's */
+                char dn[16] = "";
+                if (x->device >= 0) snprintf(dn, sizeof dn, "%d", x->device);
+                fprintf(out, "  %s: the program reset PyTorch's peak stats (reset_peak_memory_stats(%s), last at event %" PRIu64
+                             "): the peaks below are the whole run's; its max_memory_allocated(%s) / "
+                             "max_memory_reserved(%s) since: %s / %s\n",
+                        x == &A ? "A" : "B", dn, x->reset.seq, dn, dn, ra, rr);
             }
         fputc('\n', out);
         fprintf(out, "  %-20s %14s %14s %14s %9s\n", "", "A", "B", "B - A", "change");

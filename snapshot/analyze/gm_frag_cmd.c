@@ -25,6 +25,8 @@ static const char *const usage_frag =
     "    recorded trace through the allocator, with the PYTORCH_CUDA_ALLOC_CONF that says the\n"
     "    same when there is one. The recommendation is gpumem tune's (its search, run on the\n"
     "    same trace): frag, tune and viz name one configuration for a recording.\n"
+    "  - a program on several devices: the busiest device's events, replayed as its own heap\n"
+    "    (each device has its own allocator; said first, JSON \"device\", \"devices\").\n"
     "  - a CUDA graph's private pool (PyTorch's graph pools, torch.cuda.MemPool, gpumem's\n"
     "    capture pools) is a pool row of its own, its free bytes the cause graph_pool (no\n"
     "    setting gives them to other requests), and the replays keep it private.\n"
@@ -469,6 +471,7 @@ static void print_state_json(gm_db *d, const gm_model *m, const gm_frag_state *s
 static void print_json(gm_db *d, const gm_model *m, const gm_frag *f, const uint64_t *meas, FILE *out) {
     fputs("{\"database\":", out);
     gm_json_str(out, d->path);
+    gm_scope_json(d, out, ",", ""); /* several devices: whose events were replayed */
     char ending[256]; /* null, or why the program did not run to its end (gm_ending_line) */
     gm_ending_line(d, ending, sizeof ending);
     fputs(",\"ending\":", out);
@@ -598,7 +601,14 @@ int gm_frag_main(int argc, char **argv) {
         return lossy;
     }
     gm_ending_say(&d, json ? stderr : stdout); /* cut short: said first, as lost events are */
-    gm_devices_say(&d, "the peaks, the fragmentation and the replays", json ? stderr : stdout);
+    /* several devices: the busiest device's events, replayed as its own heap (each device has
+     * its own allocator) */
+    if (gm_db_scope_busiest(&d, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "gpumem: %s\n", err);
+        gm_db_close(&d);
+        return GM_EXIT_BADDB;
+    }
+    gm_scope_say(&d, "the peaks, the fragmentation and the replays", json ? stderr : stdout);
     if (gm_model_load_tables(&d, &m, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem: %s\n", err);
         gm_model_free(&m);

@@ -45,7 +45,7 @@ typedef struct rk_rank {
     uint64_t peak_allocated, peak_reserved;
     int64_t peak_step; /* -1 none */
     char *peak_phase;  /* NVTX path of the allocation that made the peak, "" none */
-    uint64_t leaked_bytes, leaked_count; /* by leaks's rule (gm_model_leak_view), every device's */
+    uint64_t leaked_bytes, leaked_count; /* by leaks's rule (gm_model_leak_view), device's (as leaks) */
     int device, ndevices, dev_lo, dev_hi; /* the device whose figures these are (-1: one device) */
     uint64_t torch_peak_allocated;       /* PyTorch's own max_memory_allocated(d) at the end (since
                                             its last reset of d); 0: no history */
@@ -231,7 +231,7 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, i
     gm_ending_line(&d, ending, sizeof ending);
     r->ending = ending[0] ? strdup(ending) : NULL;
     /* several devices in the rank: its figures are its busiest device's, as its own report's (a
-     * sum of devices is a figure no device held); the leaks are every device's (all alive at once) */
+     * sum of devices is a figure no device held), its leaks too (as gpumem leaks counts them) */
     gm_model dv, *pm = &m;
     r->device = -1;
     r->ndevices = gm_model_devices(&m, &r->dev_lo, &r->dev_hi);
@@ -247,8 +247,11 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, i
     r->peak_phase = strdup(rg && rg->path ? rg->path : "");
     if (rg) r->peak_step = rg->step;
     gm_model lv = gm_model_leak_view(&m);
+    /* gpumem leaks' device (gm_db_scope_busiest): PyTorch's view's busiest where its tensors are */
+    int ld = r->device;
+    if (ld >= 0 && lv.is_torch_view && gm_model_devices(&lv, NULL, NULL) > 1) ld = gm_busiest_device(&lv);
     for (size_t i = 0; i < lv.nallocs; i++)
-        if (!lv.allocs[i].death) r->leaked_bytes += lv.allocs[i].requested, r->leaked_count++;
+        if (!lv.allocs[i].death && (ld < 0 || lv.allocs[i].device == ld)) r->leaked_bytes += lv.allocs[i].requested, r->leaked_count++;
     /* PyTorch's own figure: its busiest device's max_memory_allocated(d), which counts from the
      * program's last reset of d (reset_peak_memory_stats(d)) */
     r->torch_device = -1;

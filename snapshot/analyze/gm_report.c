@@ -2078,6 +2078,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     if (o->json) {
         fprintf(out, "{\"database\":");
         gm_json_str(out, d->path);
+        gm_scope_json(d, out, ",", ""); /* several devices: whose leaks these are */
         fprintf(out, ",\"complete\":%s,\"damaged\":", d->closed && !d->damage[0] ? "true" : "false");
         gm_json_str(out, d->damage[0] ? d->damage : NULL);
         char ending[256]; /* null, or why the program did not run to its end: then these are not
@@ -2243,8 +2244,8 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
  * whole run's peaks, and where the program reset a device's (kind 38 on that device:
  * reset_peak_memory_stats(d) resets d's alone), that device's peaks since its last reset, which
  * PyTorch starts from the current values. dev >= 0: that device's figures and resets; dev < 0
- * (GM_TORCH_ALL_DEVICES) every device's added together (the figures of a command that adds the
- * devices), a reset on any of them counted. 1 with them, 0 when the recording has none. */
+ * (GM_TORCH_ALL_DEVICES) every device the reading holds added together (one, on a recording of
+ * one device or a reading scoped to one: gm_db_scope_busiest), a reset on any of them counted. 1 with them, 0 when the recording has none. */
 static int torch_peaks_sweep(gm_db *d, int dev, uint64_t *peak_allocated, uint64_t *peak_reserved, gm_torch_reset *rs) {
     *peak_allocated = *peak_reserved = 0;
     memset(rs, 0, sizeof *rs);

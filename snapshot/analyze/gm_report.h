@@ -82,8 +82,9 @@ typedef struct gm_torch_reset {
                                             reset (the whole run's when there is none) */
     int device;                          /* whose: a device, or GM_TORCH_ALL_DEVICES */
 } gm_torch_reset;
-/* gm_torch_peak_reset's device for a command whose figures add the devices together: resets on
- * any device counted, max_allocated / max_reserved each device's max_memory_*(d) added. */
+/* gm_torch_peak_reset's device for a command that reads the recording as it is (one device, or
+ * one device's events alone: gm_db_scope_busiest): resets on any device it reads counted,
+ * max_allocated / max_reserved each such device's max_memory_*(d) added. */
 #define GM_TORCH_ALL_DEVICES (-1)
 /* Device dev's resets and figures (or every device's, GM_TORCH_ALL_DEVICES): 1 when the recording
  * has a reset there (rs filled), 0 when not (rs->count 0). */

@@ -179,6 +179,12 @@ static int read_peaks(const char *path, int torch, uint64_t *peak_allocated, uin
         snprintf(err, errsz, "%.1000s", e2);
         return -1;
     }
+    /* several devices: the busiest device's, as the prediction it is checked against */
+    if (gm_db_scope_busiest(&r, NULL, e2, sizeof e2) < 0) {
+        snprintf(err, errsz, "%.1000s", e2);
+        gm_db_close(&r);
+        return -1;
+    }
     int have = 1;
     if (torch) {
         have = gm_torch_peaks(&r, peak_allocated, peak_reserved);
@@ -203,6 +209,12 @@ static int read_script_peaks(const char *path, gm_rerun_script *t, char *err, si
     char e2[4096];
     if (gm_db_open(path, &r, e2, sizeof e2) != 0) {
         snprintf(err, errsz, "%.1000s", e2);
+        return -1;
+    }
+    /* several devices: the busiest device's, as the prediction it is checked against */
+    if (gm_db_scope_busiest(&r, NULL, e2, sizeof e2) < 0) {
+        snprintf(err, errsz, "%.1000s", e2);
+        gm_db_close(&r);
         return -1;
     }
     /* gpumem's view as the report counts it (what the model's device figures are): with what

@@ -17,7 +17,9 @@ static const char *const usage_tune =
     "Replays the recorded allocations through gpumem's allocator under its presets (gpumem,\n"
     "pytorch, pytorch-expandable, nocache) and a search over its keys (expandable_segments,\n"
     "max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold, handle_size,\n"
-    "release_before_grow, release_threshold, per_stream_pools), on every core, and ranks them:\n"
+    "release_before_grow, release_threshold, per_stream_pools), on every core (a program on\n"
+    "several devices: the busiest device's allocations, as its own heap; said first, JSON\n"
+    "\"device\", \"devices\"), and ranks them:\n"
     "peak reserved, utilization, driver calls and their time (the virtual GPU's cost table),\n"
     "and whether the run would meet an OOM under the limit. Ends with the recommended\n"
     "GPUMEM_CONF, and the PYTORCH_CUDA_ALLOC_CONF when PyTorch has the same setting.\n"
@@ -264,6 +266,7 @@ static void print_result_json(const gm_tune *t, const gm_replay_result *r, FILE 
 static void print_json(const gm_db *d, const gm_tune *t, int objective, const uint64_t *meas, FILE *out) {
     fputs("{\"database\":", out);
     gm_json_str(out, d->path);
+    gm_scope_json(d, out, ",", ""); /* several devices: whose events were replayed */
     char ending[256]; /* null, or why the program did not run to its end (gm_ending_line) */
     gm_ending_line((gm_db *)d, ending, sizeof ending);
     fputs(",\"ending\":", out);
@@ -437,7 +440,14 @@ int gm_tune_main(int argc, char **argv) {
         return lossy;
     }
     gm_ending_say(&d, json ? stderr : stdout); /* cut short: said first, as lost events are */
-    gm_devices_say(&d, "the recorded and replayed peaks", json ? stderr : stdout);
+    /* several devices: the busiest device's events, replayed as its own heap (each device has
+     * its own allocator) */
+    if (gm_db_scope_busiest(&d, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "gpumem: %s\n", err);
+        gm_db_close(&d);
+        return GM_EXIT_BADDB;
+    }
+    gm_scope_say(&d, "the recorded and replayed peaks", json ? stderr : stdout);
     o.progress = isatty(2);
     gm_tune t;
     if (gm_tune_run(&d, &o, &t, err, sizeof err) != 0) {

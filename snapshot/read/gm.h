@@ -59,6 +59,14 @@ typedef struct gm_db {
     /* gm_meta_int/gm_meta_text and gm_table_exists, prepared on first use (a report asks
      * dozens of times; a fuzz input's open is mostly such lookups); finalized by gm_db_close */
     sqlite3_stmt *meta_st, *table_st;
+    /* 0: every reading sees every device. D + 1: gm_db_scope_device made every reading of the
+     * recording device D's (TEMP views named events, ooms, snapshots and segments shadow the
+     * file's tables, and the sweeps read the events through them: gm_events_pages declines), so
+     * that a command's figures, replays included, are one device's: each device has its own
+     * allocator, and their sum is a heap no device held. scope_devices: how many devices the
+     * program held memory on (scope_lo to scope_hi) */
+    int scoped;
+    int scope_devices, scope_lo, scope_hi;
 } gm_db;
 
 /* Opens and validates. On failure returns -1 with a message for a person in err (what is wrong
@@ -278,7 +286,7 @@ const char *gm_oom_json(gm_oom_bound b);
  * model-wide one counts them but over that device's allocations and segments only: on a
  * recording with several devices the model-wide figures add the devices together (a moment's
  * sum, which no device held), so every output that names a peak takes it from here
- * (gm_busiest_device) or says that it sums them (gm_devices_say). */
+ * (gm_busiest_device) or reads that device's events alone (gm_db_scope_busiest). */
 typedef struct gm_dev_figs {
     uint64_t allocated, reserved, requested; /* at the end */
     uint64_t peak_allocated, peak_allocated_seq, peak_reserved, peak_reserved_seq;
@@ -417,10 +425,24 @@ void gm_model_device_view_free(gm_model *v);
  * names a stream row of its device); events are looked at only where they show two or more, for the
  * commands that read no model (export); a model's is gm_model_devices, the same devices. */
 int gm_db_devices(gm_db *d, int *lo, int *hi);
-/* For a command whose figures add the devices together (frag, tune, advise, diff, viz, export,
- * leaks): "gpumem: note: PATH: the program used N devices (lo to hi): FIGURES add them together
- * ..." on out where gm_db_devices says more than one; nothing otherwise. */
-void gm_devices_say(gm_db *d, const char *figures, FILE *out);
+/* Every reading of d from here on is device dev's (gm_db.scoped): TEMP views over the file's
+ * events, ooms, snapshots and segments keep the rows of that device (and the events of none:
+ * device NULL or -1), and the sweeps read the events through SQLite. 0, or -1 (SQLite refused
+ * the views: nothing changed). */
+int gm_db_scope_device(gm_db *d, int dev);
+/* For a command that reads one device's figures (leaks, export, frag, tune, advise, viz): where
+ * the program held memory on several devices (gm_db_devices), scopes d to the busiest one, the
+ * device gpumem report leads with (gm_busiest_device of the model; of PyTorch's view where its
+ * history is merged: its max_memory_*(d)), from the model `have` (loaded from d unscoped) or,
+ * NULL, one sweep of its own. 1 scoped (a model loaded before is every device's: load it again),
+ * 0 one device (nothing done), or -1 with a message for a person in err. */
+int gm_db_scope_busiest(gm_db *d, const gm_model *have, char *err, size_t errsz);
+/* On a scoped d: "gpumem: note: PATH: the program held memory on N devices (lo to hi): FIGURES
+ * are device D's, the busiest ..." on out; nothing otherwise. */
+void gm_scope_say(gm_db *d, const char *figures, FILE *out);
+/* On a scoped d: `BEFORE"device":D,"devices":NAFTER` on out (whose figures a JSON output's are,
+ * and how many devices held memory); nothing otherwise, so one device's JSON keeps its bytes. */
+void gm_scope_json(const gm_db *d, FILE *out, const char *before, const char *after);
 
 /* The model as PyTorch's allocator saw it: a shallow copy of m whose allocations, peaks and
  * steps are the torch view's (tables shared; never free it, free m). Every analysis of the

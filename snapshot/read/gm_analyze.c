@@ -1136,6 +1136,35 @@ int gm_model_device_view(const gm_model *m, int dev, gm_model *v) {
     return 0;
 }
 
+int gm_db_scope_busiest(gm_db *d, const gm_model *have, char *err, size_t errsz) {
+    int lo, hi, n = have ? gm_model_devices(have, &lo, &hi) : gm_db_devices(d, &lo, &hi);
+    if (n <= 1 || d->scoped) return 0;
+    gm_model own;
+    const gm_model *m = have;
+    if (!m) {
+        if (gm_model_load(d, &own, 1, err, errsz) != 0) {
+            gm_model_free(&own);
+            return -1;
+        }
+        m = &own;
+    }
+    /* the model's count is the one report says (the events' bound it) */
+    n = gm_model_devices(m, &lo, &hi);
+    int dev = gm_busiest_device(m);
+    if (m->torch.present == 1) {
+        gm_model tv = gm_model_torch_view(m);
+        if (gm_model_devices(&tv, NULL, NULL) > 1) dev = gm_busiest_device(&tv);
+    }
+    if (m == &own) gm_model_free(&own);
+    if (n <= 1) return 0;
+    if (gm_db_scope_device(d, dev) != 0) {
+        snprintf(err, errsz, "%s: cannot read device %d's events alone (%s)", d->path, dev, sqlite3_errmsg(d->db));
+        return -1;
+    }
+    d->scope_devices = n, d->scope_lo = lo, d->scope_hi = hi;
+    return 1;
+}
+
 void gm_model_device_view_free(gm_model *v) {
     if (v->device_only) free(v->allocs);
     v->allocs = NULL, v->nallocs = 0;

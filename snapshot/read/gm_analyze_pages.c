@@ -554,6 +554,7 @@ static int read_header(gm_db *d, reader *r) {
  * again). Fewer or more: pages of the table were overwritten (a zeroed cell loses its rows, or
  * SQLite reads garbage as rows), which SQLite does not notice on a plain scan. */
 static void events_complete(gm_db *d, uint64_t nrows) {
+    if (d->scoped) return; /* one device's rows: the count was checked on the whole (gm_db_scope_busiest) */
     int64_t want = d->closed ? gm_meta_int(d, "events", -1) : -1;
     if (want >= 0 && (uint64_t)want != nrows)
         gm_db_damaged(d, "its events table holds %" PRIu64 " events where the recorder wrote %" PRId64, nrows,
@@ -565,6 +566,8 @@ static int events_pages(gm_db *d, int lean, gm_event_rows_fn fn, void *ctx) {
      * every caller; a person can too) */
     const char *how = getenv("GPUMEM_SWEEP");
     if (how && strcmp(how, "sql") == 0) return GM_PAGES_NO;
+    /* one device's reading: its rows are the TEMP view's, which only SQLite reads */
+    if (d->scoped) return GM_PAGES_NO;
     if (!sqlite3_get_autocommit(d->db)) return GM_PAGES_NO; /* someone else's transaction */
     /* the map off: its pages would be copied from, and stay resident */
     int64_t mmap_was = -1;

@@ -128,6 +128,13 @@ static int recorded_sums(gm_db *d, uint64_t *allocated, uint64_t *reserved, uint
 }
 
 void gm_recorded_peaks(gm_db *d, uint64_t *allocated, uint64_t *reserved) {
+    uint64_t pa, pr, pdev;
+    /* one device's: the allocator's statistics are the process's, every device's together */
+    if (d->scoped) {
+        *allocated = *reserved = 0;
+        if (recorded_sums(d, &pa, &pr, &pdev) == 0) *allocated = pa, *reserved = pr;
+        return;
+    }
     *allocated = (uint64_t)gm_meta_int(d, "stat.peak_allocated", 0);
     *reserved = (uint64_t)gm_meta_int(d, "stat.peak_reserved", 0);
     sqlite3_stmt *s;
@@ -140,7 +147,6 @@ void gm_recorded_peaks(gm_db *d, uint64_t *allocated, uint64_t *reserved) {
     int any = sqlite3_step(s) == SQLITE_ROW;
     sqlite3_finalize(s);
     if (!any) return;
-    uint64_t pa, pr, pdev;
     if (recorded_sums(d, &pa, &pr, &pdev) == 0) *allocated = pa, *reserved = pr;
 }
 
@@ -763,12 +769,41 @@ int gm_db_devices(gm_db *d, int *lo, int *hi) {
     return n;
 }
 
-void gm_devices_say(gm_db *d, const char *figures, FILE *out) {
-    int lo, hi, n = gm_db_devices(d, &lo, &hi);
-    if (n > 1)
-        fprintf(out, "gpumem: note: %s: the program used %d devices (%d to %d): %s add them together "
-                     "(no device held that much at once); gpumem report gives each device's peaks\n",
-                d->path, n, lo, hi, figures);
+int gm_db_scope_device(gm_db *d, int dev) {
+    char sql[1024];
+    /* a row of no device (a host event, a range's mark) belongs to every device's reading */
+    snprintf(sql, sizeof sql,
+             "CREATE TEMP VIEW events AS SELECT * FROM main.events WHERE device IS NULL OR device < 0 OR device = %d;"
+             "CREATE TEMP VIEW ooms AS SELECT * FROM main.ooms WHERE device IS NULL OR device < 0 OR device = %d;"
+             "CREATE TEMP VIEW snapshots AS SELECT * FROM main.snapshots WHERE device IS NULL OR device < 0 "
+             "OR device = %d;"
+             "CREATE TEMP VIEW segments AS SELECT * FROM main.segments WHERE device IS NULL OR device < 0 "
+             "OR device = %d;",
+             dev, dev, dev, dev);
+    if (sqlite3_exec(d->db, "PRAGMA query_only=0; SAVEPOINT scope", NULL, NULL, NULL) != SQLITE_OK) return -1;
+    int rc = sqlite3_exec(d->db, sql, NULL, NULL, NULL);
+    sqlite3_exec(d->db, rc == SQLITE_OK ? "RELEASE scope" : "ROLLBACK TO scope; RELEASE scope", NULL, NULL, NULL);
+    sqlite3_exec(d->db, "PRAGMA query_only=1", NULL, NULL, NULL);
+    if (rc != SQLITE_OK) return -1;
+    /* statements prepared before name the file's tables */
+    sqlite3_finalize(d->meta_st);
+    sqlite3_finalize(d->table_st);
+    d->meta_st = d->table_st = NULL;
+    d->scoped = dev + 1;
+    return 0;
+}
+
+void gm_scope_say(gm_db *d, const char *figures, FILE *out) {
+    if (!d->scoped)
+        return;
+    fprintf(out, "gpumem: note: %s: the program held memory on %d devices (%d to %d): %s are device %d's, "
+                 "the busiest (each device has its own allocator: their sum is a heap no device held); "
+                 "gpumem report gives each device's peaks\n",
+            d->path, d->scope_devices, d->scope_lo, d->scope_hi, figures, d->scoped - 1);
+}
+
+void gm_scope_json(const gm_db *d, FILE *out, const char *before, const char *after) {
+    if (d->scoped) fprintf(out, "%s\"device\":%d,\"devices\":%d%s", before, d->scoped - 1, d->scope_devices, after);
 }
 
 void gm_lossy_say(gm_db *d, FILE *out) {

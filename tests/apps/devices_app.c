@@ -13,8 +13,16 @@
  *
  * `devices_app stream`: memory on device 0 only (32 MiB), and a stream made, used and destroyed
  * on device 1, which holds no memory: one device's figures, with no note that they add two.
+ *
+ * `devices_app steps`: four NVTX steps ("step N") for the commands that read steps and replays
+ * (tests/integration/devices_cmds.sh): device 0 holds 64 MiB all run and in each step leaks
+ * 1 MiB (dev0_leak), then a 16 MiB temporary made and freed (dev0_alloc); device 1 leaks 4 MiB a
+ * step (dev1_alloc). Device 0 is the busiest (peak 84 MiB against 16 MiB); its leaks are 4 MiB,
+ * 1 MiB a step, device 1's 16 MiB, 4 MiB a step: the sum (20 MiB, 5 MiB a step) is no device's.
+ * Prints "LEAKED <device> <bytes> <bytes a step>" for each device.
  */
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -52,10 +60,39 @@ static __attribute__((noinline)) void dev1_stream(void) {
     check(cudaStreamSynchronize(s) == cudaSuccess && cudaStreamDestroy(s) == cudaSuccess, "the stream on device 1");
 }
 
+static __attribute__((noinline)) void *dev0_leak(size_t n) {
+    void *p = NULL;
+    check(cudaSetDevice(0) == cudaSuccess && cudaMalloc(&p, n) == cudaSuccess, "cudaMalloc on device 0");
+    return p;
+}
+
+static int steps(void) {
+    const int nsteps = 4;
+    const size_t leak0 = 1u << 20, leak1 = 4u << 20;
+    void *base = dev0_alloc(64u << 20);
+    for (int s = 0; s < nsteps; s++) {
+        char name[32];
+        snprintf(name, sizeof name, "step %d", s);
+        nvtxRangePushA(name);
+        (void)dev0_leak(leak0);
+        void *t = dev0_alloc(16u << 20);
+        cudaSetDevice(0);
+        check(cudaFree(t) == cudaSuccess, "cudaFree on device 0");
+        (void)dev1_alloc(leak1);
+        nvtxRangePop();
+    }
+    cudaSetDevice(0);
+    check(cudaFree(base) == cudaSuccess, "cudaFree on device 0");
+    printf("LEAKED 0 %zu %zu\nLEAKED 1 %zu %zu\n", nsteps * leak0, leak0, nsteps * leak1, leak1);
+    if (!bad) printf("devices_app ok\n");
+    return bad ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     int n = 0;
     check(cudaGetDeviceCount(&n) == cudaSuccess && n >= 2, "two devices (GPUMEM_SIM_DEVICES=2)");
     if (bad) return 1;
+    if (argc > 1 && !strcmp(argv[1], "steps")) return steps();
     if (argc > 1 && !strcmp(argv[1], "stream")) {
         dev1_stream();
         void *a = dev0_alloc(32u << 20);

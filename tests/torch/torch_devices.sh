@@ -12,13 +12,14 @@
 #     moved onto cuda:0, not dev0_alloc);
 #   - the ranks report and diff give one device's figures (the busiest's), each said, never the
 #     sum: 80 MiB for devices_app, PyTorch's max_memory_allocated(d) for devices_mlp.py;
-#   - every other command whose figures still add the devices (leaks, frag, tune, advise, viz,
-#     export) says so in a note; none does for `devices_app stream` (memory on device 0 only, a
-#     stream used on device 1): devices are counted from the memory recorded, not the streams;
+#   - every other command (leaks, frag, tune, advise, viz, export's folded) reads the busiest
+#     device's events alone and says so in a note; none does for `devices_app stream` (memory on
+#     device 0 only, a stream used on device 1): devices are counted from the memory recorded;
 #   - a reset of one device's peak stats (tests/torch/devices_reset.py: reset_peak_memory_stats(1)):
 #     report's .torch.devices[d].peak_reset is device d's own (null on device 0, the program's
 #     max_memory_*(1) on device 1), the ranks report's torch_peak_allocated is max_memory_allocated(1)
-#     with the reset said, and diff's gate compares the whole-run peak reserved, named so;
+#     with the reset said, and diff's gate compares the whole-run peak reserved, named so, its
+#     line of the reset naming the device (max_memory_allocated(1) since);
 #   - the figures of one device where they are compared (the table below, devices_figs.py).
 set -euo pipefail
 source "$(dirname "$0")/common.bash"
@@ -144,6 +145,7 @@ want="1 $(jq -r '.allocated[1]' <<<"$rmax") 1"
 got=$(jq -r '"\(.gate.on) \(.a.peak_reset.max_memory_reserved)"' "$tmp/dfr.json")
 [[ $got == "peak_reserved $(jq -r '.reserved[1]' <<<"$rmax")" ]] && grepq -F "PyTorch's whole-run peak reserved" "$tmp/dfr.txt" \
   && ! grepq -F "max_memory_reserved() 96" "$tmp/dfr.txt" \
+  && grepq -F "max_memory_allocated(1) / max_memory_reserved(1) since" "$tmp/dfr.txt" \
   && ok "reset: diff's gate is on the whole-run peak reserved, named so ($got)" \
   || bad "reset: diff's gate '$got': $(grep -F 'allowed' "$tmp/dfr.txt")"
 
@@ -220,18 +222,20 @@ for row in "${figs[@]}"; do
   fi
 done
 
-# every command whose figures still add the devices says so
-note="the program used 2 devices (0 to 1)"
+# every other command's figures are the busiest device's (tests/integration/devices_cmds.sh checks
+# each figure on a C program), said: the device report leads with
 for db in t c; do
+  lead=$(jq -r 'if .torch.present == 1 and .torch.device != null then .torch.device else .summary.device end' "$tmp/$db.json")
   for cmd in leaks frag tune advise viz export; do
     case $cmd in
       viz) args=(viz "$tmp/$db.db" -o "$tmp/$db.html") ;;
-      export) args=(export "$tmp/$db.db" --format csv -o "$tmp/$db.csv") ;;
+      export) args=(export "$tmp/$db.db" --format folded -o "$tmp/$db.folded") ;;
       *) args=("$cmd" "$tmp/$db.db") ;;
     esac
     "$G" "${args[@]}" > "$tmp/o" 2>&1 || true
-    grepq -F "$note" "$tmp/o" && ok "$db: $cmd says its figures add the devices" \
-      || bad "$db: $cmd does not say it adds 2 devices: $(head -n 2 "$tmp/o")"
+    grepq -F "the program held memory on 2 devices (0 to 1)" "$tmp/o" && grepq -F "are device $lead's, the busiest" "$tmp/o" \
+      && ok "$db: $cmd says its figures are device $lead's" \
+      || bad "$db: $cmd does not say its figures are device $lead's: $(grep -F devices "$tmp/o" | head -n 2)"
   done
 done
 exit $fail
