@@ -11,7 +11,10 @@
 #   - tune --check and frag --check: predicted == measured, and measured is what report and
 #     `recorded` count (the re-run database's running sums, not the allocator's statistics,
 #     which leave the pass-through out);
-#   - advise's baseline (the recorded configuration replayed) is the recording's peaks.
+#   - advise's baseline (the recorded configuration replayed) is the recording's peaks;
+#   - the pass-through takes the device's memory in the replay too: the exported trace fits a
+#     device (--capacity) of the recorded peak reserved and is an OOM with no limit (the device's)
+#     on one 1 MiB smaller (the replay once left `ad` bytes out of the capacity: no OOM).
 set -uo pipefail
 BUILD=${BUILD:-build}
 GM=$PWD/$BUILD/gpumem
@@ -65,6 +68,13 @@ while read -r kind bytes; do
     [[ $ra == "$ma" && $rr == "$mr" ]] || fail "$kind preset:$p: the exported trace replays to allocated $ra reserved $rr; recorded under it: allocated $ma reserved $mr"
   done
   read -r ma mr <<< "${meas[gpumem]}"
+  if [[ $bytes != 0 ]]; then
+    fit=$("$REPLAY" --preset gpumem $td --capacity "$mr" "$TMP/$kind.trace" | grep -o 'oom_at=[-0-9]*')
+    short=$("$REPLAY" --preset gpumem $td --capacity $((mr - 1048576)) "$TMP/$kind.trace" | grep -o 'oom_at=[-0-9]* .*oom_limit=[a-z0-9]*' | sed 's/ .* / /')
+    [[ $fit == oom_at=-1 && $short =~ ^oom_at=[0-9]+\ oom_limit=none$ ]] \
+      && ok "$kind: the trace fits --capacity $mr (the recorded peak reserved), 1 MiB less is the device's OOM ($short)" \
+      || fail "$kind: the trace under --capacity $mr: '$fit' (oom_at=-1 expected), 1 MiB less: '$short' (an OOM with oom_limit=none expected)"
+  fi
   jq -e --argjson r "$mr" '.recorded.peak_reserved == $r' "$TMP/tune.json" > /dev/null \
     || fail "$kind: tune's recorded $(jq .recorded.peak_reserved "$TMP/tune.json") is not report's $mr"
 
