@@ -2,7 +2,8 @@
 # Memory the driver gives the program outside gpumem's allocator is the same under every
 # configuration, and tune, frag, advise and the trace export replay it so (README, "What each
 # figure counts"; alloc/README.md, `ad`). For each kind of tests/apps/kinds_app — a pool the
-# program chose (flag 2048: 8 MiB, and 16 x 64 KiB that B's cached small segment could hold), a
+# program chose (flag 2048: 8 MiB, 16 x 64 KiB that B's cached small segment could hold, and 8 MiB
+# of cudaMallocAsync after cudaDeviceSetMemPool), a
 # graph's memory node (16384: captured, and made node by node), managed memory and the program's
 # own VMM (in neither allocated nor reserved) — recorded under each preset:
 #   - tune's replay of that preset predicts exactly the peaks `report` gives for the recording
@@ -34,6 +35,7 @@ presets="gpumem pytorch pytorch-expandable nocache"
 # kind | bytes passed through at once
 table="pool 8388608
 poolsmall 1048576
+setpool 8388608
 graph 8388608
 graphnode 8388608
 managed 0
