@@ -128,7 +128,8 @@ static CUresult drv_alloc(CUdeviceptr *dptr, size_t size, CUstream stream, gm_al
     int forbidden = !graph && gm_capture_prohibited();
     /* a stream-ordered allocation on a device whose pool the program chose (cuDeviceSetMemPool):
      * that pool's, the driver's in both modes (program_mem.c) */
-    int chosen = kind == GM_ALLOC_ASYNC && !graph && gm_stream_device(stream, &dev) && gm_pm_chosen_pool((int)dev);
+    int chosen = kind == GM_ALLOC_ASYNC && !graph && gm_pm_any_chosen_pool() && gm_stream_device(stream, &dev) &&
+                 gm_pm_chosen_pool((int)dev);
     if (gm_mode() == GM_MODE_REPLACE && !graph && !forbidden && !chosen) {
         /* the driver's own checks, in its order: the stream, then the arguments (size 0 is
          * CUDA_ERROR_INVALID_VALUE for cuMemAlloc, success and 0 for cuMemAllocAsync, as on an

@@ -542,6 +542,8 @@ CUresult gm_pm_cuMemSetMemPool(CUmemLocation *loc, CUmemAllocationType type, CUm
  * cuMemAllocAsync), NULL where it chose none: those allocations are then the pool's, passed
  * through in both modes with flag GM_EVF_POOL. */
 CUmemoryPool gm_pm_chosen_pool(int dev);
+/* Whether the program chose a pool for any device (so far): the allocation paths ask this first. */
+int gm_pm_any_chosen_pool(void);
 CUresult gm_pm_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
                                   unsigned int elem);
 CUresult gm_pm_cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d);

@@ -317,6 +317,12 @@ CUresult gm_pm_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *d, size_t n, CUmemoryPo
  * the driver's pool by name, as cuMemAllocFromPoolAsync on it does). */
 #define PM_MAX_DEVICES 64
 static CUmemoryPool _Atomic chosen_pool[PM_MAX_DEVICES];
+static _Atomic int any_chosen; /* the allocation paths' fast answer: no program chose one */
+
+int gm_pm_any_chosen_pool(void)
+{
+    return atomic_load_explicit(&any_chosen, memory_order_relaxed);
+}
 
 CUmemoryPool gm_pm_chosen_pool(int dev)
 {
@@ -326,8 +332,10 @@ CUmemoryPool gm_pm_chosen_pool(int dev)
 
 static void pm_choose(int dev, CUmemoryPool pool)
 {
-    if (dev >= 0 && dev < PM_MAX_DEVICES && pool)
+    if (dev >= 0 && dev < PM_MAX_DEVICES && pool) {
         atomic_store_explicit(&chosen_pool[dev], pool, memory_order_release);
+        atomic_store_explicit(&any_chosen, 1, memory_order_relaxed);
+    }
 }
 
 CUresult gm_pm_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)

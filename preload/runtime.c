@@ -364,7 +364,7 @@ static cudaError_t rt_malloc_async(void **p, size_t size, cudaStream_t s, malloc
     /* on a device whose pool the program chose (cudaDeviceSetMemPool): that pool's, the
      * driver's in both modes, recorded as cudaMallocFromPoolAsync on it is (program_mem.c) */
     CUdevice sdev;
-    cudaMemPool_t pool = m != GM_MODE_OFF && !graph && gm_stream_device((CUstream)s, &sdev)
+    cudaMemPool_t pool = m != GM_MODE_OFF && !graph && gm_pm_any_chosen_pool() && gm_stream_device((CUstream)s, &sdev)
                              ? (cudaMemPool_t)gm_pm_chosen_pool((int)sdev)
                              : NULL;
     /* on a stream not captured while the capture rules forbid it: the runtime's refusal (900) */
