@@ -608,13 +608,16 @@ typedef enum alloc_trace_kind {
      * allocator a configuration changes (a pool the program chose, a CUDA graph's memory node:
      * recorded with flag 2048 or 16384, passed through in every mode). Under every configuration
      * it is exactly size bytes in allocated and in reserved (its own segment, as gpumem report
-     * counts it) from its allocation to its free, never cached, never in the allocator's limit.
+     * counts it) from its allocation to its free, never cached, never in the allocator's limit,
+     * but in the device's memory (alloc_replay_opts.capacity): one that does not fit is an OOM. 
      * Without it a pool's allocations were served from the allocator's segments, so a
      * configuration seemed to save memory the program's pool held in the run. */
     ALLOC_TR_ALLOC_DRIVER = 12,
     /* cb <pool> / ce <pool>: gpumem's graph capture into the private pool `pool` (an `ap` key)
      * begins / ends (gpumem's recordings: the first and the last allocation of a capture's pool,
-     * written before and after them). While a capture is underway the live allocator queries no
+     * written before and after them: another thread's allocation made during the capture outside
+     * that span replays as made outside it, the recordings having no event for a capture's own
+     * begin and end). While a capture is underway the live allocator queries no
      * event, never synchronizes and releases no memory its streams may still use (only what was
      * settled before it began), and a free that must wait for other streams is recorded at the
      * capture's end (alloc_capture_begin / alloc_capture_end); the replay does the same between

@@ -821,20 +821,20 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
             l.stream = e->stream;
             int r;
             bool info_hit = true; /* the cache served it: reserved did not grow */
-            if (e->kind == ALLOC_TR_ALLOC_DRIVER) {
-                /* the driver's, whatever the configuration: counted, never the allocator's */
-                l.flags = RL_DRIVER;
-                l.size = e->size;
-                r = ALLOC_OK;
-            } else if (bypass && (e->kind == ALLOC_TR_ALLOC_OTHER ||
-                           (e->kind == ALLOC_TR_ALLOC_SERVED && o.framework_only))) {
-                l.flags = RL_OTHER;
+            bool device_own = bypass && (e->kind == ALLOC_TR_ALLOC_OTHER ||
+                                         (e->kind == ALLOC_TR_ALLOC_SERVED && o.framework_only));
+            if (e->kind == ALLOC_TR_ALLOC_DRIVER || device_own) {
+                /* the driver's (`ad`), whatever the configuration: counted, never the allocator's;
+                 * under the pytorch presets a library's cudaMalloc (`ax`) is the device's too,
+                 * outside allocated and reserved. Either takes device memory (capacity) */
+                l.flags = e->kind == ALLOC_TR_ALLOC_DRIVER ? RL_DRIVER : RL_OTHER;
                 l.size = e->size;
                 r = e->size
                         ? (be->seg_alloc(be->ctx, e->size, &l.ptr) == ALLOC_BE_OK ? ALLOC_OK
                                                                                   : ALLOC_ERR_OOM)
                         : ALLOC_OK;
-                /* PyTorch does not free its cache for a library's cudaMalloc */
+                /* PyTorch does not free its cache for a library's cudaMalloc, nor gpumem for an
+                 * allocation it passes through */
                 if (r == ALLOC_ERR_OOM && out->oom_index < 0) {
                     /* the device is full: forensics from the allocator's point of view */
                     out->oom_index = (int64_t)i;
@@ -844,7 +844,8 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                     out->oom.stream = (uintptr_t)e->stream;
                     out->oom.allocated = (size_t)st.allocated_bytes.current;
                     out->oom.reserved = (size_t)st.reserved_bytes.current;
-                    out->oom.limit = cfg ? cfg->limit : ALLOC_NO_LIMIT;
+                    /* the allocator's limit does not cap what the driver serves itself */
+                    out->oom.limit = cfg && !(l.flags & RL_DRIVER) ? cfg->limit : ALLOC_NO_LIMIT;
                     out->num_ooms++;
                 }
             } else {
@@ -928,6 +929,7 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
             cur_req -= l.requested;
             if (l.flags & RL_DRIVER) {
                 cur_driver -= l.size; /* back to the driver at once: nothing to land */
+                if (l.ptr) be->seg_free(be->ctx, l.ptr, l.size);
                 break;
             }
             if (!l.ptr) break;

@@ -126,7 +126,11 @@ static CUresult drv_alloc(CUdeviceptr *dptr, size_t size, CUstream stream, gm_al
      * not captured: an H200 refuses both with 900 and invalidates the capture): the driver's own
      * refusal */
     int forbidden = !graph && gm_capture_prohibited();
-    if (gm_mode() == GM_MODE_REPLACE && !graph && !forbidden) {
+    /* a stream-ordered allocation on a device whose pool the program chose (cuDeviceSetMemPool):
+     * that pool's, the driver's in both modes (program_mem.c) */
+    int chosen = kind == GM_ALLOC_ASYNC && !graph && gm_pm_any_chosen_pool() && gm_stream_device(stream, &dev) &&
+                 gm_pm_chosen_pool((int)dev);
+    if (gm_mode() == GM_MODE_REPLACE && !graph && !forbidden && !chosen) {
         /* the driver's own checks, in its order: the stream, then the arguments (size 0 is
          * CUDA_ERROR_INVALID_VALUE for cuMemAlloc, success and 0 for cuMemAllocAsync, as on an
          * H200); a stream-ordered allocation lives on its stream's device */
@@ -146,8 +150,8 @@ static CUresult drv_alloc(CUdeviceptr *dptr, size_t size, CUstream stream, gm_al
             gm_heap_pool_note(dev, *dptr, size);
         return r;
     }
-    /* record mode, graph allocations, forbidden calls: the real allocation, remembered so its
-     * free is matched */
+    /* record mode, graph allocations, a chosen pool's, forbidden calls: the real allocation,
+     * remembered so its free is matched */
     if (!dptr)
         return CUDA_ERROR_INVALID_VALUE;
     CUresult r = real ? real(dptr, size, stream) : real_sync(dptr, size);
@@ -157,8 +161,12 @@ static CUresult drv_alloc(CUdeviceptr *dptr, size_t size, CUstream stream, gm_al
     if (r == CUDA_SUCCESS) {
         gm_stat_add(GM_ST_PASSTHROUGH, 1);
         gm_pt_add(*dptr, size,
-                  graph ? GM_PT_GRAPH : kind == GM_ALLOC_ASYNC ? GM_PT_ASYNC : GM_PT_DEVICE, dev);
-        gm_next_alloc_flags = graph ? GM_EVF_GRAPH : 0;
+                  graph    ? GM_PT_GRAPH
+                  : chosen ? GM_PT_POOL
+                  : kind == GM_ALLOC_ASYNC ? GM_PT_ASYNC
+                                           : GM_PT_DEVICE,
+                  dev);
+        gm_next_alloc_flags = graph ? GM_EVF_GRAPH : chosen ? GM_EVF_POOL : 0;
         gm_event(kind == GM_ALLOC_ASYNC ? GM_EV_ALLOC_ASYNC : GM_EV_ALLOC, dev, stream, *dptr,
                  size, size);
         gm_next_alloc_flags = 0;
@@ -1103,27 +1111,46 @@ static CUresult h_cuGraphDestroy(CUgraph g)
 }
 
 /* A graph built node by node: cuGraphAddMemAllocNode (and the runtime's
- * cudaGraphAddMemAllocNode, which reaches it through cuGetProcAddress) makes the same allocation
+ * cudaGraphAddMemAllocNode, which reaches it through cuGetProcAddress), or the generic
+ * cuGraphAddNode with a node of type CU_GRAPH_NODE_TYPE_MEM_ALLOC, makes the same allocation
  * node a captured cuMemAllocAsync makes, its address fixed now, on the device its pool
- * properties name; cuGraphAddMemFreeNode the same free node. Recorded as the captured ones are,
- * in both modes (the driver serves graph memory in both): the allocation with GM_EVF_GRAPH when
- * the node is made, its free when the free node is. */
+ * properties name; cuGraphAddMemFreeNode (cuGraphAddNode's CU_GRAPH_NODE_TYPE_MEM_FREE) the same
+ * free node. Recorded as the captured ones are, in both modes (the driver serves graph memory in
+ * both), whichever entry point made the node (cuGetProcAddress, dlsym, the name itself:
+ * driver_sym.c): the allocation with GM_EVF_GRAPH when the node is made, its free when the free
+ * node is. */
+static void graph_alloc_node(const CUmemPoolProps *props, CUdeviceptr p, size_t bytes)
+{
+    if (!p || gm_pass() || !gm_capture_hooks_on())
+        return;
+    int dev = props->location.type == CU_MEM_LOCATION_TYPE_DEVICE ? props->location.id : -1;
+    gm_stat_add(GM_ST_PASSTHROUGH, 1);
+    gm_pt_add(p, bytes, GM_PT_GRAPH, dev);
+    gm_next_alloc_flags = GM_EVF_GRAPH;
+    gm_event(GM_EV_ALLOC_ASYNC, dev, 0, p, bytes, bytes);
+    gm_next_alloc_flags = 0;
+}
+
+static void graph_free_node(CUdeviceptr p)
+{
+    size_t size;
+    enum gm_pt_kind k;
+    int dev;
+    /* the driver took it: a graph allocation (one made before the recording is not known) */
+    if (!gm_pass() && gm_capture_hooks_on() && gm_pt_remove(p, &size, &k, &dev)) {
+        gm_stat_add(GM_ST_PASSTHROUGH_FREE, 1);
+        gm_event(GM_EV_FREE_ASYNC, dev, 0, p, size, 0);
+    }
+}
+
 static CUresult (*real_cuGraphAddMemAllocNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
                                                CUDA_MEM_ALLOC_NODE_PARAMS *);
 static CUresult h_cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
                                          size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS *params)
 {
     CUresult r = real_cuGraphAddMemAllocNode(node, g, deps, ndeps, params);
-    if (r != CUDA_SUCCESS || !params || !params->dptr || gm_pass() || !gm_capture_hooks_on())
-        return r;
-    int dev = params->poolProps.location.type == CU_MEM_LOCATION_TYPE_DEVICE
-                  ? params->poolProps.location.id
-                  : -1;
-    gm_stat_add(GM_ST_PASSTHROUGH, 1);
-    gm_pt_add(params->dptr, params->bytesize, GM_PT_GRAPH, dev);
-    gm_next_alloc_flags = GM_EVF_GRAPH;
-    gm_event(GM_EV_ALLOC_ASYNC, dev, 0, params->dptr, params->bytesize, params->bytesize);
-    gm_next_alloc_flags = 0;
+    if (r == CUDA_SUCCESS && params)
+        graph_alloc_node(&params->poolProps, params->dptr, params->bytesize);
     return r;
 }
 
@@ -1133,15 +1160,41 @@ static CUresult h_cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph g, const CUgr
                                         size_t ndeps, CUdeviceptr p)
 {
     CUresult r = real_cuGraphAddMemFreeNode(node, g, deps, ndeps, p);
-    size_t size;
-    enum gm_pt_kind k;
-    int dev;
-    /* the driver took it: a graph allocation (one made before the recording is not known) */
-    if (r == CUDA_SUCCESS && !gm_pass() && gm_capture_hooks_on() &&
-        gm_pt_remove(p, &size, &k, &dev)) {
-        gm_stat_add(GM_ST_PASSTHROUGH_FREE, 1);
-        gm_event(GM_EV_FREE_ASYNC, dev, 0, p, size, 0);
-    }
+    if (r == CUDA_SUCCESS)
+        graph_free_node(p);
+    return r;
+}
+
+/* The generic node's memory kinds (other node types hold no memory of the program's) */
+static void graph_node(CUresult r, const CUgraphNodeParams *params)
+{
+    if (r != CUDA_SUCCESS || !params)
+        return;
+    if (params->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+        graph_alloc_node(&params->alloc.poolProps, params->alloc.dptr, params->alloc.bytesize);
+    else if (params->type == CU_GRAPH_NODE_TYPE_MEM_FREE)
+        graph_free_node(params->free.dptr);
+}
+
+static CUresult (*real_cuGraphAddNode_v2)(CUgraphNode *, CUgraph, const CUgraphNode *,
+                                          const CUgraphEdgeData *, size_t, CUgraphNodeParams *);
+static CUresult h_cuGraphAddNode_v2(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                                    const CUgraphEdgeData *edges, size_t ndeps,
+                                    CUgraphNodeParams *params)
+{
+    CUresult r = real_cuGraphAddNode_v2(node, g, deps, edges, ndeps, params);
+    graph_node(r, params);
+    return r;
+}
+
+/* CUDA 12.2's cuGraphAddNode (no edge data): what cuGetProcAddress gives a program built then */
+static CUresult (*real_cuGraphAddNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                       CUgraphNodeParams *);
+static CUresult h_cuGraphAddNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                                 size_t ndeps, CUgraphNodeParams *params)
+{
+    CUresult r = real_cuGraphAddNode(node, g, deps, ndeps, params);
+    graph_node(r, params);
     return r;
 }
 
@@ -1330,6 +1383,9 @@ static struct hook_ent hooks[] = {
      (void *)gm_pm_cuMemPoolCreate},
     {"cuMemPoolDestroy", 0, "cuMemPoolDestroy", PM_SLOT(cuMemPoolDestroy),
      (void *)gm_pm_cuMemPoolDestroy},
+    {"cuDeviceSetMemPool", 0, "cuDeviceSetMemPool", PM_SLOT(cuDeviceSetMemPool),
+     (void *)gm_pm_cuDeviceSetMemPool},
+    {"cuMemSetMemPool", 0, "cuMemSetMemPool", PM_SLOT(cuMemSetMemPool), (void *)gm_pm_cuMemSetMemPool},
     {"cuArrayCreate", 0, "cuArrayCreate_v2", PM_SLOT(cuArrayCreate_v2),
      (void *)gm_pm_cuArrayCreate_v2},
     {"cuArray3DCreate", 0, "cuArray3DCreate_v2", PM_SLOT(cuArray3DCreate_v2),
@@ -1386,6 +1442,10 @@ static struct hook_ent hooks[] = {
      (void *)h_cuGraphDestroy},
     {"cuGraphAddMemAllocNode", 0, "cuGraphAddMemAllocNode",
      (void **)(void *)&real_cuGraphAddMemAllocNode, (void *)h_cuGraphAddMemAllocNode},
+    {"cuGraphAddNode", 0, "cuGraphAddNode_v2", (void **)(void *)&real_cuGraphAddNode_v2,
+     (void *)h_cuGraphAddNode_v2},
+    {"cuGraphAddNode", 0, "cuGraphAddNode", (void **)(void *)&real_cuGraphAddNode,
+     (void *)h_cuGraphAddNode},
     {"cuGraphAddMemFreeNode", 0, "cuGraphAddMemFreeNode",
      (void **)(void *)&real_cuGraphAddMemFreeNode, (void *)h_cuGraphAddMemFreeNode},
     {"cuThreadExchangeStreamCaptureMode", 0, "cuThreadExchangeStreamCaptureMode",

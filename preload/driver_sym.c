@@ -91,6 +91,18 @@ SYM_PTSZ(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync,
          (CUdeviceptr * d, size_t n, CUmemoryPool pool, CUstream s), (d, n, pool, s), s)
 SYM_FN(cuMemPoolCreate, (CUmemoryPool * pool, const CUmemPoolProps *props), (pool, props))
 SYM_FN(cuMemPoolDestroy, (CUmemoryPool pool), (pool))
+SYM_FN(cuDeviceSetMemPool, (CUdevice dev, CUmemoryPool pool), (dev, pool))
+SYM_FN(cuMemSetMemPool, (CUmemLocation * loc, CUmemAllocationType type, CUmemoryPool pool), (loc, type, pool))
+/* a graph's memory nodes made by name (the hooks record them whatever the path) */
+SYM_FN(cuGraphAddMemAllocNode,
+       (CUgraphNode * node, CUgraph g, const CUgraphNode *deps, size_t n, CUDA_MEM_ALLOC_NODE_PARAMS *params),
+       (node, g, deps, n, params))
+SYM_FN(cuGraphAddMemFreeNode, (CUgraphNode * node, CUgraph g, const CUgraphNode *deps, size_t n, CUdeviceptr p),
+       (node, g, deps, n, p))
+SYM_FN(cuGraphAddNode_v2,
+       (CUgraphNode * node, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *edges, size_t n,
+        CUgraphNodeParams *params),
+       (node, g, deps, edges, n, params))
 /* the program's own virtual memory */
 SYM_FN(cuMemCreate,
        (CUmemGenericAllocationHandle * h, size_t n, const CUmemAllocationProp *prop,

@@ -500,6 +500,8 @@ struct gm_real_pm {
     CUresult (*cuMemAllocPitch_v2)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
     CUresult (*cuMemPoolCreate)(CUmemoryPool *, const CUmemPoolProps *);
     CUresult (*cuMemPoolDestroy)(CUmemoryPool);
+    CUresult (*cuDeviceSetMemPool)(CUdevice, CUmemoryPool);
+    CUresult (*cuMemSetMemPool)(CUmemLocation *, CUmemAllocationType, CUmemoryPool);
     CUresult (*cuArrayCreate_v2)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
     CUresult (*cuArray3DCreate_v2)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
     CUresult (*cuArrayDestroy)(CUarray);
@@ -532,6 +534,16 @@ CUresult gm_pm_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *d, size_t n, CUmemoryPo
                                             CUstream s);
 CUresult gm_pm_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props);
 CUresult gm_pm_cuMemPoolDestroy(CUmemoryPool pool);
+/* The program made `pool` a device's current pool (cuDeviceSetMemPool; cuMemSetMemPool for a
+ * device's device memory): noted for gm_pm_chosen_pool, in every mode. */
+CUresult gm_pm_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool);
+CUresult gm_pm_cuMemSetMemPool(CUmemLocation *loc, CUmemAllocationType type, CUmemoryPool pool);
+/* The pool the program chose for device dev's stream-ordered allocations (cudaMallocAsync,
+ * cuMemAllocAsync), NULL where it chose none: those allocations are then the pool's, passed
+ * through in both modes with flag GM_EVF_POOL. */
+CUmemoryPool gm_pm_chosen_pool(int dev);
+/* Whether the program chose a pool for any device (so far): the allocation paths ask this first. */
+int gm_pm_any_chosen_pool(void);
 CUresult gm_pm_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
                                   unsigned int elem);
 CUresult gm_pm_cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d);

@@ -13,7 +13,10 @@
  *     common "map, then release the handle at once" keeps it held until the unmap;
  *   - the program's own memory pools: cuMemPoolCreate / cuMemPoolDestroy (pool_create /
  *     pool_destroy) and every allocation from a pool it chose (cuMemAllocFromPoolAsync: passed
- *     through, recorded with flag REC_F_POOL);
+ *     through, recorded with flag REC_F_POOL); a pool it made a device's current one
+ *     (cuDeviceSetMemPool, cuMemSetMemPool: gm_pm_chosen_pool) is such a choice too, so the
+ *     stream-ordered allocations on that device (cudaMallocAsync, cuMemAllocAsync) come from it:
+ *     passed through in both modes and recorded with flag REC_F_POOL, as the driver serves them;
  *   - CUDA arrays (cuArrayCreate_v2, cuArray3DCreate_v2, cuArrayDestroy): passed through,
  *     recorded with the bytes of their elements (array_alloc / array_free).
  *
@@ -30,6 +33,7 @@
 #include "snapshot/record/rec.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -305,6 +309,55 @@ CUresult gm_pm_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *d, size_t n, CUmemoryPo
     return pool_alloc(d, n, p, s ? s : CU_STREAM_PER_THREAD,
                       gm_real.cuMemAllocFromPoolAsync_ptsz ? gm_real.cuMemAllocFromPoolAsync_ptsz
                                                            : gm_real.cuMemAllocFromPoolAsync);
+}
+
+/* The pool each device's stream-ordered allocations come from since the program chose it (NULL:
+ * never chosen: gpumem serves them, standing in for the default pool). Set whatever the mode, so
+ * that a mode's allocations know it; any pool counts, the default one too (the program asked for
+ * the driver's pool by name, as cuMemAllocFromPoolAsync on it does). */
+#define PM_MAX_DEVICES 64
+static CUmemoryPool _Atomic chosen_pool[PM_MAX_DEVICES];
+static _Atomic int any_chosen; /* the allocation paths' fast answer: no program chose one */
+
+int gm_pm_any_chosen_pool(void)
+{
+    return atomic_load_explicit(&any_chosen, memory_order_relaxed);
+}
+
+CUmemoryPool gm_pm_chosen_pool(int dev)
+{
+    return dev >= 0 && dev < PM_MAX_DEVICES ? atomic_load_explicit(&chosen_pool[dev], memory_order_acquire)
+                                            : NULL;
+}
+
+static void pm_choose(int dev, CUmemoryPool pool)
+{
+    if (dev >= 0 && dev < PM_MAX_DEVICES && pool) {
+        atomic_store_explicit(&chosen_pool[dev], pool, memory_order_release);
+        atomic_store_explicit(&any_chosen, 1, memory_order_relaxed);
+    }
+}
+
+CUresult gm_pm_cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+    if (!gm_real_pm.cuDeviceSetMemPool)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = gm_real_pm.cuDeviceSetMemPool(dev, pool);
+    if (r == CUDA_SUCCESS)
+        pm_choose((int)dev, pool);
+    return r;
+}
+
+CUresult gm_pm_cuMemSetMemPool(CUmemLocation *loc, CUmemAllocationType type, CUmemoryPool pool)
+{
+    if (!gm_real_pm.cuMemSetMemPool)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = gm_real_pm.cuMemSetMemPool(loc, type, pool);
+    /* a device's pool for device memory: the one cuMemAllocAsync on that device takes */
+    if (r == CUDA_SUCCESS && loc && loc->type == CU_MEM_LOCATION_TYPE_DEVICE &&
+        type == CU_MEM_ALLOCATION_TYPE_PINNED)
+        pm_choose(loc->id, pool);
+    return r;
 }
 
 static CUresult pm_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)

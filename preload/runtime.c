@@ -361,8 +361,14 @@ static cudaError_t rt_malloc_async(void **p, size_t size, cudaStream_t s, malloc
     gm_mode_t m = rt_mode();
     /* on a capturing stream: the graph's allocation node, the driver's (driver.c, drv_alloc) */
     int graph = m != GM_MODE_OFF && gm_capture_underway() && gm_stream_capturing((CUstream)s);
+    /* on a device whose pool the program chose (cudaDeviceSetMemPool): that pool's, the
+     * driver's in both modes, recorded as cudaMallocFromPoolAsync on it is (program_mem.c) */
+    CUdevice sdev;
+    cudaMemPool_t pool = m != GM_MODE_OFF && !graph && gm_pm_any_chosen_pool() && gm_stream_device((CUstream)s, &sdev)
+                             ? (cudaMemPool_t)gm_pm_chosen_pool((int)sdev)
+                             : NULL;
     /* on a stream not captured while the capture rules forbid it: the runtime's refusal (900) */
-    if (m == GM_MODE_REPLACE && p && !graph && !gm_capture_prohibited()) {
+    if (m == GM_MODE_REPLACE && p && !graph && !pool && !gm_capture_prohibited()) {
         CUresult fail;
         cudaError_t e = rt_alloc(p, size, s, GM_ALLOC_ASYNC, &fail);
         if (fail != CUDA_SUCCESS)
@@ -376,8 +382,8 @@ static cudaError_t rt_malloc_async(void **p, size_t size, cudaStream_t s, malloc
     gm_inside_enter();
     cudaError_t e = real(p, size, s);
     gm_inside_leave();
-    if (m == GM_MODE_RECORD || graph)
-        rt_record_alloc(e, p, size, s, graph ? GM_PT_GRAPH : GM_PT_ASYNC, NULL);
+    if (m == GM_MODE_RECORD || graph || pool)
+        rt_record_alloc(e, p, size, s, graph ? GM_PT_GRAPH : pool ? GM_PT_POOL : GM_PT_ASYNC, pool);
     return e;
 }
 

@@ -628,6 +628,27 @@ CUresult cuGraphAddMemFreeNode(CUgraphNode *pnode, CUgraph graph, const CUgraphN
     return rc;
 }
 
+/* The generic entry point, for the node types the virtual GPU's graphs build node by node: a
+ * memory allocation node (its address returned in params->alloc.dptr, as the driver does) and a
+ * memory free node; edge data is refused (the default edges only). Other types: not supported. */
+CUresult cuGraphAddNode_v2(CUgraphNode *pnode, CUgraph graph, const CUgraphNode *deps,
+                           const CUgraphEdgeData *edges, size_t ndeps, CUgraphNodeParams *params)
+{
+    SIM_CHECK_INIT();
+    if (!params || edges) return CUDA_ERROR_INVALID_VALUE;
+    if (params->type == CU_GRAPH_NODE_TYPE_MEM_FREE)
+        return cuGraphAddMemFreeNode(pnode, graph, deps, ndeps, params->free.dptr);
+    if (params->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC)
+        return sim_unsupported("cuGraphAddNode_v2 of a node type other than a memory allocation or free");
+    CUDA_MEM_ALLOC_NODE_PARAMS a = {.poolProps = params->alloc.poolProps,
+                                    .accessDescs = params->alloc.accessDescs,
+                                    .accessDescCount = params->alloc.accessDescCount,
+                                    .bytesize = params->alloc.bytesize};
+    CUresult rc = cuGraphAddMemAllocNode(pnode, graph, deps, ndeps, &a);
+    if (rc == CUDA_SUCCESS) params->alloc.dptr = a.dptr;
+    return rc;
+}
+
 /* ---- graph memory of a device ------------------------------------------------------------- */
 
 CUresult cuDeviceGraphMemTrim(CUdevice dev)

@@ -678,9 +678,30 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+/* The device's current pool: the one pool the virtual GPU has, the device's default, whether or
+ * not the program set it (cuDeviceSetMemPool); cuMemAllocAsync allocates from it either way. */
 CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
     return cuDeviceGetDefaultMemPool(pool, dev);
+}
+
+/* Setting the current pool: a pool of that device (its default one; other pools are not
+ * modelled), else CUDA_ERROR_INVALID_VALUE, as the driver refuses a pool located elsewhere. */
+CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+    SIM_CHECK_INIT();
+    if (dev < 0 || dev >= sim.ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    return pool_dev(pool) == dev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* CUDA 13's per-location form: a device's pool for device memory only (host locations and
+ * managed memory have no pool here) */
+CUresult cuMemSetMemPool(CUmemLocation *loc, CUmemAllocationType type, CUmemoryPool pool)
+{
+    SIM_CHECK_INIT();
+    if (!loc || loc->type != CU_MEM_LOCATION_TYPE_DEVICE || type != CU_MEM_ALLOCATION_TYPE_PINNED)
+        return sim_unsupported("cuMemSetMemPool for a location other than a device's device memory");
+    return cuDeviceSetMemPool(loc->id, pool);
 }
 
 CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)

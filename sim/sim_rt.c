@@ -41,7 +41,7 @@
                                11020) X(cuMemFreeAsync,                                                                 \
                                         11020) X(cuMemAllocFromPoolAsync,                                               \
                                                  11020) X(cuDeviceGetDefaultMemPool,                                    \
-                                                          11020) X(cuDeviceGetMemPool, 11020)                           \
+                                                          11020) X(cuDeviceGetMemPool, 11020) X(cuDeviceSetMemPool, 11020)                           \
             X(cuMemPoolSetAttribute, 11020) X(cuMemPoolGetAttribute, 11020) X(                                          \
                 cuMemPoolTrimTo,                                                                                        \
                 11020) X(cuMemAllocManaged,                                                                             \
@@ -641,6 +641,12 @@ RT_EXPORT cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *pool, int d)
 {
     RT_BEGIN();
     RT_CALL(DRV.cuDeviceGetMemPool((CUmemoryPool *)pool, (CUdevice)d));
+}
+
+RT_EXPORT cudaError_t cudaDeviceSetMemPool(int d, cudaMemPool_t pool)
+{
+    RT_BEGIN();
+    RT_CALL(DRV.cuDeviceSetMemPool((CUdevice)d, (CUmemoryPool)pool));
 }
 
 RT_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr attr,

@@ -1132,7 +1132,8 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz)
  * as ADV_EV_FREE_DONE events, so that the replay holds each such free until the moment its block
  * became reusable in the run; a free flagged REC_F_PENDING that never landed while recording gets
  * one at the end. The model's allocation index is the rank of the allocation's event among kinds
- * 1 and 3 (adv_model_load makes one per event, in seq order); frees and free_completed name their
+ * 1 and 3 (adv_model_load makes one per event, in seq order: fc_finish finds it by its
+ * ADV_EV_ALLOC, the loader's own 0-byte allocations between); frees and free_completed name their
  * allocation by device and allocator id. A free_completed goes before the first model event
  * recorded after it (by time), said as the count of events after its free (adv_ev.pad), so
  * that it moves with its free in a rewrite. Older recordings have none: nothing changes.
@@ -1222,16 +1223,25 @@ static int fc_finish(fc_reader *r, adv_model *m) {
         if (a && fc_add(r, *a, UINT64_MAX) != 0) return -1;
     }
     if (!r->nfc) return 0;
-    /* each allocation's free: the last one of its index (an index is one allocation) */
-    uint32_t *free_at = malloc((m->nallocs ? m->nallocs : 1) * sizeof *free_at);
-    if (!free_at) return -1;
-    memset(free_at, 0xff, (m->nallocs ? m->nallocs : 1) * sizeof *free_at);
-    for (size_t i = 0; i < m->nevs && i < UINT32_MAX; i++)
+    /* each allocation's free: the last one of its index (an index is one allocation); and the
+     * allocation of each rank (the loader's own events, a pool's end or an empty_cache, have
+     * 0-byte allocations of their own between the recorded ones, and never an ADV_EV_ALLOC) */
+    size_t na = m->nallocs ? m->nallocs : 1;
+    uint32_t *free_at = malloc(na * sizeof *free_at), *of_rank = malloc(na * sizeof *of_rank);
+    if (!free_at || !of_rank) {
+        free(free_at), free(of_rank);
+        return -1;
+    }
+    memset(free_at, 0xff, na * sizeof *free_at);
+    size_t nrank = 0;
+    for (size_t i = 0; i < m->nevs && i < UINT32_MAX; i++) {
         if (m->evs[i].kind == ADV_EV_FREE || m->evs[i].kind == ADV_EV_FREE_ASYNC) free_at[m->evs[i].a] = (uint32_t)i;
+        if (m->evs[i].kind == ADV_EV_ALLOC && nrank < na) of_rank[nrank++] = m->evs[i].a;
+    }
     for (size_t j = 0; j < r->nfc; j++) {
         const adv_ev *f = &r->fc[j];
-        if (f->a >= m->nallocs || free_at[f->a] == UINT32_MAX) continue;
-        size_t at = free_at[f->a], k = at + 1;
+        if (f->a >= nrank || free_at[of_rank[f->a]] == UINT32_MAX) continue;
+        size_t at = free_at[of_rank[f->a]], k = at + 1;
         if (f->t == UINT64_MAX) {
             m->evs[at].pad = ADV_FC_END;
             continue;
@@ -1240,7 +1250,7 @@ static int fc_finish(fc_reader *r, adv_model *m) {
             k++;
         m->evs[at].pad = (uint16_t)(k - at); /* k - at - 1 events between, + 1 */
     }
-    free(free_at);
+    free(free_at), free(of_rank);
     return 0;
 }
 
@@ -1272,6 +1282,10 @@ typedef struct ev_reader {
     int probe; /* ADV_LOAD_TORCH answered by this pass: stop at a row that says PyTorch */
     int progress;   /* ADV_LOAD_PROGRESS, on a terminal */
     fc_reader fc;   /* the frees' landings (adv_ev.pad): not of a PyTorch history */
+    u64map torch_freed;       /* a PyTorch history's: a freed block's address -> its free's event,
+                                 until its free_completed */
+    uint32_t pool_end_stream; /* gpumem's recordings: 1 + the stream of the capture pool whose run
+                                 of segment frees the last row was (0: none) */
     uint64_t nrows; /* rows read, for the progress line */
     int found; /* ... LOAD_AS_HISTORY or LOAD_AS_HOOKED: the row it stopped at */
 } ev_reader;
@@ -1284,22 +1298,31 @@ enum { LOAD_AS_HISTORY = 1 << 8, LOAD_AS_HOOKED = 1 << 9 };
 
 static void ev_reader_free(ev_reader *L)
 {
-    u64map_free(&L->live), u64map_free(&L->seq_idx);
+    u64map_free(&L->live), u64map_free(&L->seq_idx), u64map_free(&L->torch_freed);
     adv_pool_ids_free(&L->pools);
     free(L->stacks), free(L->births), free(L->evseq), free(L->evri);
     fc_reader_free(&L->fc);
 }
 
-/* After adv_add_release / adv_add_limit (added: its answer): the event's 0-byte allocation has no
- * stack and no seq. 0, or -1 out of memory. */
-static int load_cache_event(ev_reader *L, int added)
+/* After the loader added events of its own for the row `seq` (adv_add_release, adv_add_limit,
+ * adv_add_pool_release: added is its answer, the model had had_evs events and had_allocs
+ * allocations before): their 0-byte allocations have no stack and no birth, and each event gets
+ * what every loaded event has beside it (its seq for the inferred phases, no range), so that the
+ * arrays read by event index stay the model's length. 0, or -1 out of memory. */
+static int load_added(ev_reader *L, int added, size_t had_evs, size_t had_allocs, uint64_t seq)
 {
     adv_model *m = L->m;
     if (added > 0 && (gm_grow_fast((void **)&L->stacks, &L->stcap, m->nallocs, sizeof *L->stacks) ||
-                      gm_grow_fast((void **)&L->births, &L->bcap, m->nallocs, sizeof *L->births)))
+                      gm_grow_fast((void **)&L->births, &L->bcap, m->nallocs, sizeof *L->births) ||
+                      (L->infer && gm_grow_fast((void **)&L->evseq, &L->sqcap, m->nevs, sizeof *L->evseq)) ||
+                      (m->torch && gm_grow_fast((void **)&L->evri, &L->ricap, m->nevs, sizeof *L->evri))))
         added = -1;
     if (added < 0) return L->nomem = 1, -1;
-    if (added) L->stacks[m->nallocs - 1] = 0, L->births[m->nallocs - 1] = 0;
+    for (size_t a = had_allocs; a < m->nallocs; a++) L->stacks[a] = 0, L->births[a] = 0;
+    for (size_t i = had_evs; i < m->nevs; i++) {
+        if (L->infer) L->evseq[i] = seq;
+        if (m->torch) L->evri[i] = UINT32_MAX;
+    }
     return 0;
 }
 
@@ -1392,27 +1415,54 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
 {
     int row_kind = kind;
     adv_model *m = L->m;
+    size_t had_evs = m->nevs, had_allocs = m->nallocs;
+    if (m->torch != 1) {
+        /* gpumem's allocator gave a capture's pool back (kinds 15 / 19 flagged REC_F_PRIVATE_POOL,
+         * on the capture's stream: alloc_release_capture, once its graphs are destroyed): the
+         * pool ends here (one capture's run of segments ends it once) */
+        if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) {
+            if (L->pool_end_stream == stream + 1) return 0;
+            L->pool_end_stream = stream + 1;
+            int added = adv_add_pool_release(m, kind, 0, stream, t, &L->evcap, &L->pools);
+            return load_added(L, added, had_evs, had_allocs, seq);
+        }
+        /* gpumem's allocator emptied its cache (kind 36 flagged REC_F_FRAMEWORK: gpumem_empty_cache,
+         * PyTorch's torch.cuda.empty_cache() through it) */
+        if (kind == REC_TORCH_EMPTY_CACHE)
+            return load_added(L, adv_append_release(m, t, &L->evcap), had_evs, had_allocs, seq);
+        L->pool_end_stream = 0;
+    }
     if (m->torch == 1) {
         if (kind == REC_TORCH_SEG_MAP || kind == REC_TORCH_SEG_UNMAP) {
             L->t_res = kind == REC_TORCH_SEG_MAP ? L->t_res + size : L->t_res - (size < L->t_res ? size : L->t_res);
             if (L->t_res > m->rec_peak_reserved) m->rec_peak_reserved = L->t_res;
             if (kind == REC_TORCH_SEG_MAP) return 0;
             /* a private pool's segment: the graph or MemPool is gone, its pool ends here */
-            if (flags & REC_F_PRIVATE_POOL) {
-                size_t had = m->nallocs;
-                /* the events' 0-byte allocations have no stack and no seq */
-                if (adv_add_pool_release(m, kind, alloc_id, stream, t, &L->evcap, &L->pools) < 0 ||
-                    gm_grow_fast((void **)&L->stacks, &L->stcap, m->nallocs, sizeof *L->stacks) ||
-                    gm_grow_fast((void **)&L->births, &L->bcap, m->nallocs, sizeof *L->births))
-                    return L->nomem = 1, -1;
-                for (size_t a = had; a < m->nallocs; a++) L->stacks[a] = 0, L->births[a] = 0;
-            }
+            if ((flags & REC_F_PRIVATE_POOL) &&
+                load_added(L, adv_add_pool_release(m, kind, alloc_id, stream, t, &L->evcap, &L->pools), had_evs,
+                           had_allocs, seq) != 0)
+                return -1;
             /* PyTorch gave memory back: the replay gives back its cache there too, once per run */
-            return load_cache_event(L, adv_add_release(m, t, &L->evcap));
+            return load_added(L, adv_add_release(m, t, &L->evcap), had_evs, had_allocs, seq);
         }
         /* the program's torch.cuda.empty_cache(), also where it gave nothing back when recorded */
-        if (kind == REC_TORCH_EMPTY_CACHE) return load_cache_event(L, adv_add_release(m, t, &L->evcap));
-        if (kind == REC_TORCH_MEMORY_FRACTION) return load_cache_event(L, adv_add_limit(m, t, size, requested, &L->evcap));
+        if (kind == REC_TORCH_EMPTY_CACHE)
+            return load_added(L, adv_add_release(m, t, &L->evcap), had_evs, had_allocs, seq);
+        if (kind == REC_TORCH_MEMORY_FRACTION)
+            return load_added(L, adv_add_limit(m, t, size, requested, &L->evcap), had_evs, had_allocs, seq);
+        /* the block of a tensor freed before became reusable (free_completed: the streams that used
+         * it caught up): its free's landing, the model's events between them counted as fc_finish
+         * counts them (frag and tune read the same rows as the trace's `fc`) */
+        if (kind == REC_TORCH_FREE_COMPLETED) {
+            uint64_t at;
+            if (u64map_del(&L->torch_freed, addr, &at) && at < m->nevs) {
+                /* the first event after the landing, from the free; 1: nothing between, reusable at
+                 * once (no landing: the trace gets an `fc` only where it holds a block) */
+                size_t k = m->nevs - at;
+                if (k > 1) m->evs[at].pad = (uint16_t)(k < ADV_FC_END - 1 ? k : ADV_FC_END - 1);
+            }
+            return 0;
+        }
         /* a tensor's block is counted from its alloc to its free (free_requested) */
         if (kind == REC_TORCH_ALLOC) {
             L->t_alloc += size;
@@ -1463,7 +1513,11 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
         e.a = (uint32_t)a;
         e.kind = kind == REC_FREE ? ADV_EV_FREE : ADV_EV_FREE_ASYNC;
         e.stream = stream;
-        if (m->torch == 1) L->t_alloc -= size < L->t_alloc ? size : L->t_alloc;
+        if (m->torch == 1) {
+            L->t_alloc -= size < L->t_alloc ? size : L->t_alloc;
+            /* held until its free_completed, where one comes later (load_event's pad) */
+            if (addr != U64MAP_EMPTY && u64map_put(&L->torch_freed, addr, m->nevs) != 0) return L->nomem = 1, -1;
+        }
     }
     if (gm_grow_fast((void **)&m->evs, &L->evcap, m->nevs + 1, sizeof *m->evs) ||
         (L->infer && gm_grow_fast((void **)&L->evseq, &L->sqcap, m->nevs + 1, sizeof *L->evseq)))
@@ -1494,7 +1548,11 @@ static int event_rows(void *ctx, const gm_event_row *rows, size_t n)
             L->found = k == 31 ? LOAD_AS_HISTORY : LOAD_AS_HOOKED;
             return 1;
         }
-        if (torch ? k < 31 || k > 37 || k == 33 : k < 1 || k > 4) continue;
+        /* gpumem's recordings: also its capture pools' ends and its own empty_cache (load_event) */
+        if (torch ? k < 31 || k > 37
+                  : (k < 1 || k > 4) && !((k == REC_SEG_UNMAP || k == REC_DRIVER_FREE) && (w->flags & REC_F_PRIVATE_POOL)) &&
+                        !(k == REC_TORCH_EMPTY_CACHE && (w->flags & REC_F_FRAMEWORK)))
+            continue;
         if (load_event(L, (uint64_t)w->seq, (int)k, (uint64_t)w->addr, (uint64_t)w->requested, (uint32_t)w->stream,
                        (uint64_t)w->range, (uint64_t)w->t, (uint32_t)w->stack, (uint64_t)w->size, (uint64_t)w->flags,
                        (uint64_t)w->alloc_id) != 0)

@@ -16,7 +16,9 @@
 enum { ADV_EV_ALLOC = 0, ADV_EV_FREE = 1, ADV_EV_FREE_ASYNC = 2 };
 /* The free of allocation a completed (its block reusable from here): the trace's `fc`. A
  * PyTorch history's trace (gm_replay_trace_load) has them in its events; every other model
- * has them on its frees (adv_ev.pad), made events by adv_to_trace / adv_fc_merge. */
+ * has them on its frees (adv_ev.pad: gpumem's kind 29, and in advise's model of a PyTorch
+ * history its kind 33 where a later event came first), made events by adv_to_trace /
+ * adv_fc_merge. */
 enum { ADV_EV_FREE_DONE = 3 };
 enum { ADV_FC_END = 0xffff };
 /* PyTorch released its cache here: a run of segment frees or unmaps in its merged history (kind

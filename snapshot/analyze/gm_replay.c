@@ -153,106 +153,6 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
     return rc;
 }
 
-/* The ends of gpumem's capture pools: a segment of one given back (kinds 15 / 19 flagged
- * REC_F_PRIVATE_POOL, on the capture's stream), which gpumem's allocator does only once the
- * capture's graphs are destroyed (alloc_release_capture). Read in the model's pass, as the time
- * and stream of each; merged into the model as ADV_EV_POOL_RELEASE events by time after it. */
-typedef struct pool_end {
-    uint64_t t;
-    uint32_t stream;
-} pool_end;
-
-typedef struct pool_ends {
-    pool_end *v;
-    size_t n, cap;
-    /* and gpumem's allocator emptying its cache (kind 36 flagged REC_F_FRAMEWORK:
-     * gpumem_empty_cache, PyTorch's torch.cuda.empty_cache() through it): their times, merged
-     * as ADV_EV_EMPTY_CACHE the same way (after the pass, so that every recorded allocation
-     * keeps its rank) */
-    uint64_t *empty;
-    size_t nempty, capempty;
-} pool_ends;
-
-static int pool_end_rows(pool_ends *p, const gm_event_row *rows, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        const gm_event_row *e = &rows[i];
-        if (e->kind == REC_TORCH_EMPTY_CACHE && ((uint64_t)e->flags & REC_F_FRAMEWORK)) {
-            if (gm_grow_fast((void **)&p->empty, &p->capempty, p->nempty + 1, sizeof *p->empty)) return -1;
-            p->empty[p->nempty++] = (uint64_t)e->t;
-            continue;
-        }
-        if ((e->kind != REC_SEG_UNMAP && e->kind != REC_DRIVER_FREE) || !((uint64_t)e->flags & REC_F_PRIVATE_POOL))
-            continue;
-        if (p->n && p->v[p->n - 1].stream == (uint32_t)e->stream) continue; /* one capture's run of segments */
-        if (gm_grow_fast((void **)&p->v, &p->cap, p->n + 1, sizeof *p->v)) return -1;
-        p->v[p->n++] = (pool_end){(uint64_t)e->t, (uint32_t)e->stream};
-    }
-    return 0;
-}
-
-/* The events appended from `body` on (each in recorded order) merged into the model's by time.
- * 0, or -1 out of memory. */
-static int merge_tail(adv_model *am, size_t body) {
-    size_t nadd = am->nevs - body;
-    if (!nadd) return 0;
-    adv_ev *evs = malloc(am->nevs * sizeof *evs);
-    if (!evs) return -1;
-    const adv_ev *b = am->evs, *x = am->evs + body;
-    for (size_t i = 0, j = 0, o = 0; o < am->nevs; o++)
-        evs[o] = j < nadd && (i == body || x[j].t < b[i].t) ? x[j++] : b[i++];
-    free(am->evs);
-    am->evs = evs;
-    return 0;
-}
-
-/* After the pass: gpumem's empty_cache calls (pool_ends.empty) as ADV_EV_EMPTY_CACHE events. */
-static int empty_merge(const pool_ends *p, adv_model *am) {
-    size_t body = am->nevs, cev = am->nevs;
-    for (size_t i = 0; i < p->nempty; i++)
-        if (adv_append_release(am, p->empty[i], &cev) < 0) return -1;
-    return merge_tail(am, body);
-}
-
-/* After the pass: each capture pool's end as an ADV_EV_POOL_RELEASE (adv_add_pool_release, its
- * 0-byte allocation after every recorded one, as the OOMs' are: the recorded allocations keep
- * their ranks), before the first model event recorded after it. 0, or -1 out of memory. */
-static int pool_end_merge(const pool_ends *p, adv_model *am) {
-    if (!p->n || !am->npools) return 0;
-    uint64_t num = 0; /* gpumem's capture pools share one number (adv_pool_note's name 0) */
-    for (size_t a = 0; a < am->npools && !num; a++)
-        if (am->pools[a] != ADV_POOL_DRIVER) num = am->pools[a];
-    if (!num) return 0;
-    adv_pool_ids ids = {.cap = am->npools};
-    if (u64map_put(&ids.ids, 0, num) != 0) return -1;
-    size_t body = am->nevs, cev = am->nevs;
-    int rc = 0;
-    for (size_t i = 0; i < p->n && rc == 0; i++)
-        if (adv_add_pool_release(am, REC_SEG_UNMAP, 0, p->v[i].stream, p->v[i].t, &cev, &ids) < 0) rc = -1;
-    adv_pool_ids_free(&ids);
-    if (rc) return rc;
-    return merge_tail(am, body); /* the body and the ends are both in recorded order */
-}
-
-/* The model's pass shown to the trace's own reader (the capture pools' ends; the frees'
- * landings are the model's own), then to the caller's. */
-typedef struct trace_tap {
-    pool_ends ends;
-    const adv_tap *outer;
-} trace_tap;
-
-static int trace_rows(void *ctx, const gm_event_row *rows, size_t n) {
-    trace_tap *t = ctx;
-    if (pool_end_rows(&t->ends, rows, n) != 0) return -1;
-    return t->outer ? t->outer->rows(t->outer->ctx, rows, n) : 0;
-}
-
-static void trace_restart(void *ctx) {
-    trace_tap *t = ctx;
-    t->ends.n = 0;
-    t->ends.nempty = 0;
-    if (t->outer) t->outer->restart(t->outer->ctx);
-}
-
 int gm_replay_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
     return gm_replay_trace_load_tap(d, am, NULL, NULL, err, errsz);
 }
@@ -261,20 +161,12 @@ int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *t
     if (tapped) *tapped = 0;
     int torch = torch_trace_load(d, am, err, errsz);
     if (torch != 0) return torch < 0 ? -1 : 0;
-    trace_tap t = {.outer = tap};
-    adv_tap in = {.rows = trace_rows, .restart = trace_restart, .ctx = &t};
-    if (adv_model_load_tap(d, am, 0, &in, err, errsz) != 0) {
-        free(t.ends.v), free(t.ends.empty);
-        return -1;
-    }
+    /* the model advise replays (gpumem's capture pools' ends and its empty_cache calls are the
+     * load's own events) */
+    if (adv_model_load_tap(d, am, 0, tap, err, errsz) != 0) return -1;
     if (tapped) *tapped = 1;
-    /* the frees' landings (read by the load) in the events: frag and tune count the trace by
-     * them; then the capture pools' ends, by time */
-    int fm = adv_fc_merge(am);
-    if (fm == 0) fm = pool_end_merge(&t.ends, am);
-    if (fm == 0) fm = empty_merge(&t.ends, am);
-    free(t.ends.v), free(t.ends.empty);
-    if (fm != 0) {
+    /* the frees' landings (read by the load) in the events: frag and tune count the trace by them */
+    if (adv_fc_merge(am) != 0) {
         adv_model_free(am);
         snprintf(err, errsz, "out of memory");
         return -1;

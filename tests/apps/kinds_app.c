@@ -18,6 +18,14 @@
  *            own, the graph launched once (passed through to the driver)
  *   graphnode the same memory node made node by node: cudaGraphAddMemAllocNode (device 0's
  *            pool) and cudaGraphAddMemFreeNode on a graph of its own, launched once
+ *   graphadd the same memory node made with the generic cuGraphAddNode (node types
+ *            CU_GRAPH_NODE_TYPE_MEM_ALLOC and _MEM_FREE), the driver's name called directly
+ *   graphdrv cuGraphAddMemAllocNode / cuGraphAddMemFreeNode called directly by their names
+ *   graphproc the same two looked up with cudaGetDriverEntryPointByVersion and called through the pointers
+ *   setpool  cudaMallocAsync on device 0 after cudaDeviceSetMemPool (device 0's default pool,
+ *            the one pool the virtual GPU has): an allocation from a pool the program chose
+ *   drvsetpool the same through the driver: cuDeviceSetMemPool, cuMemAllocAsync, cuMemFreeAsync
+ *   memsetpool the same with CUDA 13's cuMemSetMemPool (device 0's location, device memory)
  *   pool1    cudaMallocFromPoolAsync from device 1's default pool on a stream of device 0
  *            (GPUMEM_SIM_DEVICES=2): the allocation is on the pool's device, 1
  *   drvpool1 the same through the driver, cuMemAllocFromPoolAsync
@@ -62,6 +70,57 @@ static int vmm(void) {
         CHECK_DRV(cuMemRelease(h[i]));
     }
     CHECK_DRV(cuMemAddressFree(va, KIND_BYTES));
+    return 0;
+}
+
+/* graphadd, graphdrv, graphproc: an allocation node and its free node made on a graph of its own
+ * by the driver API (cuGraphAddNode; the two named calls; the two through
+ * cudaGetDriverEntryPointByVersion), the graph launched once. */
+static int graph_nodes(const char *k) {
+    typedef CUresult (*add_alloc_fn)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUDA_MEM_ALLOC_NODE_PARAMS *);
+    typedef CUresult (*add_free_fn)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, CUdeviceptr);
+    add_alloc_fn add_alloc = cuGraphAddMemAllocNode;
+    add_free_fn add_free = cuGraphAddMemFreeNode;
+    if (!strcmp(k, "graphproc")) {
+        enum cudaDriverEntryPointQueryResult q;
+        CHECK_RT(cudaGetDriverEntryPointByVersion("cuGraphAddMemAllocNode", (void **)&add_alloc, 12000, cudaEnableDefault, &q));
+        CHECK_RT(cudaGetDriverEntryPointByVersion("cuGraphAddMemFreeNode", (void **)&add_free, 12000, cudaEnableDefault, &q));
+        if (q != cudaDriverEntryPointSuccess || !add_alloc || !add_free) return 1;
+    }
+    cudaStream_t s;
+    CUgraph g;
+    CUgraphNode an, fn;
+    CUgraphExec ge;
+    CUDA_MEM_ALLOC_NODE_PARAMS ap;
+    memset(&ap, 0, sizeof ap);
+    ap.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    ap.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    ap.poolProps.location.id = 0;
+    ap.bytesize = KIND_BYTES;
+    CHECK_RT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK_DRV(cuGraphCreate(&g, 0));
+    if (!strcmp(k, "graphadd")) {
+        CUgraphNodeParams np;
+        memset(&np, 0, sizeof np);
+        np.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+        np.alloc.poolProps = ap.poolProps;
+        np.alloc.bytesize = KIND_BYTES;
+        CHECK_DRV(cuGraphAddNode(&an, g, NULL, NULL, 0, &np));
+        CUdeviceptr d = np.alloc.dptr;
+        memset(&np, 0, sizeof np);
+        np.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+        np.free.dptr = d;
+        CHECK_DRV(cuGraphAddNode(&fn, g, &an, NULL, 1, &np));
+    } else {
+        CHECK_DRV(add_alloc(&an, g, NULL, 0, &ap));
+        CHECK_DRV(add_free(&fn, g, &an, 1, ap.dptr));
+    }
+    CHECK_DRV(cuGraphInstantiateWithFlags(&ge, g, 0));
+    CHECK_DRV(cuGraphLaunch(ge, (CUstream)s));
+    CHECK_RT(cudaStreamSynchronize(s));
+    CHECK_DRV(cuGraphExecDestroy(ge));
+    CHECK_DRV(cuGraphDestroy(g));
+    CHECK_RT(cudaStreamDestroy(s));
     return 0;
 }
 
@@ -124,6 +183,28 @@ static int kind(const char *k) {
         CHECK_RT(cudaGraphExecDestroy(ge));
         CHECK_RT(cudaGraphDestroy(g));
         CHECK_RT(cudaStreamDestroy(s));
+    } else if (!strcmp(k, "graphadd") || !strcmp(k, "graphdrv") || !strcmp(k, "graphproc")) {
+        return graph_nodes(k);
+    } else if (!strcmp(k, "setpool")) {
+        cudaMemPool_t pool;
+        CHECK_RT(cudaDeviceGetDefaultMemPool(&pool, 0));
+        CHECK_RT(cudaDeviceSetMemPool(0, pool));
+        CHECK_RT(cudaMallocAsync(&p, KIND_BYTES, 0));
+        CHECK_RT(cudaFreeAsync(p, 0));
+        CHECK_RT(cudaStreamSynchronize(0));
+    } else if (!strcmp(k, "drvsetpool") || !strcmp(k, "memsetpool")) {
+        CUmemoryPool pool;
+        CUdeviceptr d;
+        CHECK_DRV(cuDeviceGetDefaultMemPool(&pool, 0));
+        if (!strcmp(k, "drvsetpool")) {
+            CHECK_DRV(cuDeviceSetMemPool(0, pool));
+        } else {
+            CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0};
+            CHECK_DRV(cuMemSetMemPool(&loc, CU_MEM_ALLOCATION_TYPE_PINNED, pool));
+        }
+        CHECK_DRV(cuMemAllocAsync(&d, KIND_BYTES, 0));
+        CHECK_DRV(cuMemFreeAsync(d, 0));
+        CHECK_RT(cudaStreamSynchronize(0));
     } else if (!strcmp(k, "pool1") || !strcmp(k, "drvpool1")) {
         cudaMemPool_t pool;
         cudaStream_t s; /* device 0's */
@@ -146,7 +227,7 @@ static int kind(const char *k) {
         CHECK_RT(cudaMallocManaged(&p, KIND_BYTES, cudaMemAttachGlobal));
         CHECK_RT(cudaFree(p));
     } else {
-        fprintf(stderr, "kinds_app: unknown kind '%s' (none, device, vmm, pool, poolsmall, graph, graphnode, pool1, drvpool1, host, managed)\n", k);
+        fprintf(stderr, "kinds_app: unknown kind '%s' (none, device, vmm, pool, poolsmall, graph, graphnode, graphadd, graphdrv, graphproc, setpool, drvsetpool, memsetpool, pool1, drvpool1, host, managed)\n", k);
         return 2;
     }
     return 0;
@@ -154,7 +235,7 @@ static int kind(const char *k) {
 
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: kinds_app none|device|vmm|pool|poolsmall|graph|graphnode|pool1|drvpool1|host|managed\n");
+        fprintf(stderr, "usage: kinds_app none|device|vmm|pool|poolsmall|graph|graphnode|graphadd|graphdrv|graphproc|setpool|drvsetpool|memsetpool|pool1|drvpool1|host|managed\n");
         return 2;
     }
     void *a, *b, *c;

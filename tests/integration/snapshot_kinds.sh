@@ -16,7 +16,11 @@
 # device memory is on a device (a free or unmap on its allocation's, where the freeing thread's
 # current device is unknown: a graph's free node, the driver API) and each stream is one row.
 # And in both modes alike (the second table): the kind's allocation carries the same flag (16384 a
-# graph's memory node, captured or made with cudaGraphAddMemAllocNode; 2048 a pool's) on the same
+# graph's memory node, captured or made node by node: cudaGraphAddMemAllocNode, the generic
+# cuGraphAddNode, cuGraphAddMemAllocNode called by its name or through cudaGetDriverEntryPoint*;
+# 2048 a pool's: cudaMallocFromPoolAsync, or cudaMallocAsync / cuMemAllocAsync after the program
+# set the device's pool with cudaDeviceSetMemPool, cuDeviceSetMemPool or cuMemSetMemPool, which
+# record mode once left unflagged and missed node by node) on the same
 # device (a pool's: the pool's device, whatever the stream's is: runtime and driver), and export
 # --format torch's device_traces agree with its segments (every alloc inside a segment the trace
 # made, the segments left at the end those `segments` lists). Then the OOMs' limits (the third
@@ -60,8 +64,10 @@ table="none no 0
 device yes 0
 vmm no 8388608
 pool yes 0
+setpool yes 0
 graph yes 0
 graphnode yes 0
+graphadd yes 0
 host no 0
 managed no 0
 array no 0"
@@ -140,8 +146,14 @@ table2="none - - 1
 device 0 0 1
 vmm - - 1
 pool 2048 0 1
+setpool 2048 0 1
+drvsetpool 2048 0 1
+memsetpool 2048 0 1
 graph 16384 0 1
 graphnode 16384 0 1
+graphadd 16384 0 1
+graphdrv 16384 0 1
+graphproc 16384 0 1
 pool1 2048 1 2
 drvpool1 2048 1 2
 host - - 1

@@ -2,7 +2,8 @@
 # Memory the driver gives the program outside gpumem's allocator is the same under every
 # configuration, and tune, frag, advise and the trace export replay it so (README, "What each
 # figure counts"; alloc/README.md, `ad`). For each kind of tests/apps/kinds_app — a pool the
-# program chose (flag 2048: 8 MiB, and 16 x 64 KiB that B's cached small segment could hold), a
+# program chose (flag 2048: 8 MiB, 16 x 64 KiB that B's cached small segment could hold, and 8 MiB
+# of cudaMallocAsync after cudaDeviceSetMemPool), a
 # graph's memory node (16384: captured, and made node by node), managed memory and the program's
 # own VMM (in neither allocated nor reserved) — recorded under each preset:
 #   - tune's replay of that preset predicts exactly the peaks `report` gives for the recording
@@ -11,7 +12,10 @@
 #   - tune --check and frag --check: predicted == measured, and measured is what report and
 #     `recorded` count (the re-run database's running sums, not the allocator's statistics,
 #     which leave the pass-through out);
-#   - advise's baseline (the recorded configuration replayed) is the recording's peaks.
+#   - advise's baseline (the recorded configuration replayed) is the recording's peaks;
+#   - the pass-through takes the device's memory in the replay too: the exported trace fits a
+#     device (--capacity) of the recorded peak reserved and is an OOM with no limit (the device's)
+#     on one 1 MiB smaller (the replay once left `ad` bytes out of the capacity: no OOM).
 set -uo pipefail
 BUILD=${BUILD:-build}
 GM=$PWD/$BUILD/gpumem
@@ -31,6 +35,7 @@ presets="gpumem pytorch pytorch-expandable nocache"
 # kind | bytes passed through at once
 table="pool 8388608
 poolsmall 1048576
+setpool 8388608
 graph 8388608
 graphnode 8388608
 managed 0
@@ -65,6 +70,13 @@ while read -r kind bytes; do
     [[ $ra == "$ma" && $rr == "$mr" ]] || fail "$kind preset:$p: the exported trace replays to allocated $ra reserved $rr; recorded under it: allocated $ma reserved $mr"
   done
   read -r ma mr <<< "${meas[gpumem]}"
+  if [[ $bytes != 0 ]]; then
+    fit=$("$REPLAY" --preset gpumem $td --capacity "$mr" "$TMP/$kind.trace" | grep -o 'oom_at=[-0-9]*')
+    short=$("$REPLAY" --preset gpumem $td --capacity $((mr - 1048576)) "$TMP/$kind.trace" | grep -o 'oom_at=[-0-9]* .*oom_limit=[a-z0-9]*' | sed 's/ .* / /')
+    [[ $fit == oom_at=-1 && $short =~ ^oom_at=[0-9]+\ oom_limit=none$ ]] \
+      && ok "$kind: the trace fits --capacity $mr (the recorded peak reserved), 1 MiB less is the device's OOM ($short)" \
+      || fail "$kind: the trace under --capacity $mr: '$fit' (oom_at=-1 expected), 1 MiB less: '$short' (an OOM with oom_limit=none expected)"
+  fi
   jq -e --argjson r "$mr" '.recorded.peak_reserved == $r' "$TMP/tune.json" > /dev/null \
     || fail "$kind: tune's recorded $(jq .recorded.peak_reserved "$TMP/tune.json") is not report's $mr"
 

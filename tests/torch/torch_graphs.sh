@@ -26,16 +26,18 @@
 #     segments mapped at its moment (events flagged 32768), no row mixing pools; and their free
 #     bytes (the request's own pool apart) are the cause graph_pool (or pending_free, a free
 #     waiting for stream work, the first cause), never a cause a setting could reclaim
-#     (other_stream's per_stream_pools:False). advise's baseline is checked on PyTorch's
-#     history: under gpumem a free may wait for stream events (kind 29 says when it landed, run
-#     to run apart), which frag's and tune's model reads and advise's does not; gpumem's
-#     recordings exported as a trace (`ap` lines) replay in gpumem-replay to the same;
+#     (other_stream's per_stream_pools:False). advise's baseline is the same on every recording
+#     (one model: the frees' landings, kind 29 under gpumem, and the capture pools' ends);
+#     gpumem's recordings exported as a trace (`ap` lines) replay in gpumem-replay to the same;
 #   - a graph's pool given back (tests/torch/torch_graph_release.py: the graph destroyed, before or
 #     after its tensors, or two graphs sharing a pool; the cache emptied, then more allocated):
 #     every allocator gives the pool back before the later tensors, and the replays release it
-#     where the recording gave its segments back (the trace's `pr`), so frag and tune (advise for
-#     PyTorch's allocator, the exported trace for gpumem's) replay each run to its peak reserved
-#     (one table, a row per allocator and order).
+#     where the recording gave its segments back (the trace's `pr`), so frag, tune and advise (and
+#     the exported trace for gpumem's) replay each run to its peak reserved (one table, a row per
+#     allocator and order);
+#   - a PyTorch history whose free completes only after a later allocation (kind 33 after it:
+#     record_stream's wait, rows written into a recording): frag, tune and advise hold the block
+#     until then and replay to its peak reserved (advise freed it at once: half the peak).
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 script=tests/torch/torch_graphs.py
@@ -190,8 +192,8 @@ while read -r name maps unmaps adv; do
     || bad "$name: free in other private pools $fsum, graph_pool and pending_free $graph (other_stream/other_pool $other)"
 done <<'EOF2'
 torch 34 35 yes
-gpumem 14,18 15,19 no
-gpumem-pytorch-shared 14,18 15,19 no
+gpumem 14,18 15,19 yes
+gpumem-pytorch-shared 14,18 15,19 yes
 EOF2
 
 # A graph's pool given back: tests/torch/torch_graph_release.py captures an MLP's step, deletes the
@@ -202,9 +204,9 @@ EOF2
 #     15), before the later allocations: gpumem as PyTorch's allocator once held a pool whose
 #     graph went before its tensors to the end of the run (torch.cuda.empty_cache() never reached
 #     it: the gpumem module now passes it on, gpumem_empty_cache);
-#   - frag and tune replay the recording to its recorded peak reserved, exactly; advise too for
-#     PyTorch's allocator (advise's model of gpumem's recordings reads neither the frees' landing
-#     nor the pools' ends: tests' README); for gpumem's recordings also the exported trace, whose
+#   - frag, tune and advise replay the recording to its recorded peak reserved, exactly (advise's
+#     model of gpumem's recordings kept the pool to the end: 424 MiB for a recorded 294); for
+#     gpumem's recordings also the exported trace, whose
 #     "pr" ends the pool, "e" empties the cache where gpumem's did, and "cb"/"ce" bound the
 #     capture, during which the live allocator releases nothing (without them the replay gave
 #     back the default pool's cache while the capture grew its pool: 280 MiB for a recorded 330).
@@ -228,17 +230,18 @@ while read -r name alloc order <&3; do
   rec=$("$G" tune --json "$db" | jq -r .recorded.peak_reserved)
   tun=$("$G" tune --json "$db" | jq -r '.recorded as $r | .results[] | select(.conf == $r.conf) | .peak_reserved')
   frg=$("$G" frag --json "$db" | jq -r .recorded.replayed_peak_reserved)
+  adv=$("$G" advise --json "$db" | jq -r .baseline.peak_reserved) also=""
   if [[ $alloc == torch ]]; then
-    adv=$("$G" advise --json "$db" | jq -r .baseline.peak_reserved) also="advise $adv"
+    exported=$adv
   else
     "$G" export "$db" --format trace -o "$tmp/$name.trace" >/dev/null 2>&1
     conf=$("$G" tune --json "$db" | jq -r .recorded.conf)
-    adv=$("$build/alloc/gpumem-replay" --top-down --conf "$conf" "$tmp/$name.trace" | sed -n 's/.* peak_reserved=\([0-9]*\) .*/\1/p')
-    also="the exported trace $adv ($(grep -c '^pr ' "$tmp/$name.trace") pr, $(grep -c '^cb ' "$tmp/$name.trace") cb, $(grep -c '^e$' "$tmp/$name.trace") e lines)"
+    exported=$("$build/alloc/gpumem-replay" --top-down --conf "$conf" "$tmp/$name.trace" | sed -n 's/.* peak_reserved=\([0-9]*\) .*/\1/p')
+    also=", the exported trace $exported ($(grep -c '^pr ' "$tmp/$name.trace") pr, $(grep -c '^cb ' "$tmp/$name.trace") cb, $(grep -c '^e$' "$tmp/$name.trace") e lines)"
   fi
-  [[ -n $rec && $tun == "$rec" && $frg == "$rec" && $adv == "$rec" ]] \
-    && ok "$name: tune, frag and $also replay to the recorded peak reserved ($rec)" \
-    || bad "$name: recorded $rec, replayed by tune $tun, frag $frg, $also"
+  [[ -n $rec && $tun == "$rec" && $frg == "$rec" && $adv == "$rec" && $exported == "$rec" ]] \
+    && ok "$name: tune, frag, advise$also replay to the recorded peak reserved ($rec)" \
+    || bad "$name: recorded $rec, replayed by tune $tun, frag $frg, advise $adv$also"
 done 3<<'EOF2'
 release-torch torch tensors
 release-torch-graph torch graph
@@ -247,4 +250,30 @@ release-gpumem gpumem tensors
 release-gpumem-graph gpumem graph
 release-gpumem-shared gpumem shared
 EOF2
+
+# A free that completes after a later allocation (PyTorch's record_stream: the block waits for the
+# other stream). PyTorch's history of release-torch replaced by two 20 MiB tensors: X freed, Y made
+# in a segment of its own while X's block waits, X's free_completed (kind 33) after Y. The block
+# is not reusable for Y: every replay reserves both segments, 40 MiB (advise skipped kind 33 and
+# let Y have X's block: 20 MiB).
+db=$tmp/late-fc.db
+if [[ -s $tmp/release-torch.db ]]; then
+  cp "$tmp/release-torch.db" "$db"
+  sqlite3 "$db" "DELETE FROM events WHERE kind BETWEEN 31 AND 38;
+    WITH b AS (SELECT max(seq) s, max(t) t, (SELECT stream FROM events WHERE kind = 1 LIMIT 1) st FROM events),
+    r(i, kind, addr) AS (VALUES (1, 34, 1073741824), (2, 31, 1073741824), (3, 32, 1073741824), (4, 34, 2147483648),
+                                (5, 31, 2147483648), (6, 33, 1073741824), (7, 32, 2147483648), (8, 33, 2147483648))
+    INSERT INTO events (seq, t, kind, flags, device, stream, thread, addr, size, requested, alloc_id, stack, range)
+      SELECT b.s + i, b.t + i, kind, 0, 0, b.st, 1, addr, 20971520, 20971520, 0, 0, 0 FROM r, b;
+    UPDATE meta SET value = (SELECT count(*) FROM events) WHERE key = 'events'"
+  rec=$("$G" tune --json "$db" | jq -r .recorded.peak_reserved)
+  tun=$("$G" tune --json "$db" | jq -r '.recorded as $r | .results[] | select(.conf == $r.conf) | .peak_reserved')
+  frg=$("$G" frag --json "$db" | jq -r .recorded.replayed_peak_reserved)
+  adv=$("$G" advise --json "$db" | jq -r .baseline.peak_reserved)
+  [[ $rec == 41943040 && $tun == "$rec" && $frg == "$rec" && $adv == "$rec" ]] \
+    && ok "late free_completed: tune, frag and advise hold the block until it lands ($rec)" \
+    || bad "late free_completed: recorded $rec (41943040 written), tune $tun, frag $frg, advise $adv"
+else
+  bad "late free_completed: no release-torch recording to write its rows into"
+fi
 exit $fail
