@@ -171,6 +171,12 @@ typedef struct pool_ends {
      * keeps its rank) */
     uint64_t *empty;
     size_t nempty, capempty;
+    /* and the program's per-process memory fractions gpumem's allocator applied (kind 37 flagged
+     * REC_F_FRAMEWORK: gpumem_torch_memory_fraction), merged as ADV_EV_LIMIT after the pass */
+    struct fraction_at {
+        uint64_t t, cap, millionths;
+    } *fr;
+    size_t nfr, capfr;
 } pool_ends;
 
 static int pool_end_rows(pool_ends *p, const gm_event_row *rows, size_t n) {
@@ -179,6 +185,11 @@ static int pool_end_rows(pool_ends *p, const gm_event_row *rows, size_t n) {
         if (e->kind == REC_TORCH_EMPTY_CACHE && ((uint64_t)e->flags & REC_F_FRAMEWORK)) {
             if (gm_grow_fast((void **)&p->empty, &p->capempty, p->nempty + 1, sizeof *p->empty)) return -1;
             p->empty[p->nempty++] = (uint64_t)e->t;
+            continue;
+        }
+        if (e->kind == REC_TORCH_MEMORY_FRACTION && ((uint64_t)e->flags & REC_F_FRAMEWORK)) {
+            if (gm_grow_fast((void **)&p->fr, &p->capfr, p->nfr + 1, sizeof *p->fr)) return -1;
+            p->fr[p->nfr++] = (struct fraction_at){(uint64_t)e->t, (uint64_t)e->size, (uint64_t)e->requested};
             continue;
         }
         if ((e->kind != REC_SEG_UNMAP && e->kind != REC_DRIVER_FREE) || !((uint64_t)e->flags & REC_F_PRIVATE_POOL))
@@ -210,6 +221,20 @@ static int empty_merge(const pool_ends *p, adv_model *am) {
     size_t body = am->nevs, cev = am->nevs;
     for (size_t i = 0; i < p->nempty; i++)
         if (adv_append_release(am, p->empty[i], &cev) < 0) return -1;
+    return merge_tail(am, body);
+}
+
+/* After the pass: the fractions gpumem's allocator applied as ADV_EV_LIMIT events, each the limit
+ * the run had from there: the lower of the fraction's cap and the configured limit (`limit`,
+ * ALLOC_NO_LIMIT: none), as alloc_set_memory_fraction makes it; a fraction of 1 gives back the
+ * configured limit. */
+static int fraction_merge(const pool_ends *p, adv_model *am, size_t limit) {
+    size_t body = am->nevs, cev = am->nevs;
+    for (size_t i = 0; i < p->nfr; i++) {
+        uint64_t cap = p->fr[i].millionths >= 1000000 || p->fr[i].cap > limit ? limit : p->fr[i].cap;
+        /* no limit at all: adv_add_limit's "a fraction of 1", no cap */
+        if (adv_add_limit(am, p->fr[i].t, cap, cap == ALLOC_NO_LIMIT ? 1000000 : 0, &cev) < 0) return -1;
+    }
     return merge_tail(am, body);
 }
 
@@ -250,6 +275,7 @@ static void trace_restart(void *ctx) {
     trace_tap *t = ctx;
     t->ends.n = 0;
     t->ends.nempty = 0;
+    t->ends.nfr = 0;
     if (t->outer) t->outer->restart(t->outer->ctx);
 }
 
@@ -264,21 +290,12 @@ int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *t
     trace_tap t = {.outer = tap};
     adv_tap in = {.rows = trace_rows, .restart = trace_restart, .ctx = &t};
     if (adv_model_load_tap(d, am, 0, &in, err, errsz) != 0) {
-        free(t.ends.v), free(t.ends.empty);
+        free(t.ends.v), free(t.ends.empty), free(t.ends.fr);
         return -1;
     }
     if (tapped) *tapped = 1;
     /* the frees' landings (read by the load) in the events: frag and tune count the trace by
      * them; then the capture pools' ends, by time */
-    int fm = adv_fc_merge(am);
-    if (fm == 0) fm = pool_end_merge(&t.ends, am);
-    if (fm == 0) fm = empty_merge(&t.ends, am);
-    free(t.ends.v), free(t.ends.empty);
-    if (fm != 0) {
-        adv_model_free(am);
-        snprintf(err, errsz, "out of memory");
-        return -1;
-    }
     /* advise's model drops the limit (it predicts how much is needed); configurations are
      * judged under the limit the program ran with */
     alloc_config_t rc;
@@ -286,6 +303,16 @@ int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *t
     char conf[1024];
     gm_meta_text(d, "config", conf, sizeof conf);
     if (conf[0] && alloc_config_parse_recorded(&rc, conf, NULL, 0) == ALLOC_OK) am->cfg.limit = rc.limit;
+    int fm = adv_fc_merge(am);
+    if (fm == 0) fm = pool_end_merge(&t.ends, am);
+    if (fm == 0) fm = empty_merge(&t.ends, am);
+    if (fm == 0) fm = fraction_merge(&t.ends, am, rc.limit);
+    free(t.ends.v), free(t.ends.empty), free(t.ends.fr);
+    if (fm != 0) {
+        adv_model_free(am);
+        snprintf(err, errsz, "out of memory");
+        return -1;
+    }
     if (add_ooms(d, am) != 0) {
         adv_model_free(am);
         snprintf(err, errsz, "out of memory");
