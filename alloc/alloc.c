@@ -2120,6 +2120,7 @@ static void fill_oom(alloc_t *a, size_t size, size_t rs, uintptr_t stream, int b
     o->free_cached = a->cached_free;
     o->pending = a->pending_bytes;
     o->limit = a->cfg.limit; /* ALLOC_NO_LIMIT: none (0 is 0 bytes) */
+    o->limit_by_fraction = a->fraction_bound;
     o->backend_error = be_err;
     for (size_t i = 0; i < a->nstreams; i++)
         for (int k = 0; k < 2; k++) {
@@ -2887,6 +2888,19 @@ int alloc_set_limit(alloc_t *a, size_t limit)
     return ALLOC_OK;
 }
 
+int alloc_set_memory_fraction(alloc_t *a, double fraction, size_t *cap)
+{
+    if (!a || !(fraction >= 0 && fraction <= 1)) return ALLOC_ERR_INVALID;
+    LOCK(a);
+    size_t c = (size_t)(fraction * (double)a->capacity); /* PyTorch's setMemoryFraction */
+    a->fraction_bound = fraction < 1 && c < a->conf_limit;
+    a->cfg.limit = a->fraction_bound ? c : a->conf_limit;
+    a->cfg.memory_fraction = fraction;
+    UNLOCK(a);
+    if (cap) *cap = c;
+    return ALLOC_OK;
+}
+
 int alloc_last_backend_error(alloc_t *a)
 {
     LOCK(a);
@@ -3005,6 +3019,7 @@ int alloc_create(const alloc_backend_t *be, const alloc_config_t *cfg, alloc_t *
         size_t cap = (size_t)(a->cfg.memory_fraction * (double)a->capacity);
         if (cap < a->cfg.limit) a->cfg.limit = cap; /* 0: nothing may be reserved */
     }
+    a->conf_limit = a->cfg.limit;
     a->cfg.handle_size = round_up(a->cfg.handle_size ? a->cfg.handle_size : a->gran, a->gran);
     a->cfg.handle_size_small =
         round_up(a->cfg.handle_size_small ? a->cfg.handle_size_small : a->gran, a->gran);

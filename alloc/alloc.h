@@ -389,6 +389,15 @@ int alloc_empty_cache(alloc_t *a);
  * retries). ALLOC_OK or ALLOC_ERR_INVALID (no allocator). */
 int alloc_set_limit(alloc_t *a, size_t limit);
 
+/* The program's torch.cuda.set_per_process_memory_fraction with this allocator as PyTorch's: from
+ * now on reserved memory is capped at fraction x the device's total memory (as PyTorch computes
+ * it, truncated; 0: nothing may be reserved), or at the configured limit (GPUMEM_LIMIT, the limit
+ * and per_process_memory_fraction keys) where that is lower; a later call replaces it, and a
+ * fraction of 1 leaves the configured limit alone. What is reserved already stays, as with
+ * alloc_set_limit. *cap (may be NULL): the fraction's bytes. ALLOC_OK, or ALLOC_ERR_INVALID (no
+ * allocator, a fraction outside [0, 1]). */
+int alloc_set_memory_fraction(alloc_t *a, double fraction, size_t *cap);
+
 /* Raw code of the last backend failure (0 if none). */
 int alloc_last_backend_error(alloc_t *a);
 
@@ -463,6 +472,9 @@ struct alloc_oom_info {
     size_t device_free;        /* backend's free memory at failure */
     size_t device_total;
     int backend_error; /* raw backend code if the failure was not a plain OOM */
+    /* the limit is alloc_set_memory_fraction's (the program's set_per_process_memory_fraction),
+     * below the configured one */
+    bool limit_by_fraction;
 };
 /* true and fills *out if an OOM happened on this allocator. */
 bool alloc_last_oom(alloc_t *a, alloc_oom_info_t *out);

@@ -282,6 +282,9 @@ struct alloc {
     bool events; /* backend tracks events */
     size_t gran;
     size_t capacity; /* device total bytes */
+    size_t conf_limit; /* the configured limit (cfg.limit at create), below which
+                          alloc_set_memory_fraction caps */
+    bool fraction_bound; /* cfg.limit is alloc_set_memory_fraction's, below conf_limit */
 
     sstate_t **streams;
     size_t nstreams, cap_streams;

@@ -997,8 +997,9 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
             alloc_empty_cache(a);
             break;
         case ALLOC_TR_LIMIT:
-            /* PyTorch's fraction caps PyTorch's own allocator only */
-            if (cfg && cfg->policy == ALLOC_POLICY_PYTORCH) alloc_set_limit(a, e->size);
+            /* the program's per-process memory fraction caps whichever allocator is PyTorch's:
+             * its own, or gpumem's (gpumem_torch_memory_fraction) */
+            alloc_set_limit(a, e->size);
             break;
         default:
             rc = perr(err, errlen, "replay: event %zu: unknown kind %u", i, e->kind);

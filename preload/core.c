@@ -555,6 +555,7 @@ void gm_rec_oom(int device, const alloc_oom_info_t *info)
     o.device_free = info->device_free;
     o.device_total = info->device_total;
     o.limit = info->limit == ALLOC_NO_LIMIT ? REC_NO_LIMIT : info->limit; /* 0 is 0 bytes */
+    o.flags = info->limit_by_fraction ? REC_F_OOM_FRACTION : 0;
     o.name = pending_name[0] ? pending_name : NULL;
     rec_oom(&o);
     pending_name[0] = 0;
@@ -1276,27 +1277,39 @@ GM_EXPORT size_t gpumem_torch_oom_message(char *buf, size_t cap)
                      "CUDAPluggableAllocator) had %s allocated and %s reserved, %s of it free in its cache (the "
                      "largest free block %s); its limit is %s; the device has %s in all, of which %s is free. "
                      "The recording holds this OOM (`gpumem report` says what was live). Free tensors, make the "
-                     "batch smaller, or raise GPUMEM_LIMIT if it is the bound.",
+                     "batch smaller, or raise %s if it is the bound.",
                      req, torch_refused.device, torch_size(al, sizeof al, o->allocated),
                      torch_size(res, sizeof res, o->reserved), torch_size(fr, sizeof fr, o->free_cached),
                      torch_size(lg, sizeof lg, o->largest_free_block),
                      o->limit == ALLOC_NO_LIMIT ? "none" : torch_size(lim, sizeof lim, o->limit),
-                     torch_size(tot, sizeof tot, o->device_total), torch_size(dfree, sizeof dfree, o->device_free));
+                     torch_size(tot, sizeof tot, o->device_total), torch_size(dfree, sizeof dfree, o->device_free),
+                     o->limit_by_fraction ? "the per-process memory fraction (torch.cuda.set_per_process_memory_fraction)"
+                                          : "GPUMEM_LIMIT");
     return n < 0 ? 0 : (size_t)n;
 }
 
 /* PyTorch's set_per_process_memory_fraction, as the pluggable allocator hands it on
  * (CUDAPluggableAllocator::set_memory_fraction_fn, from preload/torch_alloc.cpp): gpumem's
- * allocator has no fraction, so the call is said to be ignored, once, with what to use instead. */
+ * allocator of that device is capped at fraction x the device's total (or GPUMEM_LIMIT where
+ * lower), as PyTorch's own allocator is, and the call recorded (event 37); an OOM under it is
+ * recorded with that limit, flagged the fraction's. In mode record the driver serves each tensor:
+ * nothing to cap, said once. */
 GM_EXPORT void gpumem_torch_memory_fraction(double fraction, int device)
 {
+    if (gm_mode() == GM_MODE_REPLACE && !gm_forked_child && gm_driver_init() &&
+        gm_heap_memory_fraction(device, fraction) == 0)
+        return;
+    if (gm_mode() == GM_MODE_OFF)
+        return;
     char v[64];
     snprintf(v, sizeof v, "%g (device %d)", fraction, device);
-    gm_setting_ignored_value(
-        "torch.cuda.set_per_process_memory_fraction", v,
-        "is ignored: gpumem's allocator serves PyTorch's tensors (--allocator gpumem, gpumem.use_as_allocator) "
-        "and has no per-process fraction; cap it with GPUMEM_LIMIT (bytes) or GPUMEM_CONF=limit:BYTES, or keep "
-        "PyTorch's allocator (no --allocator gpumem)");
+    gm_setting_ignored_value("torch.cuda.set_per_process_memory_fraction", v,
+                             gm_mode() == GM_MODE_REPLACE
+                                 ? "is ignored: gpumem's allocator of that device could not be made; cap it "
+                                   "with GPUMEM_LIMIT (bytes) or GPUMEM_CONF=limit:BYTES"
+                                 : "is ignored: GPUMEM_MODE=record: the driver serves each tensor, gpumem's "
+                                   "allocator caps nothing; run in mode replace (the default) for the fraction "
+                                   "to cap gpumem's allocator");
 }
 
 GM_EXPORT void gpumem_empty_cache(void)

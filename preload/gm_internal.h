@@ -247,6 +247,10 @@ void gm_heap_capture_begin(void);
 void gm_heap_capture_end(void);
 void gm_heap_capture_release(uintptr_t key);
 void gm_heap_empty_cache(void); /* every device's cache back (gpumem_empty_cache) */
+/* PyTorch's set_per_process_memory_fraction (gpumem_torch_memory_fraction): device dev's
+ * allocator is capped at fraction x the device's total (alloc_set_memory_fraction), recorded as
+ * event 37 flagged REC_F_FRAMEWORK. 0, or -1 when dev has no allocator to cap. */
+int gm_heap_memory_fraction(int dev, double fraction);
 /* 1 while a graph capture is underway anywhere in the process (replace mode; one atomic load) */
 int gm_capture_underway(void);
 /* 1 when the calling thread may not make a "potentially unsafe" call (cudaMalloc, cudaFree,

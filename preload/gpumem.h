@@ -44,13 +44,16 @@ void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stream);
  * into buf (cap bytes, cut to fit); returns the message's full length. */
 size_t gpumem_torch_oom_message(char *buf, size_t cap);
 /* PyTorch's set_per_process_memory_fraction as the pluggable allocator hands it on
- * (set_memory_fraction_fn): gpumem's allocator has no fraction; it says so once (stderr, meta
- * ignored.torch.cuda.set_per_process_memory_fraction) and names GPUMEM_LIMIT instead. */
+ * (set_memory_fraction_fn, libgpumem_torch.so): gpumem's allocator of `device` is capped at
+ * fraction x the device's total memory (or GPUMEM_LIMIT / the limit key where lower), recorded as
+ * event 37 flagged 4096; an OOM under it is recorded with that limit, flagged the fraction's.
+ * Under GPUMEM_MODE=record (the driver serves) it says once that it is ignored (stderr, meta
+ * ignored.torch.cuda.set_per_process_memory_fraction). */
 void gpumem_torch_memory_fraction(double fraction, int device);
-/* Gives gpumem's cached device memory back to the driver, on every device (PyTorch's
- * torch.cuda.empty_cache(): the gpumem Python module calls it from there once gpumem is
- * PyTorch's allocator, which PyTorch's CUDAPluggableAllocator cannot do from Python). It waits
- * for the device first. A CUDA graph's memory stays while the graph lives; once the graph is
+/* Gives gpumem's cached device memory back to the driver, on every device (PyTorch's emptyCache
+ * once gpumem is PyTorch's allocator: libgpumem_torch.so makes it the allocator's reset hook,
+ * reached by torch.cuda.empty_cache and torch._C._cuda_emptyCache; without that library the gpumem
+ * Python module calls it from torch.cuda.empty_cache). It waits for the device first. A CUDA graph's memory stays while the graph lives; once the graph is
  * destroyed and its last tensor freed, its pool goes back here. Nothing in modes record and
  * off (the program's own allocator caches). */
 void gpumem_empty_cache(void);

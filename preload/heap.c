@@ -684,6 +684,21 @@ void gm_heap_pool_reset_high(int dev)
     pthread_mutex_unlock(&pool_lock);
 }
 
+int gm_heap_memory_fraction(int dev, double fraction)
+{
+    alloc_t *a = dev_get(dev);
+    size_t cap;
+    if (!a || alloc_set_memory_fraction(a, fraction, &cap) != ALLOC_OK)
+        return -1;
+#ifdef GM_HAVE_REC
+    /* the fields PyTorch's own fraction has there (the merge's 37): its cap and the fraction in
+     * millionths; the limit it makes is the lower of the cap and the configured limit */
+    gm_event_raw(REC_TORCH_MEMORY_FRACTION | REC_F_FRAMEWORK, dev, 0, 0, cap,
+                 (uint64_t)(fraction * 1e6 + 0.5), 0);
+#endif
+    return 0;
+}
+
 /* gpumem_record_stream: the block holding ptr is used on stream too; its free waits for that
  * stream's work. The device, or -1 when no allocator owns a live block at ptr. */
 int gm_heap_record_stream(CUdeviceptr ptr, CUstream stream)

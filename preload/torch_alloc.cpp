@@ -7,9 +7,14 @@
 // C++ with a malloc that throws c10::OutOfMemoryError (Python: torch.OutOfMemoryError) when
 // gpumem refuses a non-zero size, with gpumem's words for it (gpumem_torch_oom_message: what was
 // asked, allocated, reserved, the limit). The recording holds the OOM as before: gpumem's
-// allocator wrote it when it refused. The same allocator gets PyTorch's
-// set_per_process_memory_fraction (set_memory_fraction_fn, which the Python class cannot set):
-// gpumem_torch_memory_fraction says that gpumem's allocator does not apply it.
+// allocator wrote it when it refused. The same allocator gets the hooks the Python class cannot
+// set, each PyTorch's own way in, whatever Python name the program calls it by:
+//   - set_memory_fraction_fn: set_per_process_memory_fraction caps gpumem's allocator
+//     (gpumem_torch_memory_fraction: fraction x the device's total, recorded);
+//   - set_record_stream_fn: Tensor.record_stream names the stream to gpumem
+//     (gpumem_record_stream), whose free of the block then waits for that stream's work;
+//   - set_reset_fn: PyTorch's emptyCache (torch.cuda.empty_cache, torch._C._cuda_emptyCache)
+//     empties gpumem's cache (gpumem_empty_cache, recorded as event 36).
 //
 // gpumem.use_as_allocator (preload/python/gpumem/__init__.py) calls gpumem_torch_allocator_use
 // when this library is there and was built for the running torch; otherwise it warns once and
@@ -27,6 +32,8 @@ extern "C" void *gpumem_torch_malloc(ssize_t size, int device, void *stream);
 extern "C" void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stream);
 extern "C" size_t gpumem_torch_oom_message(char *buf, size_t cap);
 extern "C" void gpumem_torch_memory_fraction(double fraction, int device);
+extern "C" int gpumem_record_stream(const void *ptr, struct CUstream_st *stream);
+extern "C" void gpumem_empty_cache(void);
 
 namespace {
 
@@ -46,6 +53,13 @@ void free_block(void *p, size_t size, int device, cudaStream_t stream)
     gpumem_torch_free(p, static_cast<ssize_t>(size), device, stream);
 }
 
+// Tensor.record_stream(s): a pointer gpumem does not own (not a tensor of this allocator's) is
+// left alone, as PyTorch's own allocator leaves it
+void record_stream(void *p, cudaStream_t stream)
+{
+    gpumem_record_stream(p, reinterpret_cast<struct CUstream_st *>(stream));
+}
+
 } // namespace
 
 // 1: gpumem is PyTorch's CUDA allocator from now on; 0: PyTorch refused (its allocator was
@@ -61,6 +75,8 @@ extern "C" __attribute__((visibility("default"))) int gpumem_torch_allocator_use
             return 0;
         }
         pluggable->set_memory_fraction_fn(gpumem_torch_memory_fraction);
+        pluggable->set_record_stream_fn(record_stream);
+        pluggable->set_reset_fn(gpumem_empty_cache);
         pa::changeCurrentAllocator(a);
     } catch (const std::exception &e) {
         std::snprintf(err, cap, "%s", e.what());

@@ -346,7 +346,13 @@ void sim_uncharge(int dev, size_t bytes);
 size_t sim_dev_free(int dev); /* capacity - context - allocations; lock held */
 bool sim_fault_map(void);     /* caller holds the lock: should this map fail? */
 CUresult sim_unsupported(const char *name);
+/* Every size setting of the virtual GPU (GPUMEM_SIM_MEMORY, GPUMEM_SIM_CONTEXT_BYTES,
+ * GPUMEM_SIM_FAULTS' oom_at): alloc_parse_size's grammar, and its messages quote SIM_SIZE_RULE,
+ * ALLOC_SIZE_RULE's words (alloc/alloc.h; sim/ does not link alloc/). 0, or -1 on a bad size. */
 int sim_parse_size(const char *s, size_t *out);
+#define SIM_SIZE_RULE                                                                                    \
+    "digits with an optional K, M, G or T (KiB, MB... also) suffix, e.g. 512M or 24G; a fraction only " \
+    "with a suffix (1.5G); no spaces or signs"
 void sim_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 double sim_now_ms(void);
 

@@ -6,8 +6,11 @@
  * Bad values are reported on stderr with the variable's name and then ignored; a driver never
  * aborts the program it serves.
  */
+#include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,47 +57,58 @@ double sim_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-/* "16G", "512M", "1.5T", "4096" -> bytes. Returns 0 on success, -1 on bad syntax. */
+/* SIM_SIZE_RULE, to the letter (alloc_parse_size's grammar; sim/ does not link alloc/): digits,
+ * then an optional fraction only where a unit follows, then K/M/G/T (powers of 1024) with an
+ * optional i and B, or a lone B. Nothing before the digits (a space, a sign), nothing after the
+ * unit, no exponent or hex: strtod read ' 16G' as 16G, '1e3' as 1000 and '0x10G' as 16G.
+ * "16G", "512M", "1.5T", "4096" -> bytes (a fraction rounded down to whole bytes). Returns 0 on
+ * success, -1 on bad syntax or a size past SIZE_MAX. */
 int sim_parse_size(const char *s, size_t *out)
 {
-    if (!s || !*s) return -1;
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (errno || end == s || !isfinite(v) || v < 0) return -1;
-    double mul = 1;
-    bool unit = true;
-    switch (*end) {
-    case 'k':
+    if (!s || !isdigit((unsigned char)*s)) return -1;
+    const char *p = s;
+    unsigned long long v = 0;
+    for (; isdigit((unsigned char)*p); p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (ULLONG_MAX - d) / 10) return -1;
+        v = v * 10 + d;
+    }
+    unsigned long long fnum = 0, fden = 1; /* the fraction: fnum / fden */
+    bool frac = *p == '.';
+    if (frac) {
+        p++;
+        if (!isdigit((unsigned char)*p)) return -1; /* "1." */
+        /* digits past the 18th are below a byte of any unit up to T (2^40 / 10^18) */
+        for (; isdigit((unsigned char)*p); p++)
+            if (fden <= 100000000000000000ULL) fnum = fnum * 10 + (unsigned)(*p - '0'), fden *= 10;
+    }
+    unsigned shift = 0;
+    switch (toupper((unsigned char)*p)) {
     case 'K':
-        mul = 1024.0;
-        end++;
+        shift = 10;
         break;
-    case 'm':
     case 'M':
-        mul = 1024.0 * 1024;
-        end++;
+        shift = 20;
         break;
-    case 'g':
     case 'G':
-        mul = 1024.0 * 1024 * 1024;
-        end++;
+        shift = 30;
         break;
-    case 't':
     case 'T':
-        mul = 1024.0 * 1024 * 1024 * 1024;
-        end++;
+        shift = 40;
         break;
     default:
-        unit = false;
         break;
     }
-    if (unit && (*end == 'i' || *end == 'I')) end++; /* accept "GiB" */
-    if (*end == 'b' || *end == 'B') end++;
-    if (*end) return -1;
-    double bytes = v * mul;
-    if (bytes >= 18e18) return -1;
-    *out = (size_t)bytes;
+    if (shift) {
+        p++;
+        if (*p == 'i' || *p == 'I') p++;
+    }
+    if (*p == 'B' || *p == 'b') p++;
+    if (*p || (frac && !shift)) return -1;
+    if (v > (SIZE_MAX >> shift) - 1) return -1;
+    size_t r = (size_t)v << shift;
+    if (fnum) r += (size_t)(((unsigned __int128)fnum << shift) / fden);
+    *out = r;
     return 0;
 }
 
@@ -149,7 +163,8 @@ static int parse_faults(const char *spec, sim_fault_plan *plan, char *err, size_
         } else if (!strcmp(key, "oom_at")) {
             size_t sz;
             if (sim_parse_size(val, &sz) || sz == 0) {
-                snprintf(err, errlen, "'oom_at:%s': SIZE must be a size like 512M or 1G", val);
+                snprintf(err, errlen,
+                         "'oom_at:%s': SIZE must be a size above 0 (" SIM_SIZE_RULE ")", val);
                 rc = -1;
                 break;
             }
@@ -396,8 +411,8 @@ static void read_config(void)
     if ((v = getenv("GPUMEM_SIM_MEMORY")) && *v) {
         size_t sz;
         if (sim_parse_size(v, &sz) || sz < SIM_GRANULARITY)
-            sim_note("GPUMEM_SIM_MEMORY='%s' is not a size of at least 2M (e.g. 16G, 80G); "
-                     "using the profile's %zu bytes",
+            sim_note("GPUMEM_SIM_MEMORY='%s' is not a size of at least 2M, e.g. 16G or 80G "
+                     "(" SIM_SIZE_RULE "); using the profile's %zu bytes",
                      v, capacity);
         else
             capacity = sz;
@@ -427,9 +442,10 @@ static void read_config(void)
     if ((v = getenv("GPUMEM_SIM_CONTEXT_BYTES")) && *v) {
         size_t sz;
         if (sim_parse_size(v, &sz) || sz >= capacity)
-            sim_note("GPUMEM_SIM_CONTEXT_BYTES='%s' is not a size below the device memory (e.g. "
-                     "0, 300M); using %zu",
-                     v, ctx_bytes);
+            sim_note(
+                "GPUMEM_SIM_CONTEXT_BYTES='%s' is not a size below the device memory, e.g. 0 or "
+                "300M (" SIM_SIZE_RULE "); using %zu bytes",
+                v, ctx_bytes);
         else
             ctx_bytes = sz;
     }

@@ -1430,6 +1430,11 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
          * PyTorch's torch.cuda.empty_cache() through it) */
         if (kind == REC_TORCH_EMPTY_CACHE)
             return load_added(L, adv_append_release(m, t, &L->evcap), had_evs, had_allocs, seq);
+        /* the program's per-process memory fraction, which gpumem's allocator applied (kind 37
+         * flagged REC_F_FRAMEWORK: the cap in bytes, the fraction in millionths); frag and tune
+         * take the lower of it and the configured limit (gm_replay_trace_load_tap) */
+        if (kind == REC_TORCH_MEMORY_FRACTION)
+            return load_added(L, adv_add_limit(m, t, size, requested, &L->evcap), had_evs, had_allocs, seq);
         L->pool_end_stream = 0;
     }
     if (m->torch == 1) {
@@ -1548,10 +1553,11 @@ static int event_rows(void *ctx, const gm_event_row *rows, size_t n)
             L->found = k == 31 ? LOAD_AS_HISTORY : LOAD_AS_HOOKED;
             return 1;
         }
-        /* gpumem's recordings: also its capture pools' ends and its own empty_cache (load_event) */
+        /* gpumem's recordings: also its capture pools' ends, its own empty_cache and the fractions it
+         * applied (load_event) */
         if (torch ? k < 31 || k > 37
                   : (k < 1 || k > 4) && !((k == REC_SEG_UNMAP || k == REC_DRIVER_FREE) && (w->flags & REC_F_PRIVATE_POOL)) &&
-                        !(k == REC_TORCH_EMPTY_CACHE && (w->flags & REC_F_FRAMEWORK)))
+                        !((k == REC_TORCH_EMPTY_CACHE || k == REC_TORCH_MEMORY_FRACTION) && (w->flags & REC_F_FRAMEWORK)))
             continue;
         if (load_event(L, (uint64_t)w->seq, (int)k, (uint64_t)w->addr, (uint64_t)w->requested, (uint32_t)w->stream,
                        (uint64_t)w->range, (uint64_t)w->t, (uint32_t)w->stack, (uint64_t)w->size, (uint64_t)w->flags,

@@ -178,6 +178,16 @@ int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *t
     char conf[1024];
     gm_meta_text(d, "config", conf, sizeof conf);
     if (conf[0] && alloc_config_parse_recorded(&rc, conf, NULL, 0) == ALLOC_OK) am->cfg.limit = rc.limit;
+    /* the per-process memory fractions gpumem's allocator applied (the load's ADV_EV_LIMIT events
+     * of a gpumem recording): each the lower of the fraction's cap and the configured limit, as
+     * alloc_set_memory_fraction makes it (a fraction of 1 gives back the configured limit) */
+    if (am->torch != 1 && rc.limit != ALLOC_NO_LIMIT)
+        for (size_t i = 0; i < am->nevs; i++) {
+            adv_ev *e = &am->evs[i];
+            if (e->kind != ADV_EV_LIMIT) continue;
+            uint64_t cap = (uint64_t)e->stream | (uint64_t)e->pad << 32;
+            if (cap > (uint64_t)rc.limit) e->stream = (uint32_t)rc.limit, e->pad = (uint16_t)((uint64_t)rc.limit >> 32);
+        }
     if (add_ooms(d, am) != 0) {
         adv_model_free(am);
         snprintf(err, errsz, "out of memory");

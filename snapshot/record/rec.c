@@ -830,8 +830,11 @@ void rec_event(unsigned kind, int device, uint64_t stream, uint64_t addr, uint64
     unsigned k = kind & 0xffu;
     /* REC_LAUNCH records have their own layout (rec_internal.h): only rec_launch writes them.
      * PyTorch's kinds are the merge's, except an empty_cache gpumem's own allocator made
-     * (gpumem_empty_cache: 36 flagged REC_F_FRAMEWORK) */
-    if (k == 0 || (k >= REC_KIND_MAX_ && k != REC_TORCH_EMPTY_CACHE) || k == REC_LAUNCH) return;
+     * (gpumem_empty_cache: 36 flagged REC_F_FRAMEWORK) and a fraction it applied
+     * (gpumem_torch_memory_fraction: 37 flagged REC_F_FRAMEWORK) */
+    if (k == 0 || (k >= REC_KIND_MAX_ && k != REC_TORCH_EMPTY_CACHE && k != REC_TORCH_MEMORY_FRACTION) ||
+        k == REC_LAUNCH)
+        return;
     emit(my_tls(), kind & (0xffu | REC_F_FLAGS_MASK), device, stream, addr, size, requested,
          alloc_id, 1);
 }
@@ -1039,7 +1042,7 @@ void rec_oom(const rec_oom_info *info) {
     if (!ready() || !info) return;
     rec_item *it = calloc(1, sizeof *it);
     rec_oom_info *c = malloc(sizeof *c);
-    uint64_t seq = emit(my_tls(), REC_OOM, info->device, info->stream, 0, info->requested,
+    uint64_t seq = emit(my_tls(), REC_OOM | (info->flags & REC_F_OOM_FRACTION), info->device, info->stream, 0, info->requested,
                         info->requested, 0, 1);
     if (!it || !c || seq == 0) {
         free(it), free(c);

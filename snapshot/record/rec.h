@@ -114,7 +114,11 @@ enum rec_torch_kind {
     REC_TORCH_MEMORY_FRACTION = 37, /* set_per_process_memory_fraction, or the fraction in force
                                       at the start: size = PyTorch's cap on reserved, in bytes
                                       (fraction x the device's total memory; 0: no cap),
-                                      requested = the fraction in millionths                  */
+                                      requested = the fraction in millionths; flagged
+                                      REC_F_FRAMEWORK: gpumem's allocator, PyTorch's, applied
+                                      it (gpumem_torch_memory_fraction, written by the program's
+                                      thread: its limit is the lower of the cap and the
+                                      configured limit)                                       */
     REC_TORCH_RESET_PEAK = 38      /* torch.cuda.reset_peak_memory_stats(device): from here its
                                       max_memory_allocated/_reserved() count only what follows */
 };
@@ -155,9 +159,10 @@ enum rec_devinfo_when {
 #define REC_F_BA_MEMSET 0x100u /* a memset into it */
 #define REC_F_BA_WRITE 0x200u  /* a copy into it */
 #define REC_F_BA_READ 0x400u   /* a copy from it */
-/* REC_OOM only: the OOM came from PyTorch's allocator trace (merged, or imported) and its ooms
- * row's limit_bytes is PyTorch's per-process memory fraction of the device
- * (torch.cuda.set_per_process_memory_fraction), not GPUMEM_LIMIT */
+/* REC_OOM only: its ooms row's limit_bytes is PyTorch's per-process memory fraction of the device
+ * (torch.cuda.set_per_process_memory_fraction), not GPUMEM_LIMIT: the OOM came from PyTorch's
+ * allocator trace (merged, or imported), or from gpumem's allocator as PyTorch's, capped by the
+ * program's fraction (gpumem_torch_memory_fraction) */
 #define REC_F_OOM_FRACTION 0x100u
 /* An alloc event without REC_F_CACHE_HIT/REC_F_CACHE_MISS was not served by gpumem's allocator:
  * it was passed to the real driver or runtime (record mode, pools, managed, graph capture). */
@@ -264,6 +269,8 @@ typedef struct rec_oom_info {
     uint64_t limit;            /* configured cap; REC_NO_LIMIT: none (0 is a cap of 0 bytes) */
     const char *name;          /* name of the allocation that failed (gpumem_name_next), or NULL;
                                   copied. Stored as ooms.name (schema 1.1). */
+    unsigned flags;            /* REC_F_OOM_FRACTION: limit is the program's per-process memory
+                                  fraction (gpumem's allocator as PyTorch's), the event's flag */
 } rec_oom_info;
 /* Records the OOM (an event of kind REC_OOM plus a row in `ooms`; the event carries the
  * calling thread's innermost NVTX range, which reports show as the OOM's phase). Follow it with

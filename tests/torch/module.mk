@@ -35,7 +35,8 @@ SCRIPT_TESTS += tests/torch/torch_devices.sh
 # does not use is said (stderr, meta ignored.NAME, report), never dropped (torch_summary.sh)
 SCRIPT_TESTS += tests/torch/torch_summary.sh
 # gpumem as PyTorch's allocator out of memory: torch.OutOfMemoryError with gpumem's figures, the
-# OOM recorded, the program going on; set_per_process_memory_fraction said ignored (torch_gm_oom.sh)
+# OOM recorded, the program going on; PyTorch's hooks reaching gpumem: set_per_process_memory_fraction
+# caps it, record_stream fences a free, emptyCache by its C name empties it (torch_gm_oom.sh)
 SCRIPT_TESTS += tests/torch/torch_gm_oom.sh
 # tests/gpu/'s PyTorch scripts: on the virtual GPU here (tests/gpu/common.bash, gpu_or_sim), on the
 # GPU where nvidia-smi lists one

@@ -1,13 +1,26 @@
 #!/usr/bin/env bash
 # torch_gm_oom.sh — under --allocator gpumem (gpumem's allocator as PyTorch's CUDAPluggableAllocator)
-# an allocation gpumem refuses fails as under PyTorch's own allocator, and a setting PyTorch hands
-# the allocator is applied or said to be ignored, never dropped. One table, a row a way to run out:
+# an allocation gpumem refuses fails as under PyTorch's own allocator, and every hook PyTorch hands
+# the allocator reaches gpumem (applied, or said to be ignored, never dropped). One table, a row a
+# way in:
 #   - the request is over the device, or over GPUMEM_LIMIT: the program gets torch.OutOfMemoryError
 #     at the allocation (not a tensor without memory), with gpumem's figures (what was asked, what
 #     was reserved, the limit), catches it and allocates again; the recording's ooms table holds the
 #     OOM once, with that request and limit;
-#   - set_per_process_memory_fraction (called twice): said ignored once on stderr, kept in meta
-#     ignored.* and report's ignored_settings;
+#   - set_per_process_memory_fraction (called twice) caps gpumem's allocator at the fraction of the
+#     device's total: a request over it raises torch.OutOfMemoryError naming the fraction, the OOM
+#     is recorded with the fraction's limit (flag 256: report's binding constraint "fraction") and
+#     the calls as events 37 (flag 4096); GPUMEM_LIMIT, where lower, stays the limit; in
+#     GPUMEM_MODE=record (the driver serves) it is said ignored once, kept in meta ignored.*.
+#     Before, it was said ignored under every mode and the 400 MiB were served;
+#   - PyTorch's emptyCache called by its C entry point (torch._C._cuda_emptyCache) empties gpumem's
+#     cache as torch.cuda.empty_cache does: one event 36 (flag 4096) each. Before, only the Python
+#     name was wrapped: one event for the two calls;
+#   - Tensor.record_stream: a block used on a side stream and freed on the current one is not
+#     handed to the next allocation on the current stream while the side stream's work is not done
+#     (the virtual GPU's events held back: GPUMEM_SIM_EVENT_DELAY; access tracking off, so that
+#     record_stream is all gpumem knows), and is reused once it is done. Before, record_stream did
+#     nothing and the block was handed out at once;
 #   - libgpumem_torch.so missing beside libgpumem.so: use_as_allocator says so (a warning naming
 #     the library and what is lost) and goes on as before, never silently.
 set -uo pipefail
@@ -21,15 +34,25 @@ cp "$G" "$build/libgpumem.so" "$nolib/"
 ln -s "$(realpath "$build/sim")" "$nolib/sim"
 ln -s "$(realpath preload)" "$tmp/nolib/preload"
 
-# NAME | gpumem | ENV | ARGS | stdout wants (egrep, each ;-separated) | stderr wants | ooms rows: requested limit
+# the fraction's cap: 0.002 of the h100-80g profile's 81008 MiB (gpumem record's default profile on
+# the virtual GPU), truncated as PyTorch's setMemoryFraction does
+cap=$(( 81008 * 1048576 * 2 / 1000 ))
+# NAME | gpumem | ENV | ARGS | stdout wants (egrep, each ;-separated) | stderr wants, said once ("!": never)
+# | ooms rows: count:requested:limit | SQL checks on the recording (each ;-separated, QUERY=WANT)
 table=(
-  "device|$G||oom 204800|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 200.00 GiB on device 0. gpumem's allocator .* reserved.* its limit is none;^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]||1:214748364800:"
-  "limit|$G|GPUMEM_LIMIT=67108864|oom 100|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 100.00 MiB on device 0.* its limit is 64.00 MiB;^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]||1:104857600:67108864"
-  "fraction|$G||fraction 0.002|^AGAIN 0x|^gpumem: torch.cuda.set_per_process_memory_fraction=0.002 \(device 0\) is ignored: .*GPUMEM_LIMIT|0::"
-  "no-shim|$nolib/gpumem||fraction 0.002|^AGAIN 0x|cannot use .*libgpumem_torch.so.*without it: an allocation gpumem refuses gives a tensor without memory|0::"
+  "device|$G||oom 204800|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 200.00 GiB on device 0. gpumem's allocator .* reserved.* its limit is none;^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]||1:214748364800:|"
+  "limit|$G|GPUMEM_LIMIT=67108864|oom 100|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 100.00 MiB on device 0.* its limit is 64.00 MiB;^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]||1:104857600:67108864|"
+  "fraction|$G||fraction 0.002|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 400.00 MiB on device 0.* its limit is 162.02 MiB;raise the per-process memory fraction \(torch.cuda.set_per_process_memory_fraction\);^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]|!is ignored|1:419430400:$cap|SELECT count(*) FROM events WHERE kind = 37 AND flags = 4096 AND size = $cap AND requested = 2000=2;SELECT flags FROM events WHERE kind = 13=256"
+  "fraction-limit|$G|GPUMEM_LIMIT=67108864|fraction 0.002|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 400.00 MiB on device 0.* its limit is 64.00 MiB.*raise GPUMEM_LIMIT;^IS_OOM 1;^AGAIN 0x|!is ignored|1:419430400:67108864|SELECT count(*) FROM events WHERE kind = 37 AND flags = 4096=2;SELECT flags FROM events WHERE kind = 13=0"
+  "fraction-record|$G|GPUMEM_MODE=record|fraction 0.002|^FIT 0x;^AGAIN 0x|^gpumem: torch.cuda.set_per_process_memory_fraction=0.002 \(device 0\) is ignored: GPUMEM_MODE=record|0::|SELECT count(*) FROM events WHERE kind = 37=0"
+  "no-shim|$nolib/gpumem||fraction 0.002|^FIT 0x;^AGAIN 0x|cannot use .*libgpumem_torch.so.*without it: an allocation gpumem refuses gives a tensor without memory|0::|"
+  "empty|$G||empty 0|^AGAIN 0x|!is ignored|0::|SELECT count(*) FROM events WHERE kind = 36 AND flags = 4096=2;SELECT count(*) > 0 FROM events WHERE kind = 15 AND seq > (SELECT min(seq) FROM events WHERE kind = 36)=1"
+  "empty-no-shim|$nolib/gpumem||empty 0|^AGAIN 0x|cannot use .*libgpumem_torch.so|0::|SELECT count(*) FROM events WHERE kind = 36 AND flags = 4096=1"
+  "streams|$G|GPUMEM_USES=0 GPUMEM_SIM_EVENT_DELAY=1000000|streams 0|^REUSED_BEFORE 0;^REUSED_AFTER 1||0::|SELECT count(*) FROM events WHERE kind = 21=1"
+  "streams-uses|$G|GPUMEM_SIM_EVENT_DELAY=1000000|streams 0|^REUSED_BEFORE 0;^REUSED_AFTER 1||0::|SELECT count(*) FROM events WHERE kind = 21=1"
 )
 for row in "${table[@]}"; do
-  IFS='|' read -r name g envs args outw errw ooms <<< "$row"
+  IFS='|' read -r name g envs args outw errw ooms sqls <<< "$row"
   env GPUMEM_SIM_BACKING=memory $envs "$g" record -q --allocator gpumem -o "$tmp/$name.db" -- \
     "$torch_py" "$script" $args > "$tmp/$name.out" 2> "$tmp/$name.err"
   rc=$?
@@ -39,8 +62,10 @@ for row in "${table[@]}"; do
     grep -Eq -- "$w" "$tmp/$name.out" && ok "$name: prints /$w/" || bad "$name: no /$w/ in: $(cat "$tmp/$name.out")"
   done
   if [[ -n $errw ]]; then
+    want=1
+    [[ $errw == '!'* ]] && errw=${errw#!} && want=0
     n=$(grep -Ec -- "$errw" "$tmp/$name.err")
-    [[ $n == 1 ]] && ok "$name: stderr says /$errw/ once" || bad "$name: /$errw/ said $n times on stderr: $(tail -5 "$tmp/$name.err")"
+    [[ $n == "$want" ]] && ok "$name: stderr says /$errw/ $want times" || bad "$name: /$errw/ said $n times on stderr, want $want: $(tail -5 "$tmp/$name.err")"
   fi
   IFS=: read -r nooms req lim <<< "$ooms"
   got=$(sqlite3 "$tmp/$name.db" "SELECT count(*) FROM ooms")
@@ -49,11 +74,22 @@ for row in "${table[@]}"; do
     row=$(sqlite3 -separator : "$tmp/$name.db" "SELECT requested, ifnull(limit_bytes, '') FROM ooms")
     [[ $row == "$req:$lim" ]] && ok "$name: the OOM row's request and limit $row" || bad "$name: OOM row $row, want $req:$lim"
   fi
+  IFS=';' read -ra checks <<< "$sqls"
+  for c in "${checks[@]}"; do
+    got=$(sqlite3 "$tmp/$name.db" "${c%=*}")
+    [[ $got == "${c##*=}" ]] && ok "$name: ${c%=*} is $got" || bad "$name: ${c%=*} is $got, want ${c##*=}"
+  done
 done
-# the fraction: kept in the recording and shown by report
+# the fraction under gpumem's allocator: report names it as what bound the OOM; in mode record it
+# is kept in the recording as ignored and shown by report
+"$G" report --json "$tmp/fraction.db" 2>/dev/null | jq -e '.ooms[0].limit_from == "per_process_memory_fraction"' > /dev/null \
+  && ok "fraction: report's OOM limit is the fraction's" || bad "fraction: report's OOM: $("$G" report --json "$tmp/fraction.db" | jq -c '.ooms[0]')"
 key=torch.cuda.set_per_process_memory_fraction
-[[ $(sqlite3 "$tmp/fraction.db" "SELECT count(*) FROM meta WHERE key = 'ignored.$key'") == 1 ]] \
-  && ok "fraction: meta ignored.$key" || bad "fraction: no meta ignored.$key"
-"$G" report --json "$tmp/fraction.db" 2>/dev/null | jq -e --arg k "$key" '.ignored_settings[$k] | test("GPUMEM_LIMIT")' > /dev/null \
-  && ok "fraction: report's ignored_settings names it" || bad "fraction: report's ignored_settings: $("$G" report --json "$tmp/fraction.db" | jq -c .ignored_settings)"
+[[ $(sqlite3 "$tmp/fraction-record.db" "SELECT count(*) FROM meta WHERE key = 'ignored.$key'") == 1 ]] \
+  && ok "fraction-record: meta ignored.$key" || bad "fraction-record: no meta ignored.$key"
+"$G" report --json "$tmp/fraction-record.db" 2>/dev/null | jq -e --arg k "$key" '.ignored_settings[$k] | test("GPUMEM_MODE=record")' > /dev/null \
+  && ok "fraction-record: report's ignored_settings names it" || bad "fraction-record: report's ignored_settings: $("$G" report --json "$tmp/fraction-record.db" | jq -c .ignored_settings)"
+# the replay sees the limit the run had: every configuration tune judges meets the fraction's OOM
+[[ $("$G" tune --json "$tmp/fraction.db" 2>/dev/null | jq '[.results[] | select(.oom | not)] | length') == 0 ]] \
+  && ok "fraction: tune's replays all meet the OOM under the fraction" || bad "fraction: tune: $("$G" tune --json "$tmp/fraction.db" | jq -c '[.results[] | {conf, oom}]')"
 exit $fail

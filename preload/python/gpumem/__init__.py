@@ -235,11 +235,15 @@ def use_as_allocator():
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 under gpumem record.)
 
     Through libgpumem_torch.so (beside libgpumem.so, built for this torch: preload/torch_alloc.cpp)
-    a request gpumem refuses raises torch.OutOfMemoryError, as under PyTorch's own allocator, and
-    set_per_process_memory_fraction reaches gpumem (which says it does not apply it). Without that
-    library (not built, or built for another torch) it warns once and plugs in gpumem_torch_malloc /
-    gpumem_torch_free through torch.cuda.memory.CUDAPluggableAllocator, where PyTorch checks
-    nothing: a refused request is then a tensor without memory, failing at its first use."""
+    a request gpumem refuses raises torch.OutOfMemoryError, as under PyTorch's own allocator;
+    set_per_process_memory_fraction caps gpumem's allocator (fraction x the device's total);
+    Tensor.record_stream reaches gpumem (gpumem_record_stream); and PyTorch's emptyCache, whichever
+    way it is called (torch.cuda.empty_cache, torch._C._cuda_emptyCache), empties gpumem's cache.
+    Without that library (not built, or built for another torch) it warns once and plugs in
+    gpumem_torch_malloc / gpumem_torch_free through torch.cuda.memory.CUDAPluggableAllocator, where
+    PyTorch checks nothing: a refused request is then a tensor without memory, failing at its first
+    use; the fraction and record_stream do nothing, and only torch.cuda.empty_cache (wrapped here)
+    empties gpumem's cache."""
     if _gpumem() is None:
         return False
     try:
@@ -262,9 +266,8 @@ def use_as_allocator():
     if done is None:  # without the shim: PyTorch's own pluggable allocator over the two entry points
         alloc = tcm.CUDAPluggableAllocator(path, "gpumem_torch_malloc", "gpumem_torch_free")
         tcm.change_current_allocator(alloc)
+        _empty_cache_to_gpumem(path)  # the shim's reset hook does it for every caller
         done = True
-    if done:
-        _empty_cache_to_gpumem(path)
     return done
 
 
@@ -288,7 +291,9 @@ def _use_shim(shim, version):
     if why is not None:
         warnings.warn("gpumem.use_as_allocator: cannot use %s: %s; gpumem is PyTorch's allocator without it: "
                       "an allocation gpumem refuses gives a tensor without memory instead of "
-                      "torch.OutOfMemoryError, and set_per_process_memory_fraction is ignored without a word"
+                      "torch.OutOfMemoryError, set_per_process_memory_fraction and Tensor.record_stream are "
+                      "ignored without a word, and only torch.cuda.empty_cache (not torch._C._cuda_emptyCache) "
+                      "empties gpumem's cache"
                       % (shim, why), RuntimeWarning, stacklevel=3)
         return None
     err = ctypes.create_string_buffer(512)
@@ -300,10 +305,11 @@ def _use_shim(shim, version):
 
 
 def _empty_cache_to_gpumem(path):
-    """torch.cuda.empty_cache() (both its names) gives gpumem's cache back too: PyTorch's
-    CUDAPluggableAllocator calls no function of the allocator's there (its reset hook is C++ only),
-    so without this a destroyed CUDA graph's pool, whose last tensor was freed after the graph,
-    stayed mapped to the end of the run."""
+    """Without libgpumem_torch.so: torch.cuda.empty_cache() (both its names) gives gpumem's cache
+    back too. PyTorch's CUDAPluggableAllocator made from Python calls no function of the
+    allocator's there (its reset hook is C++ only: the shim sets it, and then every caller of
+    emptyCache reaches gpumem), so without this a destroyed CUDA graph's pool, whose last tensor
+    was freed after the graph, stayed mapped to the end of the run."""
     import torch
     import torch.cuda.memory as tcm
     try:
