@@ -185,8 +185,7 @@ int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *t
         for (size_t i = 0; i < am->nevs; i++) {
             adv_ev *e = &am->evs[i];
             if (e->kind != ADV_EV_LIMIT) continue;
-            uint64_t cap = (uint64_t)e->stream | (uint64_t)e->pad << 32;
-            if (cap > (uint64_t)rc.limit) e->stream = (uint32_t)rc.limit, e->pad = (uint16_t)((uint64_t)rc.limit >> 32);
+            if (adv_ev_limit(e) > (uint64_t)rc.limit) e->stream = (uint32_t)rc.limit, e->pad = (uint16_t)((uint64_t)rc.limit >> 32);
         }
     if (add_ooms(d, am) != 0) {
         adv_model_free(am);
