@@ -339,7 +339,8 @@ typedef struct rec_launch_info {
 } rec_launch_info;
 /* Records one launch. Returns its seq (> 0), or 0 when not recording or dropped; with 0 the
  * recorder did not take li->timing (the caller releases it). Hot path: no lock, no allocation,
- * no stack capture; one ring record plus one per 5 words (at most 2^24 - 1 words are kept).
+ * no stack capture; one claim of the ring for the launch record plus one record per 6 words (5
+ * where access bytes are given; at most 2^24 - 1 words are kept).
  * When the ring is full a record may be dropped like any event: a launch whose word records
  * were not all recorded gets no `uses` rows at all (counted in meta.launch_words_lost), never
  * another launch's words. */
