@@ -211,12 +211,13 @@ static int user_ranges(void)
     return r;
 }
 
-static int push(hk_thread *t, int kind, int pass, const char *label)
+/* key: NULL, or an address naming label for good (a module path's bytes, a pass's label) */
+static int push(hk_thread *t, int kind, int pass, const char *label, const void *key)
 {
     if (t->n == t->cap && grow((void **)&t->st, &t->cap, sizeof *t->st) != 0) return -1;
     int u = user_ranges();
     if (u < 0) return -1;
-    int pushed = !u && gm_nvtx_user_push(label) >= 0;
+    int pushed = !u && (key ? gm_nvtx_user_push_kept(key, label) : gm_nvtx_user_push(label)) >= 0;
     t->st[t->n++] = (hk_ent){(unsigned char)kind, (unsigned char)pass, (unsigned char)pushed};
     return 0;
 }
@@ -231,19 +232,20 @@ static int enter_mod(hk_thread *t, PyObject *enc)
 {
     const char *label = py.PyBytes_AsString(enc);
     if (!label) return -1;
-    if (!t->n || t->st[t->n - 1].kind != K_MOD) return push(t, K_MOD, 0, label);
+    /* enc is never released (module paths are kept for good): the key of its text */
+    if (!t->n || t->st[t->n - 1].kind != K_MOD) return push(t, K_MOD, 0, label, enc);
     int was = t->st[--t->n].pushed;
     if (was) {
         int u = user_ranges();
         if (u < 0) return -1;
         if (!u) {
             gm_nvtx_user_pop();
-            t->st[t->n++] = (hk_ent){K_MOD, 0, gm_nvtx_user_push(label) >= 0};
+            t->st[t->n++] = (hk_ent){K_MOD, 0, gm_nvtx_user_push_kept(enc, label) >= 0};
             return 0;
         }
         gm_nvtx_user_pop();
     }
-    return push(t, K_MOD, 0, label);
+    return push(t, K_MOD, 0, label, enc);
 }
 
 /* "step N" (unless open on this thread) and the pass. */
@@ -255,9 +257,9 @@ static int open_step(hk_thread *t, int pass)
     if (i == t->n) {
         char label[32];
         snprintf(label, sizeof label, "step %ld", hk.step);
-        if (push(t, K_STEP, 0, label) != 0) return -1;
+        if (push(t, K_STEP, 0, label, NULL) != 0) return -1;
     }
-    return push(t, K_PASS, pass, pass_label[pass]);
+    return push(t, K_PASS, pass, pass_label[pass], pass_label[pass]);
 }
 
 static void close_pass(hk_thread *t)

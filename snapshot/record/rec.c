@@ -973,7 +973,8 @@ static uint64_t push_record(unsigned kind, uint64_t addr, uint64_t size, uint64_
     return rec_ring_push(&rec_g.ring, &r);
 }
 
-int rec_range_push(const char *domain, const char *name) {
+/* name_sid: the name's id when the caller has it (rec_range_push_sid), else 0 and name interned */
+static int range_push(const char *domain, const char *name, uint32_t name_sid) {
     if (!ready()) return -1;
     rec_tls *t = my_tls();
     uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
@@ -981,12 +982,19 @@ int rec_range_push(const char *domain, const char *name) {
     uint32_t id = 0; /* GPUMEM_NVTX=0: the level is kept (a pop answers as NVTX does), no range */
     if (rec_g.ranges) {
         id = (uint32_t)(atomic_fetch_add(&rec_g.nranges, 1) + 1);
-        push_record(REC_R_RANGE_PUSH, id, parent, intern(domain), intern(name ? name : ""));
+        push_record(REC_R_RANGE_PUSH, id, parent, intern(domain),
+                    name_sid ? name_sid : intern(name ? name : ""));
     }
     if (t->depth < REC_TLS_DEPTH) t->ranges[t->depth] = id;
     t->depth++;
     return (int)t->depth;
 }
+
+int rec_range_push(const char *domain, const char *name) { return range_push(domain, name, 0); }
+
+int rec_range_push_sid(uint32_t name_sid, const char *name) { return range_push(NULL, name, name_sid); }
+
+uint32_t rec_generation(void) { return atomic_load_explicit(&rec_g.gen, memory_order_relaxed); }
 
 int rec_range_pop(void) {
     if (!ready()) return -1;

@@ -189,6 +189,13 @@ void rec_stack_release(int held);
 /* nvtxRangePush: opens a nested range on the calling thread. domain may be NULL (default
  * domain). Returns the new nesting depth (1 = outermost), or -1 when not recording. */
 int rec_range_push(const char *domain, const char *name);
+/* The same in the default domain, the name given by its rec_string() id (name itself when the
+ * id is 0), for a caller that pushes the same names again and again and keeps their ids
+ * (preload/nvtx.c, PyTorch's module hooks): no interning on the way. */
+int rec_range_push_sid(uint32_t name_sid, const char *name);
+/* The recording's generation: it changes where string ids start again (a forked child's
+ * recording), so a cached rec_string() id holds while the generation it was taken in does. */
+uint32_t rec_generation(void);
 /* nvtxRangePop: closes the calling thread's innermost range. Returns the depth before the pop
  * (like nvtxRangePop's level), or -1 when there was no open range or not recording. */
 int rec_range_pop(void);
