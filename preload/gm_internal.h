@@ -374,6 +374,10 @@ void gm_nvtx_fork_child(void);
 void gm_nvtx_test_reset(void); /* tests and the fuzzer only: forget handles, log, stack */
 /* gpumem_range_push / gpumem_range_pop (the Python module's ranges): NVTX push/pop */
 int gm_nvtx_user_push(const char *name);
+/* The same for a name pushed again and again: key is an address that names exactly this text for
+ * the life of the process (a string never freed), by which the recorder's id of the name is kept.
+ * Callers hold one lock around every call (torch_hooks.c: the GIL). */
+int gm_nvtx_user_push_kept(const void *key, const char *name);
 int gm_nvtx_user_pop(void);
 
 /* ---- Python frames (python.c) ---- */

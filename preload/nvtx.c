@@ -274,7 +274,34 @@ static const char *domain_name(nvtxDomainHandle_t d, char *buf, size_t len)
     return hm_get(&domains, d, buf, len);
 }
 
-static int range_push(const char *domain, const char *name)
+static int range_push_sid(const char *domain, const char *name, const void *key);
+
+static int range_push(const char *domain, const char *name) { return range_push_sid(domain, name, NULL); }
+
+#ifdef GM_HAVE_REC
+/* The recorder's id of a name pushed under a kept key (gm_nvtx_user_push_kept): PyTorch's module
+ * hooks push the same ~25 module paths each step, and interning each again (the recorder's
+ * per-thread cache holds 8) cost a hash, the recorder's lock and a compare, ~200 instructions
+ * a push. Direct-mapped by the key; a key that loses its slot is interned again. */
+static struct {
+    const void *key;
+    uint32_t sid, gen;
+} kept_sid[256];
+
+static uint32_t name_sid(const void *key, const char *name)
+{
+    unsigned h = (unsigned)(((uintptr_t)key * 0x9E3779B97F4A7C15ull) >> 56);
+    uint32_t gen = rec_generation();
+    if (kept_sid[h].key == key && kept_sid[h].gen == gen && kept_sid[h].sid)
+        return kept_sid[h].sid;
+    uint32_t sid = rec_string(name);
+    if (sid)
+        kept_sid[h].key = key, kept_sid[h].sid = sid, kept_sid[h].gen = gen;
+    return sid;
+}
+#endif
+
+static int range_push_sid(const char *domain, const char *name, const void *key)
 {
     gm_stat_add(GM_ST_NVTX_RANGES, 1);
     if (ts.depth < MAX_DEPTH) {
@@ -290,8 +317,14 @@ static int range_push(const char *domain, const char *name)
     ts.depth++;
     dlog("push %ld %d %s %s", my_tid(), ts.depth, domain ? domain : "-", ts.path);
 #ifdef GM_HAVE_REC
-    if (gm_nvtx_recording())
-        rec_range_push(domain, name);
+    if (gm_nvtx_recording()) {
+        if (key && !domain)
+            rec_range_push_sid(name_sid(key, name), name);
+        else
+            rec_range_push(domain, name);
+    }
+#else
+    (void)key;
 #endif
     return ts.depth - 1; /* nvtxRangePush returns the zero-based level of the new range */
 }
@@ -442,6 +475,11 @@ int gm_nvtx_user_push(const char *name)
 {
     gm_exit_register_nvtx();
     return range_push(NULL, name);
+}
+int gm_nvtx_user_push_kept(const void *key, const char *name)
+{
+    gm_exit_register_nvtx();
+    return range_push_sid(NULL, name, key);
 }
 int gm_nvtx_user_pop(void) { return range_pop(NULL); }
 

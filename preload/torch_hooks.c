@@ -211,12 +211,13 @@ static int user_ranges(void)
     return r;
 }
 
-static int push(hk_thread *t, int kind, int pass, const char *label)
+/* key: NULL, or an address naming label for good (a module path's bytes, a pass's label) */
+static int push(hk_thread *t, int kind, int pass, const char *label, const void *key)
 {
     if (t->n == t->cap && grow((void **)&t->st, &t->cap, sizeof *t->st) != 0) return -1;
     int u = user_ranges();
     if (u < 0) return -1;
-    int pushed = !u && gm_nvtx_user_push(label) >= 0;
+    int pushed = !u && (key ? gm_nvtx_user_push_kept(key, label) : gm_nvtx_user_push(label)) >= 0;
     t->st[t->n++] = (hk_ent){(unsigned char)kind, (unsigned char)pass, (unsigned char)pushed};
     return 0;
 }
@@ -231,19 +232,20 @@ static int enter_mod(hk_thread *t, PyObject *enc)
 {
     const char *label = py.PyBytes_AsString(enc);
     if (!label) return -1;
-    if (!t->n || t->st[t->n - 1].kind != K_MOD) return push(t, K_MOD, 0, label);
+    /* enc is never released (module paths are kept for good): the key of its text */
+    if (!t->n || t->st[t->n - 1].kind != K_MOD) return push(t, K_MOD, 0, label, enc);
     int was = t->st[--t->n].pushed;
     if (was) {
         int u = user_ranges();
         if (u < 0) return -1;
         if (!u) {
             gm_nvtx_user_pop();
-            t->st[t->n++] = (hk_ent){K_MOD, 0, gm_nvtx_user_push(label) >= 0};
+            t->st[t->n++] = (hk_ent){K_MOD, 0, gm_nvtx_user_push_kept(enc, label) >= 0};
             return 0;
         }
         gm_nvtx_user_pop();
     }
-    return push(t, K_MOD, 0, label);
+    return push(t, K_MOD, 0, label, enc);
 }
 
 /* "step N" (unless open on this thread) and the pass. */
@@ -255,9 +257,9 @@ static int open_step(hk_thread *t, int pass)
     if (i == t->n) {
         char label[32];
         snprintf(label, sizeof label, "step %ld", hk.step);
-        if (push(t, K_STEP, 0, label) != 0) return -1;
+        if (push(t, K_STEP, 0, label, NULL) != 0) return -1;
     }
-    return push(t, K_PASS, pass, pass_label[pass]);
+    return push(t, K_PASS, pass, pass_label[pass], pass_label[pass]);
 }
 
 static void close_pass(hk_thread *t)
@@ -386,6 +388,12 @@ static struct {
     void *(*add)(PyObject *node, void *paths); /* the hook added, or NULL: not a node it knows */
     int (*is_last)(PyObject *node, void *hook); /* 1: no pre-hook added to node after hook */
     int (*data_ptr)(PyObject *v, unsigned long long *out); /* v.data_ptr() read in C++: 0, else -1 */
+    /* a module's output read in C++ (gpumem_torch_hooks_cxx_tensor): its node's state against the
+     * hook added last (-1 not read there, 0 no node, 1 that hook's node and the hook still its
+     * last, 2 another node, then hooked by add_pending), and torch.is_grad_enabled() */
+    int (*node_state)(PyObject *t, void *last_hook);
+    void *(*add_pending)(void *paths);
+    int (*grad_enabled)(void);
     unsigned long long added, added_py;          /* node pre-hooks added in C++, through Python */
 } cxx;
 
@@ -406,6 +414,8 @@ static struct {
     PyObject *node, *paths, *wr, *handle; /* handle: the registration's (RemovableHandle) */
     cpaths *cp;                           /* or, registered in C++: its paths and its hook */
     void *chook;
+    int tensor; /* cp's hook was added from the output tensor (hook_tensor_cxx): no node held,
+                 * libgpumem_torch.so remembers the node weakly */
 } last;
 
 static void cpaths_release(cpaths *p)
@@ -436,7 +446,7 @@ static void last_release(void)
     PyObject *node = last.node, *paths = last.paths, *wr = last.wr, *handle = last.handle;
     cpaths *cp = last.cp;
     last.node = last.paths = last.wr = last.handle = NULL;
-    last.cp = NULL, last.chook = NULL;
+    last.cp = NULL, last.chook = NULL, last.tensor = 0;
     if (wr) py.Py_DecRef(wr); /* first: its callback is not called */
     if (handle) py.Py_DecRef(handle);
     if (paths) py.Py_DecRef(paths);
@@ -533,6 +543,35 @@ static int hook_node(const hk_mod *m, PyObject *node, PyObject *out)
     return 0;
 }
 
+/* Module m's backward start hooked from its output out, a torch.Tensor, in C++: the node read
+ * from the tensor, not made a Python object by out.grad_fn (torch_prehook.cpp says what that
+ * cost), and shared with the module before as hook_node shares it. 1 hooked, 0 out has no node,
+ * -1 with an exception, -2 not read there (the caller goes through Python). */
+static int hook_tensor_cxx(const hk_mod *m, PyObject *out)
+{
+    int st = cxx.node_state(out, last.cp && last.tensor ? last.chook : NULL);
+    if (st == -1) return -2;
+    if (st == 0) return 0;
+    if (st == 1) return cpaths_add(last.cp, m->enc) == 0 ? 1 : -1;
+    last_release();
+    cpaths *cp = calloc(1, sizeof *cp);
+    if (!cp || cpaths_add(cp, m->enc) != 0) {
+        cxx.add_pending(NULL); /* lets go of the node it kept */
+        free(cp);
+        if (!py.PyErr_Occurred()) py.PyErr_NoMemory();
+        return -1;
+    }
+    atomic_store(&cp->refs, 2); /* the hook's and last's */
+    void *h = cxx.add_pending(cp);
+    if (!h) { /* PyTorch refused: through Python, as a node this file cannot reach */
+        free(cp->enc), free(cp);
+        return -2;
+    }
+    cxx.added++;
+    last.cp = cp, last.chook = h, last.tensor = 1;
+    return 1;
+}
+
 /* ---- forward -------------------------------------------------------------------------------- */
 
 /* Before a module's forward: its range (and "step N/fwd" when it is the outermost). 0, or -1
@@ -597,6 +636,17 @@ static PyObject *first_grad(PyObject *output)
 static int on_backward_of(const hk_mod *m, PyObject *output)
 {
     PyObject *out, *r = NULL, *node = NULL, *tp = py.PyObject_Type(output);
+    if (tp == hk.tensor && cxx.node_state) {
+        int rc = hook_tensor_cxx(m, output);
+        if (rc == 1 || rc == -1) {
+            py.Py_DecRef(tp);
+            return rc < 0 ? -1 : 0;
+        }
+        if (rc == 0) { /* no node: as a tensor whose grad_fn is None, below */
+            py.Py_DecRef(tp);
+            tp = NULL;
+        }
+    }
     if (tp == hk.tensor) {
         if (!(node = py.PyObject_GetAttr(output, hk.s_grad_fn))) {
             py.Py_DecRef(tp);
@@ -659,10 +709,15 @@ static int post_work(PyObject *output)
         if (t->n && t->st[t->n - 1].kind == K_MOD) pop(t);
         close_pass(t);
     }
-    PyObject *g = py.PyObject_CallObject(hk.grad_enabled, NULL);
-    if (!g) return -1;
-    int on = py.PyObject_IsTrue(g);
-    py.Py_DecRef(g);
+    int on;
+    if (cxx.grad_enabled) {
+        on = cxx.grad_enabled();
+    } else {
+        PyObject *g = py.PyObject_CallObject(hk.grad_enabled, NULL);
+        if (!g) return -1;
+        on = py.PyObject_IsTrue(g);
+        py.Py_DecRef(g);
+    }
     if (on > 0) on = on_backward_of(&m, output);
     if (!t->nmods) last_release(); /* the outermost module returned */
     return on < 0 ? -1 : 0;
@@ -885,6 +940,15 @@ GM_EXPORT void gpumem_torch_hooks_cxx(void *(*add)(PyObject *, void *), int (*is
         return;
     cxx.add = add, cxx.is_last = is_last;
     cxx.data_ptr = py.PyLong_AsUnsignedLong && sizeof(unsigned long) == 8 ? data_ptr : NULL;
+}
+
+/* The output-tensor side of the C++ pre-hooks (torch_prehook.cpp), handed over after
+ * gpumem_torch_hooks_cxx: taken only with the node side. */
+GM_EXPORT void gpumem_torch_hooks_cxx_tensor(int (*node_state)(PyObject *, void *), void *(*add_pending)(void *),
+                                             int (*grad_enabled)(void))
+{
+    if (!cxx.add || !node_state || !add_pending || !grad_enabled) return;
+    cxx.node_state = node_state, cxx.add_pending = add_pending, cxx.grad_enabled = grad_enabled;
 }
 
 /* How many node pre-hooks the forward hooks added in C++ and through Python (tests). */

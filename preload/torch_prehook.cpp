@@ -29,6 +29,8 @@
 #include <torch/csrc/autograd/python_cpp_function.h>
 #include <torch/csrc/autograd/python_function.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <c10/core/GradMode.h>
 
 #include <cstdint>
 #include <exception>
@@ -39,6 +41,8 @@ extern "C" void gpumem_torch_cpaths_run(void *paths);
 extern "C" void gpumem_torch_cpaths_release(void *paths);
 extern "C" void gpumem_torch_hooks_cxx(void *(*add)(PyObject *, void *), int (*is_last)(PyObject *, void *),
                                        int (*data_ptr)(PyObject *, unsigned long long *));
+extern "C" void gpumem_torch_hooks_cxx_tensor(int (*node_state)(PyObject *, void *), void *(*add_pending)(void *),
+                                              int (*grad_enabled)(void));
 
 namespace {
 
@@ -107,6 +111,61 @@ int data_ptr_of(PyObject *o, unsigned long long *out)
     }
 }
 
+// A module's output read in C++ (tensor_node_state, add_pending): its node reached from the tensor
+// itself, not through Python's `output.grad_fn`, which made the node a Python object (a
+// THPCppFunction, freed again when the hook let go of it) under a warning handler: ~1,300
+// instructions a module call, 25 a tiny GPT-2 step (tests/bench/README.md, "Sixth pass: the
+// launch hook and the torch hooks"). The node the last hook went on is remembered weakly (a
+// weak_intrusive_ptr: it never keeps the node alive, and a node freed since is never taken for
+// it, whatever its address); pending is the node tensor_node_state found, for add_pending right
+// after (both under the GIL, one after the other).
+c10::weak_intrusive_ptr<torch::autograd::Node> last_node{c10::intrusive_ptr<torch::autograd::Node>()};
+c10::intrusive_ptr<torch::autograd::Node> pending;
+
+// t's node against the hook added last (last_hook, NULL for none): -1 when t is not read here
+// (not exactly a torch.Tensor or Parameter, or a __torch_function__ mode is on, which Python's
+// grad_fn would consult: the caller asks Python), 0 when t has no node, 1 when its node is the one
+// last_hook went on and last_hook is still its last pre-hook (the module's path can go on that
+// hook), 2 when it is another node, kept for add_pending.
+int tensor_node_state(PyObject *t, void *last_hook)
+{
+    pending.reset();
+    if (!THPVariableClass || !THPVariable_CheckExact(t) || at::impl::torch_function_mode_enabled()) return -1;
+    try {
+        const c10::intrusive_ptr<torch::autograd::Node> &fn = THPVariable_Unpack(t).grad_fn();
+        if (!fn) return 0;
+        if (last_hook && last_node.lock().get() == fn.get() && !fn->pre_hooks().empty() &&
+            fn->pre_hooks().back().get() == last_hook)
+            return 1;
+        pending = fn;
+        return 2;
+    } catch (const std::exception &) {
+        return -1;
+    }
+}
+
+// The hook added to the node tensor_node_state kept, taking one reference to paths: the hook, or
+// NULL (no node kept, paths NULL, or PyTorch refused).
+void *add_pending(void *paths)
+{
+    c10::intrusive_ptr<torch::autograd::Node> n = std::move(pending);
+    pending.reset();
+    if (!n || !paths) return nullptr;
+    try {
+        auto h = std::make_unique<GmPreHook>(paths);
+        GmPreHook *k = h.get();
+        n->add_pre_hook(std::move(h));
+        k->armed = true;
+        last_node = c10::weak_intrusive_ptr<torch::autograd::Node>(n);
+        return k;
+    } catch (const std::exception &) {
+        return nullptr;
+    }
+}
+
+// torch.is_grad_enabled() without a Python call
+int grad_enabled() { return c10::GradMode::is_enabled() ? 1 : 0; }
+
 } // namespace
 
 // Called once the library is attached (torch_trace.cpp): the forward hooks use the C++ pre-hooks,
@@ -114,4 +173,5 @@ int data_ptr_of(PyObject *o, unsigned long long *out)
 void gm_torch_prehook_register()
 {
     gpumem_torch_hooks_cxx(add_prehook, is_last, data_ptr_of);
+    gpumem_torch_hooks_cxx_tensor(tensor_node_state, add_pending, grad_enabled);
 }

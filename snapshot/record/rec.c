@@ -856,50 +856,45 @@ void rec_stack_release(int held) {
 }
 
 /* Access tracking. The encoding (word records first, then the launch record, tied by a
- * per-thread tag) is described in rec_internal.h. Cost: one ring push per 5 words plus one for
- * the launch, no lock, no allocation, no stack capture (the launch's position in the event
- * order and its NVTX range say where it was; a stack per launch would cost microseconds). */
-uint64_t rec_launch(const rec_launch_info *li) {
-    if (!ready() || !li) return 0;
-    rec_tls *t = my_tls();
-    uint32_t tag = ++t->launch_tag;
-    size_t n = li->words ? li->nwords : 0;
-    if (n > REC_LAUNCH_MAX_WORDS) n = REC_LAUNCH_MAX_WORDS; /* 128 MiB of arguments: never */
-    /* the records go into the ring in batches of REC_LAUNCH_BATCH, one claim each: a launch of
-     * up to 35 words is one claim */
-    enum { REC_LAUNCH_BATCH = 8 };
-    rec_rec rs[REC_LAUNCH_BATCH];
-    size_t nr = 0;
-    /* the five words of a chunk are the record's five consecutive fields addr .. stream */
+ * per-thread tag) is described in rec_internal.h. Cost: one claim of the ring for all of a
+ * launch's records, written in place, no lock, no allocation, no stack capture (the launch's
+ * position in the event order and its NVTX range say where it was; a stack per launch would cost
+ * microseconds). A kernel's words carry no access bytes, so a record's t holds a sixth word:
+ * PyTorch's foreach launches pass hundreds of words, and a record is ~20 instructions however
+ * many of its fields are words. */
+
+/* Chunk `chunk` of li's n words (from word i, per a record) into r. */
+__attribute__((always_inline)) static inline void launch_words_fill(rec_rec *r, const rec_launch_info *li, size_t i,
+                                                                   size_t n, size_t per, uint32_t thread,
+                                                                   uint32_t tag, uint32_t chunk) {
+    size_t k = n - i < per ? n - i : per;
+    /* the first five words of a chunk are the record's five consecutive fields addr .. stream */
     _Static_assert(offsetof(rec_rec, stream) - offsetof(rec_rec, addr) ==
                        (REC_WORDS_PER_REC - 1) * sizeof(uint64_t),
                    "REC_R_WORDS: the words fill addr, size, requested, alloc_id, stream");
-    for (size_t i = 0, chunk = 0; i < n; i += REC_WORDS_PER_REC, chunk++) {
-        size_t k = n - i < REC_WORDS_PER_REC ? n - i : REC_WORDS_PER_REC;
-        rec_rec *r = &rs[nr++];
-        if (__builtin_expect(k == REC_WORDS_PER_REC, 1)) {
-            memcpy(&r->addr, li->words + i, REC_WORDS_PER_REC * sizeof(uint64_t));
-        } else {
-            uint64_t w[REC_WORDS_PER_REC] = {0};
-            memcpy(w, li->words + i, k * sizeof(uint64_t));
-            memcpy(&r->addr, w, sizeof w);
-        }
-        uint64_t acc = 0;
-        if (li->access)
-            for (size_t j = 0; j < k; j++) acc |= (uint64_t)li->access[i + j] << (8 * j);
-        r->t = acc;
-        r->kind = REC_R_WORDS;
-        r->device = (int16_t)k;
-        r->thread = t->thread;
-        r->stack = tag;
-        r->range = (uint32_t)chunk;
-        /* a dropped chunk is noticed by the writer (gap in the chunk numbers): no check here */
-        if (nr == REC_LAUNCH_BATCH) {
-            rec_ring_push_n(&rec_g.ring, rs, nr);
-            nr = 0;
-        }
+    uint64_t v[REC_WORDS_PER_REC_T] = {0};
+    const uint64_t *w = li->words + i;
+    if (__builtin_expect(k < per, 0)) {
+        memcpy(v, w, k * sizeof(uint64_t));
+        w = v;
     }
-    rec_rec *r = &rs[nr++];
+    memcpy(&r->addr, w, REC_WORDS_PER_REC * sizeof(uint64_t));
+    if (li->access) {
+        uint64_t acc = 0;
+        for (size_t j = 0; j < k; j++) acc |= (uint64_t)li->access[i + j] << (8 * j);
+        r->t = acc;
+    } else {
+        r->t = w[REC_WORDS_PER_REC]; /* the sixth word (0 past the last) */
+    }
+    r->kind = REC_R_WORDS;
+    r->device = (int16_t)(k | (li->access ? 0u : REC_WORDS_T_WORD));
+    r->thread = thread;
+    r->stack = tag;
+    r->range = chunk;
+}
+
+/* The launch record itself, after its words. */
+static inline void launch_fill(rec_rec *r, const rec_launch_info *li, const rec_tls *t, uint32_t tag, size_t n) {
     r->t = rec_ticks();
     r->addr = li->func;
     r->size = li->bytes;
@@ -912,7 +907,43 @@ uint64_t rec_launch(const rec_launch_info *li) {
     r->stack = (uint32_t)n | (li->op & REC_LAUNCH_OP_MASK) << 24 | (li->unread ? REC_LAUNCH_UNREAD : 0u);
     uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
     r->range = d ? t->ranges[d - 1] : 0;
-    return rec_ring_push_n(&rec_g.ring, rs, nr);
+}
+
+uint64_t rec_launch(const rec_launch_info *li) {
+    if (!ready() || !li) return 0;
+    rec_tls *t = my_tls();
+    uint32_t tag = ++t->launch_tag;
+    size_t n = li->words ? li->nwords : 0;
+    if (n > REC_LAUNCH_MAX_WORDS) n = REC_LAUNCH_MAX_WORDS; /* 128 MiB of arguments: never */
+    size_t per = li->access ? REC_WORDS_PER_REC : REC_WORDS_PER_REC_T;
+    size_t nrec = (n + per - 1) / per + 1;
+    rec_ring *q = &rec_g.ring;
+    uint64_t pos = rec_ring_claim_n(q, nrec);
+    if (__builtin_expect(pos != UINT64_MAX, 1)) { /* the usual: room for all, written in place */
+        uint32_t chunk = 0;
+        for (size_t i = 0; i < n; i += per, chunk++) {
+            launch_words_fill(&q->slots[(pos + chunk) & q->mask].r, li, i, n, per, t->thread, tag, chunk);
+            rec_ring_publish_n(q, pos, chunk, nrec);
+        }
+        launch_fill(&q->slots[(pos + chunk) & q->mask].r, li, t, tag, n);
+        return rec_ring_publish_n(q, pos, chunk, nrec);
+    }
+    /* no room for all of them now (or more than a quarter of the ring): built here and pushed in
+     * batches of REC_LAUNCH_BATCH, rec_ring_push_n waiting for room or dropping */
+    enum { REC_LAUNCH_BATCH = 8 };
+    rec_rec rs[REC_LAUNCH_BATCH];
+    size_t nr = 0;
+    uint32_t chunk = 0;
+    for (size_t i = 0; i < n; i += per, chunk++) {
+        launch_words_fill(&rs[nr++], li, i, n, per, t->thread, tag, chunk);
+        /* a dropped chunk is noticed by the writer (gap in the chunk numbers): no check here */
+        if (nr == REC_LAUNCH_BATCH) {
+            rec_ring_push_n(q, rs, nr);
+            nr = 0;
+        }
+    }
+    launch_fill(&rs[nr++], li, t, tag, n);
+    return rec_ring_push_n(q, rs, nr);
 }
 
 void rec_set_timing_resolver(rec_timing_fn fn) {
@@ -945,7 +976,8 @@ static uint64_t push_record(unsigned kind, uint64_t addr, uint64_t size, uint64_
     return rec_ring_push(&rec_g.ring, &r);
 }
 
-int rec_range_push(const char *domain, const char *name) {
+/* name_sid: the name's id when the caller has it (rec_range_push_sid), else 0 and name interned */
+static int range_push(const char *domain, const char *name, uint32_t name_sid) {
     if (!ready()) return -1;
     rec_tls *t = my_tls();
     uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
@@ -953,12 +985,19 @@ int rec_range_push(const char *domain, const char *name) {
     uint32_t id = 0; /* GPUMEM_NVTX=0: the level is kept (a pop answers as NVTX does), no range */
     if (rec_g.ranges) {
         id = (uint32_t)(atomic_fetch_add(&rec_g.nranges, 1) + 1);
-        push_record(REC_R_RANGE_PUSH, id, parent, intern(domain), intern(name ? name : ""));
+        push_record(REC_R_RANGE_PUSH, id, parent, intern(domain),
+                    name_sid ? name_sid : intern(name ? name : ""));
     }
     if (t->depth < REC_TLS_DEPTH) t->ranges[t->depth] = id;
     t->depth++;
     return (int)t->depth;
 }
+
+int rec_range_push(const char *domain, const char *name) { return range_push(domain, name, 0); }
+
+int rec_range_push_sid(uint32_t name_sid, const char *name) { return range_push(NULL, name, name_sid); }
+
+uint32_t rec_generation(void) { return atomic_load_explicit(&rec_g.gen, memory_order_relaxed); }
 
 int rec_range_pop(void) {
     if (!ready()) return -1;

@@ -194,6 +194,13 @@ void rec_stack_release(int held);
 /* nvtxRangePush: opens a nested range on the calling thread. domain may be NULL (default
  * domain). Returns the new nesting depth (1 = outermost), or -1 when not recording. */
 int rec_range_push(const char *domain, const char *name);
+/* The same in the default domain, the name given by its rec_string() id (name itself when the
+ * id is 0), for a caller that pushes the same names again and again and keeps their ids
+ * (preload/nvtx.c, PyTorch's module hooks): no interning on the way. */
+int rec_range_push_sid(uint32_t name_sid, const char *name);
+/* The recording's generation: it changes where string ids start again (a forked child's
+ * recording), so a cached rec_string() id holds while the generation it was taken in does. */
+uint32_t rec_generation(void);
 /* nvtxRangePop: closes the calling thread's innermost range. Returns the depth before the pop
  * (like nvtxRangePop's level), or -1 when there was no open range or not recording. */
 int rec_range_pop(void);
@@ -346,7 +353,8 @@ typedef struct rec_launch_info {
 } rec_launch_info;
 /* Records one launch. Returns its seq (> 0), or 0 when not recording or dropped; with 0 the
  * recorder did not take li->timing (the caller releases it). Hot path: no lock, no allocation,
- * no stack capture; one ring record plus one per 5 words (at most 2^24 - 1 words are kept).
+ * no stack capture; one claim of the ring for the launch record plus one record per 6 words (5
+ * where access bytes are given; at most 2^24 - 1 words are kept).
  * When the ring is full a record may be dropped like any event: a launch whose word records
  * were not all recorded gets no `uses` rows at all (counted in meta.launch_words_lost), never
  * another launch's words. */

@@ -28,9 +28,11 @@ enum {
  * in that order (a thread's records keep their order in the ring); other threads' records may
  * come in between.
  *   REC_R_WORDS: thread; stack = the launch's tag (the thread's launch counter); range = chunk
- *                number (0, 1, ...); device = words in this record (1..5); the words in addr,
- *                size, requested, alloc_id, stream; t = their access bytes (REC_ACC_*), word i
- *                in bits 8i..8i+7.
+ *                number (0, 1, ...); device = words in this record (1..5, or 1..6 with
+ *                REC_WORDS_T_WORD); the words in addr, size, requested, alloc_id, stream (and t);
+ *                t = their access bytes (REC_ACC_*), word i in bits 8i..8i+7, or, with
+ *                REC_WORDS_T_WORD set in device (a launch without access bytes: a kernel's),
+ *                the sixth word (access unknown, 0).
  *   REC_LAUNCH:  t, stream, device, thread, range as any event (no stack); addr = func,
  *                size = bytes; requested = the timing token (0: untimed); alloc_id = name sid
  *                (low 32 bits) | tag (high 32 bits); stack = nwords (low 24 bits) | op << 24.
@@ -38,6 +40,8 @@ enum {
  * the tags match and every chunk arrived (0, 1, ... with no gap, nwords words in all): a dropped
  * record (full ring) loses that launch's uses, never gives them to another launch. */
 #define REC_WORDS_PER_REC 5
+#define REC_WORDS_PER_REC_T 6      /* without access bytes: t is a word too */
+#define REC_WORDS_T_WORD 0x100u    /* in a REC_R_WORDS record's device: t is its sixth word */
 #define REC_LAUNCH_MAX_WORDS ((1u << 24) - 1)
 /* a REC_LAUNCH record's stack: the word count (low 24 bits), the op (7 bits), and the top bit
  * set when the kernel's arguments could not be read (rec_launch_info.unread) */

@@ -153,6 +153,35 @@ static inline rec_slot *rec_ring_claim(rec_ring *q, uint64_t *pos_out) {
     }
 }
 
+/* n consecutive slots claimed with one CAS, for a caller that fills them in place (rec_launch's
+ * word records and its launch record): the position of the first, or UINT64_MAX when the ring
+ * has no room for all n now (or n is over a quarter of it: then build the records and
+ * rec_ring_push_n them, which waits or drops). Each slot is published with rec_ring_publish_n
+ * once filled, in order; as with rec_ring_claim, nothing but plain stores in between. */
+static inline uint64_t rec_ring_claim_n(rec_ring *q, size_t n) {
+    if (n == 0 || n > (q->mask + 1) / 4) return UINT64_MAX;
+    uint64_t pos = atomic_load_explicit(&q->head, memory_order_relaxed);
+    for (int tries = 0; tries < 4; tries++) {
+        /* the consumer frees slots in order: the last of the n free for this lap means all are */
+        rec_slot *last = &q->slots[(pos + n - 1) & q->mask];
+        if (atomic_load_explicit(&last->turn, memory_order_acquire) != pos + n - 1) return UINT64_MAX;
+        if (atomic_compare_exchange_weak_explicit(&q->head, &pos, pos + n, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            __builtin_prefetch(&q->slots[(pos + n - 1 + REC_RING_AHEAD) & q->mask], 1);
+            return pos;
+        }
+    }
+    return UINT64_MAX;
+}
+
+/* Publishes slot pos + i of a rec_ring_claim_n of n; returns its seq. The consumer is woken as
+ * by single pushes (each time a multiple of wake_mask + 1 is passed), once per claim. */
+static inline uint64_t rec_ring_publish_n(rec_ring *q, uint64_t pos, size_t i, size_t n) {
+    atomic_store_explicit(&q->slots[(pos + i) & q->mask].turn, pos + i + 1, memory_order_release);
+    if (i + 1 == n && (pos & q->wake_mask) + n > q->wake_mask) rec_ring_wake(q);
+    return pos + i + 1;
+}
+
 /* Publishes the record rec_ring_claim gave the slot of; returns its seq. */
 static inline uint64_t rec_ring_publish(rec_ring *q, rec_slot *s, uint64_t pos) {
     atomic_store_explicit(&s->turn, pos + 1, memory_order_release);

@@ -1182,14 +1182,15 @@ static pending_words *words_of(writer *w, uint32_t thread) {
 static void on_words(writer *w, const rec_rec *r) {
     pending_words *p = words_of(w, r->thread);
     if (!p) return;
-    uint32_t k = (uint32_t)r->device, chunk = r->range;
+    uint32_t dev = (uint16_t)r->device, k = dev & ~REC_WORDS_T_WORD, chunk = r->range;
+    uint32_t per = dev & REC_WORDS_T_WORD ? REC_WORDS_PER_REC_T : REC_WORDS_PER_REC;
     if (chunk == 0) {
         p->tag = r->stack;
         p->next_chunk = 0;
         p->n = 0;
         p->valid = 1;
     }
-    if (!p->valid || p->tag != r->stack || chunk != p->next_chunk || k < 1 || k > REC_WORDS_PER_REC) {
+    if (!p->valid || p->tag != r->stack || chunk != p->next_chunk || k < 1 || k > per) {
         p->valid = 0;
         return;
     }
@@ -1205,10 +1206,10 @@ static void on_words(writer *w, const rec_rec *r) {
         }
         p->cap = c;
     }
-    const uint64_t v[REC_WORDS_PER_REC] = {r->addr, r->size, r->requested, r->alloc_id, r->stream};
+    const uint64_t v[REC_WORDS_PER_REC_T] = {r->addr, r->size, r->requested, r->alloc_id, r->stream, r->t};
     for (uint32_t j = 0; j < k; j++) {
         p->w[p->n + j] = v[j];
-        p->acc[p->n + j] = (uint8_t)(r->t >> (8 * j));
+        p->acc[p->n + j] = per == REC_WORDS_PER_REC_T ? 0 : (uint8_t)(r->t >> (8 * j));
     }
     p->n += k;
     p->next_chunk++;

@@ -237,6 +237,64 @@ static void long_word_lists(void **state) {
     assert_int_equal(snap_q(path, q), N);
 }
 
+/* The word records' packing, as a table: a kernel's words (no access bytes) go six to a
+ * record (the record's t carries the sixth), a copy's five (t carries their access bytes); a
+ * launch is written in place with one claim of the ring, or built and pushed in batches when it
+ * needs more than a quarter of the ring (6,200 words of a 4,096-slot ring). Every count around
+ * the record boundaries resolves every word, each to its own allocation, with its own access
+ * flags (0, unknown, for a kernel's). */
+static void word_records_table(void **state) {
+    (void)state;
+    static const struct {
+        size_t n;
+        int acc; /* 1: access bytes given (a copy's), 0: none (a kernel's) */
+    } cases[] = {{1, 0},  {5, 0},  {6, 0},  {7, 0},   {11, 0},  {12, 0},   {13, 0},   {36, 0},
+                 {37, 0}, {1, 1},  {5, 1},  {6, 1},   {10, 1},  {11, 1},   {36, 1},   {6200, 0},
+                 {6200, 1}};
+    enum { NC = sizeof cases / sizeof cases[0] };
+    uint64_t seq[NC], birth0[NC];
+    uint64_t id = 0;
+    static uint64_t w[6200];
+    static uint8_t acc[6200];
+    for (size_t c = 0; c < NC; c++) {
+        birth0[c] = id + 1;
+        for (size_t i = 0; i < cases[c].n; i++) {
+            uint64_t a = 0x7e0000000000 + ++id * 0x10000;
+            rec_event(REC_ALLOC, 0, 0, a, 4096, 4096, id);
+            w[i] = a + (i % 7) * 8; /* interior */
+            acc[i] = (uint8_t)(i % 3 + 1);
+        }
+        seq[c] = launch(rec_string(cases[c].acc ? "memcpy" : "packed_kernel"),
+                        cases[c].acc ? REC_OP_COPY : REC_OP_KERNEL, 0, w, cases[c].acc ? acc : NULL,
+                        cases[c].n, NULL);
+        assert_true(seq[c] > 0);
+        /* frees after the launch, so that the next case's addresses are its own */
+        for (size_t i = 0; i < cases[c].n; i++)
+            rec_event(REC_FREE, 0, 0, 0x7e0000000000 + (birth0[c] + i) * 0x10000, 4096, 0, birth0[c] + i);
+    }
+    rec_close();
+    assert_int_equal(snap_q(path, "SELECT value FROM meta WHERE key='launch_words_lost'"), 0);
+    for (size_t c = 0; c < NC; c++) {
+        char q[320];
+        /* one row per word, each the allocation of the same index, with the word's flags */
+        snprintf(q, sizeof q,
+                 "SELECT count(*) FROM uses u JOIN events e ON e.seq=u.birth WHERE u.seq=%llu "
+                 "AND e.alloc_id - %llu BETWEEN 0 AND %zu AND u.access = %s",
+                 (unsigned long long)seq[c], (unsigned long long)birth0[c], cases[c].n - 1,
+                 cases[c].acc ? "(e.alloc_id - " : "0");
+        if (cases[c].acc) {
+            size_t l = strlen(q);
+            snprintf(q + l, sizeof q - l, "%llu) %% 3 + 1", (unsigned long long)birth0[c]);
+        }
+        int got = snap_q(path, q);
+        if (got != (int)cases[c].n)
+            fail_msg("%zu words (%s): %d of them resolved with their flags", cases[c].n,
+                     cases[c].acc ? "access bytes" : "a kernel's", got);
+        snprintf(q, sizeof q, "SELECT count(*) FROM uses WHERE seq=%llu", (unsigned long long)seq[c]);
+        assert_int_equal(snap_q(path, q), (int)cases[c].n);
+    }
+}
+
 /* ---- concurrency and drops: launch i of thread t passes K words into allocations
  * (i + j) % NA, j < K, of thread t's own NA allocations; allocation index in `requested`,
  * launch number in `bytes`, so SQL can check every use row against that rule. */
@@ -468,6 +526,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(copies_carry_access, setup, teardown),
         cmocka_unit_test_setup_teardown(unread_launches_counted, setup, teardown),
         cmocka_unit_test_setup_teardown(long_word_lists, setup, teardown),
+        cmocka_unit_test_setup_teardown(word_records_table, setup, teardown),
         cmocka_unit_test_setup_teardown(concurrent_launches, setup_big, teardown),
         cmocka_unit_test_setup_teardown(drops_never_misattach, setup_tiny, teardown),
         cmocka_unit_test_setup_teardown(timing_resolver, setup, teardown),
