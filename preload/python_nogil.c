@@ -44,7 +44,7 @@
  * freed and another created at the same address (exec in a loop) is noticed, and its name
  * and file are read and interned again. Lines are cached by (code object, instruction offset).
  * A frame then costs a dozen loads and two probes (BENCH rec.app_ns_python_nogil). The caches
- * are shared by all threads under one mutex, taken once per event.
+ * are shared by all threads under one lock (gm_spin), taken once per event that has frames.
  */
 #include "preload/gm_internal.h"
 
@@ -342,7 +342,7 @@ static struct ng_line {
     int64_t addr;
     int line;
 } line_cache[LINE_SLOTS];
-static pthread_mutex_t ng_lock = PTHREAD_MUTEX_INITIALIZER;
+static gm_spin ng_lock;
 static __thread int ng_busy __attribute__((tls_model("initial-exec")));
 static atomic_int ng_state; /* 0: not yet compared with the C API, 1: agreed, -1: disagreed (off) */
 
@@ -452,7 +452,9 @@ static void frame_put(uintptr_t code, uintptr_t instr, int owner, const ng_code 
 
 /* ---- the walk ------------------------------------------------------------------------------- */
 
-static int walk(rec_pyframe *out, int max)
+/* The calling thread's innermost frame; 0 when it runs none (autograd's device threads between
+ * their Python hooks) or has no thread state. Reads the thread's own state only: no cache. */
+static uintptr_t top_frame(void)
 {
     const py_layout *l = ng.l;
     uintptr_t ts = (uintptr_t)ng.this_tstate();
@@ -462,6 +464,13 @@ static int walk(rec_pyframe *out, int max)
         if (!f || !aligned(f) || !readable(f + (uintptr_t)l->cf_frame, 8)) return 0;
         f = ld_ptr(f + (uintptr_t)l->cf_frame);
     }
+    return f;
+}
+
+/* The frames from f outwards. Under ng_lock. */
+static int walk(uintptr_t f, rec_pyframe *out, int max)
+{
+    const py_layout *l = ng.l;
     int n = 0;
     uintptr_t ok_lo = 1, ok_hi = 0; /* pages already seen readable in this walk: frames sit
                                      * side by side in the thread's data stack */
@@ -527,10 +536,12 @@ static int walk(rec_pyframe *out, int max)
 int gm_python_nogil_frames(struct rec_pyframe *out, int max)
 {
     if (ng_state < 0 || !ng.l || ng_busy || (ng.is_finalizing && ng.is_finalizing())) return 0;
+    uintptr_t f = top_frame();
+    if (!f) return 0; /* nothing to read: the caches' lock is not taken */
     ng_busy = 1;
-    pthread_mutex_lock(&ng_lock);
-    int n = walk(out, max);
-    pthread_mutex_unlock(&ng_lock);
+    gm_spin_lock(&ng_lock);
+    int n = walk(f, out, max);
+    gm_spin_unlock(&ng_lock);
     ng_busy = 0;
     return n;
 }
@@ -560,7 +571,7 @@ void gm_python_nogil_check(const struct rec_pyframe *ref, int n)
 
 static void ng_fork_child(void)
 {
-    pthread_mutex_init(&ng_lock, NULL);
+    atomic_store(&ng_lock, 0);
     memset(code_cache, 0, sizeof code_cache); /* recorder string ids start again */
     memset(frame_cache, 0, sizeof frame_cache);
 }

@@ -21,8 +21,9 @@
  * one (the i-th entry seen here is the history's i-th), as it did before.
  *
  * PyTorch calls the trackers holding its per-device allocator lock, with or without the GIL
- * (autograd's device threads allocate without it): this file takes only its own mutex and
- * calls nothing that could call back into PyTorch or Python. The store is a ring of
+ * (autograd's device threads allocate without it): this file takes only its own lock (a spin lock,
+ * gm_spin: one exchange an entry, where a mutex cost more than the entry's store) and calls
+ * nothing that could call back into PyTorch or Python. The store is a ring of
  * GPUMEM_TORCH_MAX_ENTRIES per device seen (2,000,000 by default, as PyTorch's history keeps),
  * growing by doubling (mremap: nothing copied); once full, the oldest entries are overwritten,
  * and the merge says the trace was truncated (entries seen against entries kept).
@@ -37,7 +38,6 @@
  */
 #include "preload/gm_internal.h"
 
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,7 +83,7 @@ typedef struct tt_stack {
 } tt_stack;
 
 static struct {
-    pthread_mutex_t lock;
+    gm_spin lock;
     tt_entry *ring;
     size_t cap, max, head, n; /* head: the next slot; n: entries held (<= cap) */
     size_t per_device;        /* GPUMEM_TORCH_MAX_ENTRIES: max is this times the devices seen */
@@ -95,7 +95,7 @@ static struct {
     rec_pyframe *frames;
     size_t nframes, capframes;
     uint64_t stacks_lost;     /* allocations whose new stack found no room */
-} tt = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} tt;
 
 /* GPUMEM_TORCH_MAX_ENTRIES, checked with the other settings before gpumem started */
 static size_t tt_max(void)
@@ -183,7 +183,7 @@ GM_EXPORT void gpumem_torch_trace_entry(int action, int device, uint64_t addr, u
     int nf =
         action == 0 || action == TT_ACTION_OOM ? gm_python_frames_now(f, REC_MAX_PY_FRAMES) : 0;
     uint64_t h = nf > 0 ? frames_hash(f, nf) : 0;
-    pthread_mutex_lock(&tt.lock);
+    gm_spin_lock(&tt.lock);
     if (nf > 0) e.stack = stack_index(f, nf, h);
     tt.seen++;
     if (device >= tt.ndev) { /* PyTorch keeps a ring per device: room for one more device's */
@@ -192,20 +192,20 @@ GM_EXPORT void gpumem_torch_trace_entry(int action, int device, uint64_t addr, u
         tt.max = tt.per_device * (size_t)tt.ndev;
     }
     if (tt.n == tt.cap && tt_grow() != 0 && !tt.cap) {
-        pthread_mutex_unlock(&tt.lock); /* no memory for even the first slots: nothing kept */
+        gm_spin_unlock(&tt.lock); /* no memory for even the first slots: nothing kept */
         return;
     }
     tt.ring[tt.head] = e;
     tt.head = tt.head + 1 == tt.cap ? 0 : tt.head + 1;
     if (tt.n < tt.cap) tt.n++;
-    pthread_mutex_unlock(&tt.lock);
+    gm_spin_unlock(&tt.lock);
 }
 
 /* Copies the held entries, oldest first, into dst (room for cap bytes); returns the bytes they
  * take (all of them: call with cap 0 to size dst, then again). *seen: entries noted in all. */
 GM_EXPORT size_t gpumem_torch_trace_copy(void *dst, size_t cap, uint64_t *seen)
 {
-    pthread_mutex_lock(&tt.lock);
+    gm_spin_lock(&tt.lock);
     size_t need = tt.n * sizeof(tt_entry);
     if (seen) *seen = tt.seen;
     if (dst && cap >= need && tt.n) {
@@ -213,7 +213,7 @@ GM_EXPORT size_t gpumem_torch_trace_copy(void *dst, size_t cap, uint64_t *seen)
         memcpy(dst, tt.ring + first, k * sizeof(tt_entry));
         memcpy((char *)dst + k * sizeof(tt_entry), tt.ring, (tt.n - k) * sizeof(tt_entry));
     }
-    pthread_mutex_unlock(&tt.lock);
+    gm_spin_unlock(&tt.lock);
     return need;
 }
 
@@ -224,7 +224,7 @@ GM_EXPORT size_t gpumem_torch_trace_copy(void *dst, size_t cap, uint64_t *seen)
 GM_EXPORT size_t gpumem_torch_trace_stacks(void *dst, size_t cap, uint64_t *lost)
 {
     _Static_assert(sizeof(rec_pyframe) == 12, "rec_pyframe: three uint32, copied as they are");
-    pthread_mutex_lock(&tt.lock);
+    gm_spin_lock(&tt.lock);
     size_t need = tt.nstacks * sizeof(uint32_t) + tt.nframes * sizeof(rec_pyframe);
     if (lost) *lost = tt.stacks_lost;
     if (dst && cap >= need) {
@@ -236,7 +236,7 @@ GM_EXPORT size_t gpumem_torch_trace_stacks(void *dst, size_t cap, uint64_t *lost
             p += sizeof n + n * sizeof(rec_pyframe);
         }
     }
-    pthread_mutex_unlock(&tt.lock);
+    gm_spin_unlock(&tt.lock);
     return need;
 }
 
