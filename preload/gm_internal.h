@@ -380,12 +380,15 @@ void gm_python_start(void);
  * check: the first stack read through the C API (GIL held), compared with its own reading. */
 struct rec_pyframe;
 int gm_python_nogil_init(int minor);
-int gm_python_nogil_frames(struct rec_pyframe *out, int max);
+/* tag (may be NULL): nonzero when the frames are a memoized chain's, the same tag always the
+ * same frames (python_nogil.c, the chain memo); 0 otherwise. */
+int gm_python_nogil_frames(struct rec_pyframe *out, int max, uint64_t *tag);
 void gm_python_nogil_check(const struct rec_pyframe *ref, int n);
 int gm_python_nogil_agreed(void);
 /* python.c: the calling thread's Python frames now, innermost first, for a caller outside the
- * recorder's events (preload/torch_trace.c); 0 when Python frames are off or there are none. */
-int gm_python_frames_now(struct rec_pyframe *out, int max);
+ * recorder's events (preload/torch_trace.c); 0 when Python frames are off or there are none.
+ * *tag as gm_python_nogil_frames' (0 from the C API's reading). */
+int gm_python_frames_now(struct rec_pyframe *out, int max, uint64_t *tag);
 
 /* ---- the recorder bridge (core.c) ---- */
 enum gm_ev {

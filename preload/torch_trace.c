@@ -29,10 +29,12 @@
  * and the merge says the trace was truncated (entries seen against entries kept).
  *
  * Stacks. Each allocation entry also gets the allocating thread's Python frames, read here
- * (gm_python_frames_now: the interpreter's frame chain read in place, a dozen loads a frame),
+ * (gm_python_frames_now: the interpreter's frame chain read in place, a few loads a frame),
  * in place of PyTorch's CapturedTraceback::gather (a heap object per allocation). Stacks are
  * interned: an entry holds the index (from 1) of its distinct frame sequence, and the sequences
- * are copied out beside the entries (gpumem_torch_trace_stacks). At most TT_MAX_FRAMES frames are
+ * are copied out beside the entries (gpumem_torch_trace_stacks). A stack read from the frame
+ * reader's chain memo comes with the chain's tag (python_nogil.c: the same tag, the same frames),
+ * and a tag seen before gives the stack's index at once. At most TT_MAX_FRAMES frames are
  * kept over all distinct stacks; past that, new stacks are not kept (the entry's stack is 0) and
  * counted.
  */
@@ -78,6 +80,7 @@ enum { TT_ACTION_OOM = 8 };
  * recorder string ids, and the line), a stack being (first frame, count); found by the hash of
  * its frames (two stacks of one hash: the second is not kept). */
 #define TT_MAX_FRAMES (1u << 24)
+#define TT_TAG_SLOTS 1024u
 typedef struct tt_stack {
     uint32_t first, n;
 } tt_stack;
@@ -95,6 +98,10 @@ static struct {
     rec_pyframe *frames;
     size_t nframes, capframes;
     uint64_t stacks_lost;     /* allocations whose new stack found no room */
+    struct {
+        uint64_t tag;
+        uint32_t stack;
+    } by_tag[TT_TAG_SLOTS]; /* stack index by the chain memo's tag, direct mapped */
 } tt;
 
 /* GPUMEM_TORCH_MAX_ENTRIES, checked with the other settings before gpumem started */
@@ -180,11 +187,18 @@ GM_EXPORT void gpumem_torch_trace_entry(int action, int device, uint64_t addr, u
     /* the requesting thread's Python frames, read before the lock (an allocation, action 0, or
      * an OOM: the entries whose stack the merge stores; the OOM's is the line that asked) */
     rec_pyframe f[REC_MAX_PY_FRAMES];
-    int nf =
-        action == 0 || action == TT_ACTION_OOM ? gm_python_frames_now(f, REC_MAX_PY_FRAMES) : 0;
-    uint64_t h = nf > 0 ? frames_hash(f, nf) : 0;
+    uint64_t tag = 0;
+    int nf = action == 0 || action == TT_ACTION_OOM ? gm_python_frames_now(f, REC_MAX_PY_FRAMES, &tag) : 0;
     gm_spin_lock(&tt.lock);
-    if (nf > 0) e.stack = stack_index(f, nf, h);
+    if (nf > 0) { /* a memoized chain's tag seen before: its stack, without hashing its frames */
+        __typeof__(tt.by_tag[0]) *c = &tt.by_tag[tag & (TT_TAG_SLOTS - 1)];
+        if (tag && c->tag == tag) {
+            e.stack = c->stack;
+        } else {
+            e.stack = stack_index(f, nf, frames_hash(f, nf));
+            if (tag && e.stack) c->tag = tag, c->stack = e.stack;
+        }
+    }
     tt.seen++;
     if (device >= tt.ndev) { /* PyTorch keeps a ring per device: room for one more device's */
         if (!tt.per_device) tt.per_device = tt_max();
