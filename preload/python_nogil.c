@@ -356,7 +356,7 @@ static inline uint32_t addr_hash(uintptr_t p)
 /* 1 when the code object at code, one seen before (its pages known readable, pages are never
  * forgotten: above), is a code object with identity id. Each field is read only once the one
  * before matched, so the name and table read through are id's, known readable. */
-static int ident_matches(uintptr_t code, const ng_ident *id)
+static inline __attribute__((always_inline)) int ident_matches(uintptr_t code, const ng_ident *id)
 {
     const py_layout *l = ng.l;
     return ld_ptr(code + OB_TYPE) == ng.code_type && ld_ptr(code + (uintptr_t)l->co_name) == id->name &&
@@ -531,16 +531,20 @@ static uint64_t memo_tag; /* the last tag given; not reset by a fork (a tag is n
 
 static uint64_t chain_hash(const uintptr_t *key, int nraw)
 {
+    /* one multiplication a frame: the next frame's mixes this frame's instruction in */
     uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)nraw;
-    for (int i = 0; i < 2 * nraw; i++)
-        h = (h ^ key[i]) * 0xff51afd7ed558ccdull;
+    for (int i = 0; i < nraw; i++)
+        h = ((h ^ key[2 * i]) * 0xff51afd7ed558ccdull) ^ key[2 * i + 1];
     h ^= h >> 29;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 32;
     return h ? h : 1;
 }
 
 /* The frames of the chain key[0..nraw) (hash h), out of the memo; -1 when it is not there or a
  * code object in it is not the one it was (*tag: the chain's tag). */
-static int memo_find(const uintptr_t *key, int nraw, uint64_t h, rec_pyframe *out, int max, uint64_t *tag)
+static int memo_find(const uintptr_t *key, int nraw, uint64_t h, rec_pyframe *out, int max,
+                     uint64_t *tag)
 {
     const ng_memo *m = memo[h & (MEMO_SLOTS - 1)];
     if (!m || m->hash != h || m->nraw != nraw || m->nout > max ||
@@ -555,8 +559,8 @@ static int memo_find(const uintptr_t *key, int nraw, uint64_t h, rec_pyframe *ou
 
 /* Keeps the chain whose every frame walk() resolved (id: each one's code object's identity) and
  * its frames out[0..nout); nothing when there is no memory for its slot. */
-static void memo_put(const uintptr_t *key, int nraw, uint64_t h, const ng_ident *id, const rec_pyframe *out,
-                     int nout, uint64_t *tag)
+static void memo_put(const uintptr_t *key, int nraw, uint64_t h, const ng_ident *id,
+                     const rec_pyframe *out, int nout, uint64_t *tag)
 {
     ng_memo **slot = &memo[h & (MEMO_SLOTS - 1)];
     if (!*slot && !(*slot = malloc(sizeof **slot))) return;
