@@ -388,12 +388,15 @@ void gm_python_start(void);
  * check: the first stack read through the C API (GIL held), compared with its own reading. */
 struct rec_pyframe;
 int gm_python_nogil_init(int minor);
-int gm_python_nogil_frames(struct rec_pyframe *out, int max);
+/* tag (may be NULL): nonzero when the frames are a memoized chain's, the same tag always the
+ * same frames (python_nogil.c, the chain memo); 0 otherwise. */
+int gm_python_nogil_frames(struct rec_pyframe *out, int max, uint64_t *tag);
 void gm_python_nogil_check(const struct rec_pyframe *ref, int n);
 int gm_python_nogil_agreed(void);
 /* python.c: the calling thread's Python frames now, innermost first, for a caller outside the
- * recorder's events (preload/torch_trace.c); 0 when Python frames are off or there are none. */
-int gm_python_frames_now(struct rec_pyframe *out, int max);
+ * recorder's events (preload/torch_trace.c); 0 when Python frames are off or there are none.
+ * *tag as gm_python_nogil_frames' (0 from the C API's reading). */
+int gm_python_frames_now(struct rec_pyframe *out, int max, uint64_t *tag);
 
 /* ---- the recorder bridge (core.c) ---- */
 enum gm_ev {
@@ -427,6 +430,21 @@ static inline void gm_test_free_yield(void)
 {
     if (__builtin_expect(gm_test_yield_on, 0))
         sched_yield();
+}
+/* A lock for the short sections PyTorch's allocator trace entries pass through (torch_trace.c,
+ * python_nogil.c), one taken and released per allocation: uncontended, one exchange and one
+ * store, where a pthread mutex costs ~55 instructions a pair. A waiter yields its core. Sections
+ * under it never block and never call back into the program. */
+typedef atomic_int gm_spin;
+static inline void gm_spin_lock(gm_spin *l)
+{
+    while (atomic_exchange_explicit(l, 1, memory_order_acquire))
+        while (atomic_load_explicit(l, memory_order_relaxed))
+            sched_yield();
+}
+static inline void gm_spin_unlock(gm_spin *l)
+{
+    atomic_store_explicit(l, 0, memory_order_release);
 }
 /* The calling thread's stack, taken before a lock inside which its events are written (the
  * allocator's: a free's event, a segment's map or unmap): those events carry it instead of

@@ -160,11 +160,13 @@ static code_ent *code_lookup(PyObject *code)
     return e;
 }
 
-/* The provider (rec.h): the calling thread's Python frames, innermost first. */
-static int python_frames(rec_pyframe *out, int max)
+/* The calling thread's Python frames, innermost first; *tag as gm_python_nogil_frames' (0 when
+ * read through the C API). */
+static int python_frames_tagged(rec_pyframe *out, int max, uint64_t *tag)
 {
+    *tag = 0;
     if (in_capture || !py.Py_IsInitialized()) return 0;
-    if (!py.PyGILState_Check()) return gm_python_nogil_frames(out, max);
+    if (!py.PyGILState_Check()) return gm_python_nogil_frames(out, max, tag);
     in_capture = 1;
     /* 3.11 creates frame objects for the frames it is asked about, and such an allocation may
      * run the garbage collector on the spot; a finalizer that frees device memory would then
@@ -209,16 +211,24 @@ static int python_frames(rec_pyframe *out, int max)
     return n;
 }
 
+/* The provider (rec.h). */
+static int python_frames(rec_pyframe *out, int max)
+{
+    uint64_t tag;
+    return python_frames_tagged(out, max, &tag);
+}
+
 static int python_on; /* the provider is registered (gm_python_start) */
 
 /* Frames for a caller outside the recorder's events (PyTorch's trace entries, preload/
  * torch_trace.c). The private-structure reader once it has agreed with the C API: a dozen loads
  * a frame, where the C API makes (3.11+) and reference-counts a frame object for each. */
-int gm_python_frames_now(rec_pyframe *out, int max)
+int gm_python_frames_now(rec_pyframe *out, int max, uint64_t *tag)
 {
+    *tag = 0;
     if (!python_on) return 0;
-    if (gm_python_nogil_agreed()) return gm_python_nogil_frames(out, max);
-    return python_frames(out, max);
+    if (gm_python_nogil_agreed()) return gm_python_nogil_frames(out, max, tag);
+    return python_frames_tagged(out, max, tag);
 }
 
 /* A forked child records into its own database: its string ids start again. */
@@ -321,9 +331,10 @@ void gm_python_start(void)
 }
 #else
 void gm_python_start(void) {}
-int gm_python_frames_now(struct rec_pyframe *out, int max)
+int gm_python_frames_now(struct rec_pyframe *out, int max, uint64_t *tag)
 {
     (void)out, (void)max;
+    *tag = 0;
     return 0;
 }
 #endif

@@ -43,8 +43,10 @@
  * name, file and line table, the name's hash, the table's size, the first line): a code object
  * freed and another created at the same address (exec in a loop) is noticed, and its name
  * and file are read and interned again. Lines are cached by (code object, instruction offset).
- * A frame then costs a dozen loads and two probes (BENCH rec.app_ns_python_nogil). The caches
- * are shared by all threads under one mutex, taken once per event.
+ * A frame then costs a dozen loads and two probes (BENCH rec.app_ns_python_nogil). Whole stacks
+ * are kept by their chain (the chain memo, below): a chain seen before costs its walk's few loads
+ * a frame, one comparison and each code object's identity check. The caches are shared by all
+ * threads under one lock (gm_spin), taken once per event that has frames.
  */
 #include "preload/gm_internal.h"
 
@@ -342,7 +344,7 @@ static struct ng_line {
     int64_t addr;
     int line;
 } line_cache[LINE_SLOTS];
-static pthread_mutex_t ng_lock = PTHREAD_MUTEX_INITIALIZER;
+static gm_spin ng_lock;
 static __thread int ng_busy __attribute__((tls_model("initial-exec")));
 static atomic_int ng_state; /* 0: not yet compared with the C API, 1: agreed, -1: disagreed (off) */
 
@@ -354,7 +356,7 @@ static inline uint32_t addr_hash(uintptr_t p)
 /* 1 when the code object at code, one seen before (its pages known readable, pages are never
  * forgotten: above), is a code object with identity id. Each field is read only once the one
  * before matched, so the name and table read through are id's, known readable. */
-static int ident_matches(uintptr_t code, const ng_ident *id)
+static inline __attribute__((always_inline)) int ident_matches(uintptr_t code, const ng_ident *id)
 {
     const py_layout *l = ng.l;
     return ld_ptr(code + OB_TYPE) == ng.code_type && ld_ptr(code + (uintptr_t)l->co_name) == id->name &&
@@ -452,7 +454,9 @@ static void frame_put(uintptr_t code, uintptr_t instr, int owner, const ng_code 
 
 /* ---- the walk ------------------------------------------------------------------------------- */
 
-static int walk(rec_pyframe *out, int max)
+/* The calling thread's innermost frame; 0 when it runs none (autograd's device threads between
+ * their Python hooks) or has no thread state. Reads the thread's own state only: no cache. */
+static uintptr_t top_frame(void)
 {
     const py_layout *l = ng.l;
     uintptr_t ts = (uintptr_t)ng.this_tstate();
@@ -462,41 +466,140 @@ static int walk(rec_pyframe *out, int max)
         if (!f || !aligned(f) || !readable(f + (uintptr_t)l->cf_frame, 8)) return 0;
         f = ld_ptr(f + (uintptr_t)l->cf_frame);
     }
-    int n = 0;
+    return f;
+}
+
+/* The chain from f outwards, as keys: per frame visited (an entry shim left out) the code
+ * object's address and the raw instruction with the owner in its top byte (3.11+ an address
+ * below 2^47, 3.9/3.10 f_lasti as 32 bits); the keys' count. Reads the thread's own frames
+ * only: no cache, no lock. Stops where walk() would: a frame unaligned, unreadable or not one. */
+static int collect(uintptr_t f, uintptr_t *key)
+{
+    const py_layout *l = ng.l;
+    const uintptr_t fr_size = (uintptr_t)l->fr_size, fr_back = (uintptr_t)l->fr_back,
+                    fr_code = (uintptr_t)l->fr_code, fr_instr = (uintptr_t)l->fr_instr;
+    const int fr_owner = l->fr_owner;
+    int k = 0;
     uintptr_t ok_lo = 1, ok_hi = 0; /* pages already seen readable in this walk: frames sit
                                      * side by side in the thread's data stack */
-    for (int seen = 0; f && n < max && seen < MAX_VISITED; seen++) {
+    for (int seen = 0; f && seen < MAX_VISITED; seen++) {
         if (!aligned(f)) break;
-        if (f < ok_lo || f + (uintptr_t)l->fr_size > ok_hi) {
-            if (!readable(f, (size_t)l->fr_size)) break;
+        if (f < ok_lo || f + fr_size > ok_hi) {
+            if (!readable(f, (size_t)fr_size)) break;
             ok_lo = f & ~(uintptr_t)4095;
-            ok_hi = ((f + (uintptr_t)l->fr_size - 1) & ~(uintptr_t)4095) + 4096;
+            ok_hi = ((f + fr_size - 1) & ~(uintptr_t)4095) + 4096;
         }
-        uintptr_t back = ld_ptr(f + (uintptr_t)l->fr_back),
-                  code = ld_ptr(f + (uintptr_t)l->fr_code);
-        int owner = 0;
-        if (l->fr_owner < 0) { /* a PyFrameObject */
+        uintptr_t back = ld_ptr(f + fr_back), code = ld_ptr(f + fr_code), raw;
+        if (fr_owner < 0) { /* a PyFrameObject */
             if (ld_ptr(f + OB_TYPE) != ng.frame_type) break;
-        } else if ((owner = ld_u8(f + (uintptr_t)l->fr_owner)) > OWNED_BY_CSTACK) {
-            break;
+            raw = (uintptr_t)(uint32_t)ld_i32(f + fr_instr);
+        } else {
+            uintptr_t owner = ld_u8(f + (uintptr_t)fr_owner);
+            if (owner > OWNED_BY_CSTACK) break;
+            if (owner == OWNED_BY_CSTACK) { /* an entry shim (3.12+): as the C API, leave it out */
+                f = back;
+                continue;
+            }
+            raw = ld_ptr(f + fr_instr) | owner << 56;
         }
-        if (owner == OWNED_BY_CSTACK) { /* an entry shim (3.12+): as the C API, leave it out */
-            f = back;
-            continue;
-        }
-        uintptr_t raw = l->fr_owner < 0 ? (uintptr_t)(uint32_t)ld_i32(f + (uintptr_t)l->fr_instr)
-                                        : ld_ptr(f + (uintptr_t)l->fr_instr);
+        key[k++] = code, key[k++] = raw;
+        f = back;
+    }
+    return k / 2;
+}
+
+/* ---- the chain memo (under ng_lock) ----------------------------------------------------------
+ * A training step allocates from the same few dozen Python stacks step after step: a stack is
+ * kept whole, keyed on its chain (collect's keys). A chain seen before gives its frames after
+ * one comparison of the keys and the identity check of each frame's code object against the
+ * identity it had (ident_matches, frame_hit's check: a code object freed and another made at
+ * its address is not taken for the old one, exec in a loop); the per-frame probes, line
+ * lookups and copies are skipped. Direct mapped by the chain's hash; a slot is allocated at
+ * its first chain (a few KiB) and overwritten by the next chain of its hash. */
+#define MEMO_SLOTS 1024u
+#define MEMO_MAX 64 /* frames visited a kept chain may have */
+typedef struct ng_memo {
+    uint64_t hash; /* 0: empty */
+    uint64_t tag;  /* this chain's, never given to another (memo_tag) */
+    int nraw, nout;
+    uintptr_t key[2 * MEMO_MAX];
+    ng_ident id[MEMO_MAX];
+    rec_pyframe out[MEMO_MAX];
+} ng_memo;
+static ng_memo *memo[MEMO_SLOTS];
+static uint64_t memo_tag; /* the last tag given; not reset by a fork (a tag is never reused) */
+
+static uint64_t chain_hash(const uintptr_t *key, int nraw)
+{
+    /* one multiplication a frame: the next frame's mixes this frame's instruction in */
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)nraw;
+    for (int i = 0; i < nraw; i++)
+        h = ((h ^ key[2 * i]) * 0xff51afd7ed558ccdull) ^ key[2 * i + 1];
+    h ^= h >> 29;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 32;
+    return h ? h : 1;
+}
+
+/* The frames of the chain key[0..nraw) (hash h), out of the memo; -1 when it is not there or a
+ * code object in it is not the one it was (*tag: the chain's tag). */
+static int memo_find(const uintptr_t *key, int nraw, uint64_t h, rec_pyframe *out, int max,
+                     uint64_t *tag)
+{
+    const ng_memo *m = memo[h & (MEMO_SLOTS - 1)];
+    if (!m || m->hash != h || m->nraw != nraw || m->nout > max ||
+        memcmp(m->key, key, (size_t)nraw * 2 * sizeof *key) != 0)
+        return -1;
+    for (int i = 0; i < nraw; i++)
+        if (!ident_matches(key[2 * i], &m->id[i])) return -1;
+    memcpy(out, m->out, (size_t)m->nout * sizeof *out);
+    *tag = m->tag;
+    return m->nout;
+}
+
+/* Keeps the chain whose every frame walk() resolved (id: each one's code object's identity) and
+ * its frames out[0..nout); nothing when there is no memory for its slot. */
+static void memo_put(const uintptr_t *key, int nraw, uint64_t h, const ng_ident *id,
+                     const rec_pyframe *out, int nout, uint64_t *tag)
+{
+    ng_memo **slot = &memo[h & (MEMO_SLOTS - 1)];
+    if (!*slot && !(*slot = malloc(sizeof **slot))) return;
+    ng_memo *m = *slot;
+    m->hash = h, m->tag = *tag = ++memo_tag, m->nraw = nraw, m->nout = nout;
+    memcpy(m->key, key, (size_t)nraw * 2 * sizeof *key);
+    memcpy(m->id, id, (size_t)nraw * sizeof *id);
+    memcpy(m->out, out, (size_t)nout * sizeof *out);
+}
+
+/* The frames of the chain key[0..nraw) (collect's), at most max. Under ng_lock. *tag: nonzero
+ * when the frames are a memoized chain's (the same tag, the same frames), else 0. */
+static int walk(const uintptr_t *key, int nraw, rec_pyframe *out, int max, uint64_t *tag)
+{
+    const py_layout *l = ng.l;
+    *tag = 0;
+    uint64_t h = nraw <= MEMO_MAX ? chain_hash(key, nraw) : 0;
+    if (h) {
+        int n = memo_find(key, nraw, h, out, max, tag);
+        if (n >= 0) return n;
+    }
+    ng_ident id[MEMO_MAX];
+    int n = 0, i = 0, whole = h != 0; /* whole: every frame's code object known, so far */
+    for (; i < nraw && n < max; i++) {
+        uintptr_t code = key[2 * i], raw = key[2 * i + 1];
+        int owner = l->fr_owner < 0 ? 0 : (int)(raw >> 56);
+        raw = l->fr_owner < 0 ? raw : raw & (((uintptr_t)1 << 56) - 1);
         const ng_frame *hit = frame_hit(code, raw, owner);
         if (hit) {
+            if (whole) id[i] = hit->id;
             if (!hit->skip) out[n++] = hit->out;
-            f = back;
             continue;
         }
         const ng_code *e = code_entry(code);
         if (!e) { /* unreadable: as the C API, leave it out */
-            f = back;
+            whole = 0;
             continue;
         }
+        if (whole) id[i] = e->id;
         int64_t addr; /* byte offset of the instruction running, < 0: not started */
         if (l->fr_owner < 0) {
             int32_t lasti = (int32_t)(uint32_t)raw;
@@ -506,7 +609,6 @@ static int walk(rec_pyframe *out, int max)
             /* an incomplete frame (still copying its arguments in): the C API skips it too */
             if (owner != OWNED_BY_GENERATOR && instr < base + (uintptr_t)e->firsttraceable * 2) {
                 frame_put(code, raw, owner, e, 1, NULL);
-                f = back;
                 continue;
             }
             addr = instr < base ? -1 : (int64_t)((instr - base) & ~(uintptr_t)1);
@@ -517,20 +619,28 @@ static int walk(rec_pyframe *out, int max)
         out[n].line = line > 0 ? (uint32_t)line : 0;
         frame_put(code, raw, owner, e, 0, &out[n]);
         n++;
-        f = back;
     }
+    if (whole && i == nraw) memo_put(key, nraw, h, id, out, n, tag);
     return n;
 }
 
 /* ---- the entry points (python.c) ------------------------------------------------------------ */
 
-int gm_python_nogil_frames(struct rec_pyframe *out, int max)
+int gm_python_nogil_frames(struct rec_pyframe *out, int max, uint64_t *tag)
 {
+    uint64_t none;
+    if (!tag) tag = &none;
+    *tag = 0;
     if (ng_state < 0 || !ng.l || ng_busy || (ng.is_finalizing && ng.is_finalizing())) return 0;
+    uintptr_t f = top_frame();
+    if (!f) return 0; /* nothing to read: the caches' lock is not taken */
+    uintptr_t key[2 * MAX_VISITED];
+    int nraw = collect(f, key);
+    if (!nraw) return 0;
     ng_busy = 1;
-    pthread_mutex_lock(&ng_lock);
-    int n = walk(out, max);
-    pthread_mutex_unlock(&ng_lock);
+    gm_spin_lock(&ng_lock);
+    int n = walk(key, nraw, out, max, tag);
+    gm_spin_unlock(&ng_lock);
     ng_busy = 0;
     return n;
 }
@@ -547,7 +657,7 @@ void gm_python_nogil_check(const struct rec_pyframe *ref, int n)
 {
     if (ng_state != 0 || !ng.l || n <= 0) return;
     rec_pyframe mine[REC_MAX_PY_FRAMES];
-    int m = gm_python_nogil_frames(mine, n);
+    int m = gm_python_nogil_frames(mine, n, NULL);
     if (m == n && memcmp(mine, ref, (size_t)n * sizeof *ref) == 0) {
         ng_state = 1;
         return;
@@ -560,9 +670,11 @@ void gm_python_nogil_check(const struct rec_pyframe *ref, int n)
 
 static void ng_fork_child(void)
 {
-    pthread_mutex_init(&ng_lock, NULL);
+    atomic_store(&ng_lock, 0);
     memset(code_cache, 0, sizeof code_cache); /* recorder string ids start again */
     memset(frame_cache, 0, sizeof frame_cache);
+    for (unsigned i = 0; i < MEMO_SLOTS; i++)
+        if (memo[i]) memo[i]->hash = 0;
 }
 
 #define NG_SYM(name) gm_real_dlsym_fn(RTLD_DEFAULT, name)

@@ -21,23 +21,25 @@
  * one (the i-th entry seen here is the history's i-th), as it did before.
  *
  * PyTorch calls the trackers holding its per-device allocator lock, with or without the GIL
- * (autograd's device threads allocate without it): this file takes only its own mutex and
- * calls nothing that could call back into PyTorch or Python. The store is a ring of
+ * (autograd's device threads allocate without it): this file takes only its own lock (a spin lock,
+ * gm_spin: one exchange an entry, where a mutex cost more than the entry's store) and calls
+ * nothing that could call back into PyTorch or Python. The store is a ring of
  * GPUMEM_TORCH_MAX_ENTRIES per device seen (2,000,000 by default, as PyTorch's history keeps),
  * growing by doubling (mremap: nothing copied); once full, the oldest entries are overwritten,
  * and the merge says the trace was truncated (entries seen against entries kept).
  *
  * Stacks. Each allocation entry also gets the allocating thread's Python frames, read here
- * (gm_python_frames_now: the interpreter's frame chain read in place, a dozen loads a frame),
+ * (gm_python_frames_now: the interpreter's frame chain read in place, a few loads a frame),
  * in place of PyTorch's CapturedTraceback::gather (a heap object per allocation). Stacks are
  * interned: an entry holds the index (from 1) of its distinct frame sequence, and the sequences
- * are copied out beside the entries (gpumem_torch_trace_stacks). At most TT_MAX_FRAMES frames are
+ * are copied out beside the entries (gpumem_torch_trace_stacks). A stack read from the frame
+ * reader's chain memo comes with the chain's tag (python_nogil.c: the same tag, the same frames),
+ * and a tag seen before gives the stack's index at once. At most TT_MAX_FRAMES frames are
  * kept over all distinct stacks; past that, new stacks are not kept (the entry's stack is 0) and
  * counted.
  */
 #include "preload/gm_internal.h"
 
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,12 +80,13 @@ enum { TT_ACTION_OOM = 8 };
  * recorder string ids, and the line), a stack being (first frame, count); found by the hash of
  * its frames (two stacks of one hash: the second is not kept). */
 #define TT_MAX_FRAMES (1u << 24)
+#define TT_TAG_SLOTS 1024u
 typedef struct tt_stack {
     uint32_t first, n;
 } tt_stack;
 
 static struct {
-    pthread_mutex_t lock;
+    gm_spin lock;
     tt_entry *ring;
     size_t cap, max, head, n; /* head: the next slot; n: entries held (<= cap) */
     size_t per_device;        /* GPUMEM_TORCH_MAX_ENTRIES: max is this times the devices seen */
@@ -95,7 +98,11 @@ static struct {
     rec_pyframe *frames;
     size_t nframes, capframes;
     uint64_t stacks_lost;     /* allocations whose new stack found no room */
-} tt = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    struct {
+        uint64_t tag;
+        uint32_t stack;
+    } by_tag[TT_TAG_SLOTS]; /* stack index by the chain memo's tag, direct mapped */
+} tt;
 
 /* GPUMEM_TORCH_MAX_ENTRIES, checked with the other settings before gpumem started */
 static size_t tt_max(void)
@@ -180,11 +187,18 @@ GM_EXPORT void gpumem_torch_trace_entry(int action, int device, uint64_t addr, u
     /* the requesting thread's Python frames, read before the lock (an allocation, action 0, or
      * an OOM: the entries whose stack the merge stores; the OOM's is the line that asked) */
     rec_pyframe f[REC_MAX_PY_FRAMES];
-    int nf =
-        action == 0 || action == TT_ACTION_OOM ? gm_python_frames_now(f, REC_MAX_PY_FRAMES) : 0;
-    uint64_t h = nf > 0 ? frames_hash(f, nf) : 0;
-    pthread_mutex_lock(&tt.lock);
-    if (nf > 0) e.stack = stack_index(f, nf, h);
+    uint64_t tag = 0;
+    int nf = action == 0 || action == TT_ACTION_OOM ? gm_python_frames_now(f, REC_MAX_PY_FRAMES, &tag) : 0;
+    gm_spin_lock(&tt.lock);
+    if (nf > 0) { /* a memoized chain's tag seen before: its stack, without hashing its frames */
+        __typeof__(tt.by_tag[0]) *c = &tt.by_tag[tag & (TT_TAG_SLOTS - 1)];
+        if (tag && c->tag == tag) {
+            e.stack = c->stack;
+        } else {
+            e.stack = stack_index(f, nf, frames_hash(f, nf));
+            if (tag && e.stack) c->tag = tag, c->stack = e.stack;
+        }
+    }
     tt.seen++;
     if (device >= tt.ndev) { /* PyTorch keeps a ring per device: room for one more device's */
         if (!tt.per_device) tt.per_device = tt_max();
@@ -192,20 +206,20 @@ GM_EXPORT void gpumem_torch_trace_entry(int action, int device, uint64_t addr, u
         tt.max = tt.per_device * (size_t)tt.ndev;
     }
     if (tt.n == tt.cap && tt_grow() != 0 && !tt.cap) {
-        pthread_mutex_unlock(&tt.lock); /* no memory for even the first slots: nothing kept */
+        gm_spin_unlock(&tt.lock); /* no memory for even the first slots: nothing kept */
         return;
     }
     tt.ring[tt.head] = e;
     tt.head = tt.head + 1 == tt.cap ? 0 : tt.head + 1;
     if (tt.n < tt.cap) tt.n++;
-    pthread_mutex_unlock(&tt.lock);
+    gm_spin_unlock(&tt.lock);
 }
 
 /* Copies the held entries, oldest first, into dst (room for cap bytes); returns the bytes they
  * take (all of them: call with cap 0 to size dst, then again). *seen: entries noted in all. */
 GM_EXPORT size_t gpumem_torch_trace_copy(void *dst, size_t cap, uint64_t *seen)
 {
-    pthread_mutex_lock(&tt.lock);
+    gm_spin_lock(&tt.lock);
     size_t need = tt.n * sizeof(tt_entry);
     if (seen) *seen = tt.seen;
     if (dst && cap >= need && tt.n) {
@@ -213,7 +227,7 @@ GM_EXPORT size_t gpumem_torch_trace_copy(void *dst, size_t cap, uint64_t *seen)
         memcpy(dst, tt.ring + first, k * sizeof(tt_entry));
         memcpy((char *)dst + k * sizeof(tt_entry), tt.ring, (tt.n - k) * sizeof(tt_entry));
     }
-    pthread_mutex_unlock(&tt.lock);
+    gm_spin_unlock(&tt.lock);
     return need;
 }
 
@@ -224,7 +238,7 @@ GM_EXPORT size_t gpumem_torch_trace_copy(void *dst, size_t cap, uint64_t *seen)
 GM_EXPORT size_t gpumem_torch_trace_stacks(void *dst, size_t cap, uint64_t *lost)
 {
     _Static_assert(sizeof(rec_pyframe) == 12, "rec_pyframe: three uint32, copied as they are");
-    pthread_mutex_lock(&tt.lock);
+    gm_spin_lock(&tt.lock);
     size_t need = tt.nstacks * sizeof(uint32_t) + tt.nframes * sizeof(rec_pyframe);
     if (lost) *lost = tt.stacks_lost;
     if (dst && cap >= need) {
@@ -236,7 +250,7 @@ GM_EXPORT size_t gpumem_torch_trace_stacks(void *dst, size_t cap, uint64_t *lost
             p += sizeof n + n * sizeof(rec_pyframe);
         }
     }
-    pthread_mutex_unlock(&tt.lock);
+    gm_spin_unlock(&tt.lock);
     return need;
 }
 

@@ -802,8 +802,10 @@ static const char *string_text(merge *m, uint32_t id)
     const char *t = sqlite3_step(m->string_text) == SQLITE_ROW ? (const char *)sqlite3_column_text(m->string_text, 0)
                                                                  : NULL;
     char *copy = t ? strdup(t) : NULL;
-    char **g = m->nstext < m->cstext ? m->stext : realloc(m->stext, (2 * m->cstext + 16) * sizeof *g);
-    if (g && g != m->stext) m->stext = g, m->cstext = 2 * m->cstext + 16;
+    /* the capacity follows every growth, also one realloc made in place (the same address) */
+    char **g = m->stext;
+    if (m->nstext == m->cstext && (g = realloc(m->stext, (2 * m->cstext + 16) * sizeof *g)))
+        m->stext = g, m->cstext = 2 * m->cstext + 16;
     if ((t && !copy) || !g || u64map_put(&m->string_at, id, m->nstext) != 0) {
         free(copy);
         m->stext_oom = 1;

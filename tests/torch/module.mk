@@ -28,6 +28,10 @@ SCRIPT_TESTS += tests/torch/torch_views.sh
 SCRIPT_TESTS += tests/torch/torch_hooks.sh
 # the forward's op log (gpumem record --torch-ops): its tables, and no allocation changed by it
 SCRIPT_TESTS += tests/torch/torch_ops.sh
+# the Python stacks of PyTorch's trace entries when code objects are freed and made again at the
+# same addresses (exec in a loop, torch_churn.py): each tensor its own function, on the main thread
+# and on another; the merge with hundreds of distinct frame strings (torch_churn.sh)
+SCRIPT_TESTS += tests/torch/torch_churn.sh
 # two devices in one process (PyTorch's view and a C program's): each device's peaks, never their
 # sum; an OOM's tables its own device's; every other command says where it adds devices
 SCRIPT_TESTS += tests/torch/torch_devices.sh
