@@ -775,8 +775,9 @@ typedef struct oom_cause {
     char advice[640];
 } oom_cause;
 
-/* from: who set the recorded limit (gm_oom_limit_from) */
-static void oom_explain(const gm_oom *o, gm_oom_bound from, uint64_t unit, oom_cause *c) {
+/* from: who set the recorded limit (gm_oom_limit_from); gm_alloc: gpumem was PyTorch's allocator
+ * (`--allocator gpumem`), so a fraction was applied by gpumem's allocator, in its mapping units */
+static void oom_explain(const gm_oom *o, gm_oom_bound from, uint64_t unit, int gm_alloc, oom_cause *c) {
     uint64_t cap_limit = o->limit; /* GM_NO_LIMIT (none) is above every device */
     /* without the device's own figures (device_free 0) the failure itself says growth was
      * refused: no room. An OOM imported from PyTorch's trace knows the device's free bytes but
@@ -786,7 +787,7 @@ static void oom_explain(const gm_oom *o, gm_oom_bound from, uint64_t unit, oom_c
     uint64_t headroom = cap > o->reserved ? cap - o->reserved : 0;
     /* PyTorch's fraction check has no granularity (allowed = fraction x total, against what it
      * reserved plus the request): where it bound, every byte of the room counted */
-    if (cap_limit <= cap_dev && o->fraction) unit = 1;
+    if (cap_limit <= cap_dev && o->fraction && !gm_alloc) unit = 1;
     uint64_t mappable = headroom / unit * unit;
     uint64_t have = o->largest_free > mappable ? o->largest_free : mappable;
     c->shortfall = o->requested > have ? o->requested - have : 0;
@@ -844,10 +845,11 @@ static void oom_explain(const gm_oom *o, gm_oom_bound from, uint64_t unit, oom_c
         snprintf(
             c->advice, sizeof c->advice,
             "PyTorch's per-process memory fraction allows %s "
-            "(torch.cuda.set_per_process_memory_fraction), %s above what PyTorch reserved: the "
+            "(torch.cuda.set_per_process_memory_fraction), %s above what %s reserved: the "
             "request never reached the device. Raise the fraction (to allow at least %s for this "
             "request%s), or lower the peak (the call sites live at the OOM are below)",
-            li, hr, needb, fr);
+            li, hr, gm_alloc ? "gpumem's allocator (PyTorch's, through --allocator gpumem)" : "PyTorch",
+            needb, fr);
     } else if (cap_limit <= cap_dev) {
         c->kind = "limit";
         snprintf(c->advice, sizeof c->advice, "the configured limit was reached: %s left "
@@ -1719,7 +1721,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         const gm_oom *oo = &m->ooms[i];
         oom_cause cause;
         gm_oom_bound from = gm_oom_limit_from(d, oo->limit, oo->fraction);
-        oom_explain(oo, from, unit, &cause);
+        oom_explain(oo, from, unit, m->torch.present == 2, &cause);
         group *go = NULL;
         uint64_t ot, oc;
         alloc_set at_oom = select_allocs(whole, SET_LIVE_AT, oo->seq);

@@ -84,6 +84,11 @@ done
 # is kept in the recording as ignored and shown by report
 "$G" report --json "$tmp/fraction.db" 2>/dev/null | jq -e '.ooms[0].limit_from == "per_process_memory_fraction"' > /dev/null \
   && ok "fraction: report's OOM limit is the fraction's" || bad "fraction: report's OOM: $("$G" report --json "$tmp/fraction.db" | jq -c '.ooms[0]')"
+# its advice names the allocator that applied the fraction: gpumem's, not PyTorch's (review of
+# stop 68: "above what PyTorch reserved" under --allocator gpumem)
+adv=$("$G" report --json "$tmp/fraction.db" 2>/dev/null | jq -r '.ooms[0].advice // .ooms[0].cause.advice // empty')
+[[ $adv == *"above what gpumem's allocator (PyTorch's, through --allocator gpumem) reserved"* && $adv != *"PyTorch reserved"* ]] \
+  && ok "fraction: report's advice names gpumem's allocator" || bad "fraction: report's advice: $adv"
 key=torch.cuda.set_per_process_memory_fraction
 [[ $(sqlite3 "$tmp/fraction-record.db" "SELECT count(*) FROM meta WHERE key = 'ignored.$key'") == 1 ]] \
   && ok "fraction-record: meta ignored.$key" || bad "fraction-record: no meta ignored.$key"
