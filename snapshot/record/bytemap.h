@@ -16,13 +16,6 @@
 
 #include "snapshot/record/u64map.h"
 
-/* A content hash as the tables use it: whole, or k bits of it under the test hook. */
-#ifdef GM_TEST_HASH_BITS
-#define GM_NARROW_HASH(h) ((uint64_t)(h) & ((1ull << (GM_TEST_HASH_BITS)) - 1))
-#else
-#define GM_NARROW_HASH(h) ((uint64_t)(h))
-#endif
-
 typedef struct bytemap {
     u64map idx;           /* hash (or a key of its chain) -> entry */
     unsigned char **keys; /* entry -> its bytes (a copy) */
