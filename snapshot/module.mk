@@ -77,7 +77,14 @@ snapshot_tblocks_LDLIBS := -lsqlite3
 # (gm_fmt.o: gm_sort)
 snapshot_tstate_LIBS := $(SNAP_DIR)/analyze/gm_tstate.o $(SNAP_DIR)/read/gm_fmt.o
 snapshot_tstate_LDLIBS := -lsqlite3 -lm
-SNAP_UNIT := snapshot_tblocks snapshot_tstate snapshot_ring snapshot_index snapshot_addr_map snapshot_rec snapshot_uses snapshot_files snapshot_stacks snapshot_reader \
+# tables that intern by contents, with their hashes narrowed so that every key collides: the
+# recorder's rec.c built again with the test hook (u64map.h: GM_TEST_HASH_BITS)
+$(BUILD)/tests/unit/collide/rec.o: snapshot/record/rec.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_COMMON) -DGM_TEST_HASH_BITS=1 -MMD -MP -c $< -o $@
+snapshot_collide_LIBS := $(BUILD)/tests/unit/collide/rec.o $(filter-out $(SNAP_DIR)/record/rec.o,$(REC_OBJS)) $(REC_ALLOC_LIB)
+snapshot_collide_LDLIBS := $(SNAP_TEST_LDLIBS)
+SNAP_UNIT := snapshot_collide snapshot_tblocks snapshot_tstate snapshot_ring snapshot_index snapshot_addr_map snapshot_rec snapshot_uses snapshot_files snapshot_stacks snapshot_reader \
              snapshot_pages snapshot_advise_torch snapshot_categories
 UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(SNAP_UNIT))
 TSAN_UNIT_TESTS += $(BUILD)/tests/unit/snapshot_ring $(BUILD)/tests/unit/snapshot_rec \

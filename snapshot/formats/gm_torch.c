@@ -41,6 +41,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "snapshot/record/bytemap.h"
 #include "snapshot/record/rec.h"
 
 /* ---------------------------------------------------------------- PyTorch's block rules */
@@ -406,7 +407,7 @@ typedef struct merge {
     uint64_t *shift_at; /* renumbering: old seq s gets s + (items placed after seqs below s) */
     size_t nshift;
     int64_t next_frame, next_stack, next_string, next_stream;
-    u64map frames, stacks, strings, streams; /* hash -> id (checked against their text) */
+    bytemap frames, stacks, strings, streams; /* their contents -> id (bytemap.h) */
     u64map tstack_ids; /* the tracker's stack (its frames' address in the dump) -> stack id */
 } merge;
 
@@ -743,48 +744,61 @@ static void sql_newseq(sqlite3_context *ctx, int argc, sqlite3_value **v)
     sqlite3_result_int64(ctx, (int64_t)new_seq(sqlite3_user_data(ctx), (uint64_t)sqlite3_value_int64(v[0])));
 }
 
-static uint64_t fnv64(const void *p, size_t n, uint64_t h)
+/* A file name that is CPython's for code with no source file: "<string>" (exec, compile,
+ * python -c), "<stdin>", "<ipython-input-3-...>" (a notebook's cell), "<frozen ...>". */
+static int python_pseudo_file(const char *file)
 {
-    const unsigned char *c = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
-    return h == U64MAP_EMPTY ? h - 1 : h;
+    size_t n = strlen(file);
+    return n > 2 && file[0] == '<' && file[n - 1] == '>';
 }
 
-/* a frame's id (a Python frame: function, file, line), inserted once */
-static int64_t frame_text(merge *m, const char *file, const char *fn, int64_t line)
+/* a frame's id (function, file, line; python: 1 for a Python frame), inserted once */
+static int64_t frame_text(merge *m, const char *file, const char *fn, int64_t line, int python)
 {
     if (!file) file = "??";
     if (!fn) fn = "??";
-    uint64_t h = fnv64(file, strlen(file) + 1, 1469598103934665603ull);
-    h = fnv64(fn, strlen(fn) + 1, h);
-    h = fnv64(&line, sizeof line, h);
-    const uint64_t *v = u64map_get(&m->frames, h);
-    if (v) return (int64_t)*v;
-    int64_t id = m->next_frame++;
-    size_t lf = strlen(file);
-    int py = lf > 3 && !strcmp(file + lf - 3, ".py");
-    sqlite3_stmt *s;
-    if (sqlite3_prepare_v2(m->db, "INSERT INTO frames (id, function, file, line, symbolized, python) "
-                                  "VALUES (?, ?, ?, ?, 1, ?)", -1, &s, NULL) != SQLITE_OK)
-        return mfail(m, "frames");
-    sqlite3_bind_int64(s, 1, id);
-    sqlite3_bind_text(s, 2, fn, -1, SQLITE_STATIC);
-    sqlite3_bind_text(s, 3, file, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 4, line);
-    if (py) sqlite3_bind_int(s, 5, 1);
-    else sqlite3_bind_null(s, 5);
-    int rc = sqlite3_step(s);
-    sqlite3_finalize(s);
-    if (rc != SQLITE_DONE || u64map_put(&m->frames, h, (uint64_t)id) != 0) return mfail(m, "frames");
+    /* the key: the Python flag, file and function with their terminators, the line */
+    size_t lf = strlen(file), ln = strlen(fn), nk = 1 + lf + 1 + ln + 1 + sizeof line;
+    unsigned char stackkey[512], *key = nk <= sizeof stackkey ? stackkey : malloc(nk);
+    if (!key) return mfail(m, "frames");
+    key[0] = (unsigned char)python;
+    memcpy(key + 1, file, lf + 1);
+    memcpy(key + 2 + lf, fn, ln + 1);
+    memcpy(key + 3 + lf + ln, &line, sizeof line);
+    const uint64_t *v = bytemap_get(&m->frames, key, nk);
+    int64_t id = v ? (int64_t)*v : m->next_frame++;
+    if (!v) {
+        sqlite3_stmt *s;
+        int rc = SQLITE_ERROR;
+        if (sqlite3_prepare_v2(m->db, "INSERT INTO frames (id, function, file, line, symbolized, python) "
+                                      "VALUES (?, ?, ?, ?, 1, ?)", -1, &s, NULL) == SQLITE_OK) {
+            sqlite3_bind_int64(s, 1, id);
+            sqlite3_bind_text(s, 2, fn, -1, SQLITE_STATIC);
+            sqlite3_bind_text(s, 3, file, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(s, 4, line);
+            if (python) sqlite3_bind_int(s, 5, 1);
+            else sqlite3_bind_null(s, 5);
+            rc = sqlite3_step(s);
+            sqlite3_finalize(s);
+        }
+        if (rc != SQLITE_DONE || bytemap_put(&m->frames, key, nk, (uint64_t)id) != 0) id = mfail(m, "frames");
+    }
+    if (key != stackkey) free(key);
     return id;
 }
 
-/* a frame of PyTorch's history (a dict: filename, name, line) */
+/* A frame of PyTorch's history (a dict: filename, name, line). gpumem asks for Python stacks
+ * (stacks="python"); a program that asked for "all" adds C++ frames, which carry a source file
+ * (.cpp, .h, "??"), so a frame is Python when its file is a .py or CPython's name for code
+ * without a file (python_pseudo_file). */
 static int64_t frame_of(merge *m, const gpk_val *f)
 {
     int64_t line = 0;
     if (gpk_as_i64(gpk_get(f, "line"), &line) != 0) line = 0;
-    return frame_text(m, gpk_as_str(gpk_get(f, "filename")), gpk_as_str(gpk_get(f, "name")), line);
+    const char *file = gpk_as_str(gpk_get(f, "filename"));
+    size_t lf = file ? strlen(file) : 0;
+    int py = file && ((lf > 3 && !strcmp(file + lf - 3, ".py")) || python_pseudo_file(file));
+    return frame_text(m, file, gpk_as_str(gpk_get(f, "name")), line, py);
 }
 
 /* the text of the recording's string id (the tracker's frames name their function and file by
@@ -836,7 +850,7 @@ static int64_t tframe_of(merge *m, const unsigned char *p)
         snprintf(m->err, m->errsz, "out of memory reading the recording's strings");
         return -1;
     }
-    return frame_text(m, file, fn, line);
+    return frame_text(m, file, fn, line, 1); /* the recorder's Python frames (rec_pyframe) */
 }
 
 /* Everything a merge holds but its database connection (which the caller may still roll back
@@ -854,7 +868,7 @@ static void merge_end(merge *m)
         free(m->tstack);
     m->it = NULL, m->ev = NULL, m->ooms = NULL, m->allocs = m->frees = NULL, m->shift_at = NULL,
     m->tstack = NULL;
-    u64map_free(&m->frames), u64map_free(&m->stacks), u64map_free(&m->strings), u64map_free(&m->streams);
+    bytemap_free(&m->frames), bytemap_free(&m->stacks), bytemap_free(&m->strings), bytemap_free(&m->streams);
     u64map_free(&m->tstack_ids);
 }
 
@@ -875,7 +889,6 @@ static int64_t stack_of(merge *m, const titem *t)
     int64_t *ids = malloc(len * sizeof *ids);
     if (!ids) return -1;
     size_t n = 0;
-    uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < len; i++) {
         if (!tracker && frames->items[i]->type != GPK_DICT) continue;
         int64_t f = tracker ? tframe_of(m, t->tframes + i * 12) : frame_of(m, frames->items[i]);
@@ -884,9 +897,8 @@ static int64_t stack_of(merge *m, const titem *t)
             return -1;
         }
         ids[n++] = f;
-        h = fnv64(&f, sizeof f, h);
     }
-    const uint64_t *v = n ? u64map_get(&m->stacks, h) : NULL;
+    const uint64_t *v = n ? bytemap_get(&m->stacks, ids, n * sizeof *ids) : NULL;
     int64_t id = v ? (int64_t)*v : 0;
     if (n && !v) {
         id = m->next_stack++;
@@ -903,7 +915,7 @@ static int64_t stack_of(merge *m, const titem *t)
             sqlite3_reset(s);
         }
         sqlite3_finalize(s);
-        if (id < 0 || u64map_put(&m->stacks, h, (uint64_t)id) != 0) id = mfail(m, "stacks");
+        if (id < 0 || bytemap_put(&m->stacks, ids, n * sizeof *ids, (uint64_t)id) != 0) id = mfail(m, "stacks");
     }
     free(ids);
     if (tracker && id > 0 && u64map_put(&m->tstack_ids, (uint64_t)(uintptr_t)t->tframes, (uint64_t)id) != 0)
@@ -913,8 +925,7 @@ static int64_t stack_of(merge *m, const titem *t)
 
 static int64_t string_of(merge *m, const char *str)
 {
-    uint64_t h = fnv64(str, strlen(str), 1469598103934665603ull);
-    const uint64_t *v = u64map_get(&m->strings, h);
+    const uint64_t *v = bytemap_get_str(&m->strings, str);
     if (v) return (int64_t)*v;
     sqlite3_stmt *s;
     int64_t id = 0;
@@ -933,14 +944,14 @@ static int64_t string_of(merge *m, const char *str)
         sqlite3_finalize(s);
         if (rc != SQLITE_DONE) return mfail(m, "strings");
     }
-    if (u64map_put(&m->strings, h, (uint64_t)id) != 0) return -1;
+    if (bytemap_put_str(&m->strings, str, (uint64_t)id) != 0) return -1;
     return id;
 }
 
 static int64_t stream_of(merge *m, int device, uint64_t handle)
 {
-    uint64_t key = fnv64(&handle, sizeof handle, (uint64_t)device * 0x9e3779b97f4a7c15ull + 1);
-    const uint64_t *v = u64map_get(&m->streams, key);
+    struct { int64_t device; uint64_t handle; } key = {device, handle};
+    const uint64_t *v = bytemap_get(&m->streams, &key, sizeof key);
     if (v) return (int64_t)*v;
     sqlite3_stmt *s;
     int64_t id = 0;
@@ -957,7 +968,7 @@ static int64_t stream_of(merge *m, int device, uint64_t handle)
                  (int64_t)handle);
         if (mexec(m, sql) != 0) return -1;
     }
-    u64map_put(&m->streams, key, (uint64_t)id);
+    if (bytemap_put(&m->streams, &key, sizeof key, (uint64_t)id) != 0) return mfail(m, "streams");
     return id;
 }
 

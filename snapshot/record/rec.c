@@ -18,6 +18,7 @@
 #include "snapshot/record/rec_internal.h"
 #include "snapshot/record/rec_settings.h"
 #include "snapshot/record/rec_unwind.h"
+#include "snapshot/record/u64map.h" /* GM_NARROW_HASH */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -669,13 +670,25 @@ void rec_set_python(rec_pyframes_fn fn, uint64_t interp_lo, uint64_t interp_hi) 
     atomic_store_explicit(&py_fn, fn, memory_order_release);
 }
 
+/* A stack's frames as the table keeps them (one allocation): n native, then npy Python frames. */
+struct rec_stack_frames {
+    uint32_t n, npy;
+    void *pcs[];
+};
+
+static inline int stack_is(const struct rec_stack_frames *s, void *const *pcs, int n, const rec_pyframe *py, int npy) {
+    return s && s->n == (uint32_t)n && s->npy == (uint32_t)npy &&
+           memcmp(s->pcs, pcs, (size_t)n * sizeof *pcs) == 0 &&
+           (!npy || memcmp(s->pcs + n, py, (size_t)npy * sizeof *py) == 0);
+}
+
 static __attribute__((noinline)) uint32_t stack_id_slow(uint64_t key, void **pcs, int n, const rec_pyframe *py, int npy) {
     uint32_t id = 0;
     pthread_mutex_lock(&rec_g.lock);
     uint64_t i = key & rec_g.stab_mask;
     for (int probe = 0; probe < 64; probe++, i = (i + 1) & rec_g.stab_mask) {
         uint64_t k = atomic_load_explicit(&rec_g.stab[i].key, memory_order_acquire);
-        if (k == key) {
+        if (k == key && stack_is(rec_g.stab[i].frames, pcs, n, py, npy)) {
             id = atomic_load_explicit(&rec_g.stab[i].id, memory_order_relaxed);
             break;
         }
@@ -683,12 +696,18 @@ static __attribute__((noinline)) uint32_t stack_id_slow(uint64_t key, void **pcs
             rec_item *it = calloc(1, sizeof *it);
             void *fr = malloc((size_t)(n ? n : 1) * sizeof(void *));
             rec_pyframe *pf = npy ? malloc((size_t)npy * sizeof *pf) : NULL;
-            if (!it || !fr || (npy && !pf)) {
+            struct rec_stack_frames *kept =
+                malloc(sizeof *kept + (size_t)n * sizeof(void *) + (size_t)npy * sizeof *py);
+            if (!it || !fr || (npy && !pf) || !kept) {
                 free(it);
                 free(fr);
                 free(pf);
+                free(kept);
                 break;
             }
+            kept->n = (uint32_t)n, kept->npy = (uint32_t)npy;
+            memcpy(kept->pcs, pcs, (size_t)n * sizeof(void *));
+            if (npy) memcpy(kept->pcs + n, py, (size_t)npy * sizeof *py);
             memcpy(fr, pcs, (size_t)n * sizeof(void *));
             if (npy) memcpy(pf, py, (size_t)npy * sizeof *pf);
             id = ++rec_g.nstacks;
@@ -699,6 +718,7 @@ static __attribute__((noinline)) uint32_t stack_id_slow(uint64_t key, void **pcs
             it->n2 = (size_t)npy;
             it->p2 = pf;
             rec_item_push(it);
+            rec_g.stab[i].frames = kept;
             atomic_store_explicit(&rec_g.stab[i].id, id, memory_order_relaxed);
             atomic_store_explicit(&rec_g.stab[i].key, key, memory_order_release);
             break;
@@ -769,13 +789,14 @@ static __attribute__((noinline)) uint32_t capture_stack(void) {
         h *= 0xc4ceb9fe1a85ec53ull;
         h ^= h >> 33;
     }
-    uint64_t key = h | 1;
+    uint64_t key = GM_NARROW_HASH(h) | 1;
     uint64_t i = key & rec_g.stab_mask;
     uint32_t id = 0;
     int found = 0;
     for (int probe = 0; probe < 64; probe++, i = (i + 1) & rec_g.stab_mask) {
         uint64_t k = atomic_load_explicit(&rec_g.stab[i].key, memory_order_acquire);
-        if (k == key) {
+        /* the frames decide: another stack of the same hash is another entry */
+        if (k == key && stack_is(rec_g.stab[i].frames, f, n, py, npy)) {
             id = atomic_load_explicit(&rec_g.stab[i].id, memory_order_relaxed);
             found = 1;
             break;
@@ -1167,7 +1188,10 @@ static void forget_state(rec_state *g) {
     g->items = NULL;
     g->items_tail = &g->items;
     if (g->ring.slots) rec_ring_reset(&g->ring);
-    if (g->stab) memset(g->stab, 0, (g->stab_mask + 1) * sizeof *g->stab);
+    if (g->stab) {
+        for (uint64_t i = 0; i <= g->stab_mask; i++) free((void *)g->stab[i].frames);
+        memset(g->stab, 0, (g->stab_mask + 1) * sizeof *g->stab);
+    }
     g->nstacks = 0;
     strtab_clear();
     atomic_store(&g->nthreads, 0);

@@ -95,8 +95,14 @@ typedef struct rec_state {
     _Atomic(rec_timing_fn) timing_fn; /* rec_set_timing_resolver; called by the writer only */
     uint32_t nstrings;            /* under lock */
     uint32_t nstacks;             /* under lock */
-    /* stack dedup table: open addressing, key = 64-bit hash | 1, published with release */
-    struct rec_stack_ent { _Atomic uint64_t key; _Atomic uint32_t id; } *stab;
+    /* stack dedup table: open addressing, key = 64-bit hash | 1, published with release; the
+     * entry's frames (set before its key) decide a match, so two stacks of one hash are two
+     * entries */
+    struct rec_stack_ent {
+        _Atomic uint64_t key;
+        _Atomic uint32_t id;
+        const struct rec_stack_frames *frames; /* owned; freed when the table is emptied */
+    } *stab;
     uint64_t stab_mask;
     /* string intern table (chained, under lock) */
     struct rec_str_ent { struct rec_str_ent *next; uint64_t h; uint32_t id; char s[]; } **strtab;

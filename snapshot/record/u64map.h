@@ -12,6 +12,15 @@
 
 #define U64MAP_EMPTY UINT64_MAX
 
+/* A content hash as a table that interns by contents uses it: whole, or only k bits of it when
+ * built with -DGM_TEST_HASH_BITS=k, so that distinct contents collide on purpose (the test hook
+ * of tests/unit/snapshot_collide.c). */
+#ifdef GM_TEST_HASH_BITS
+#define GM_NARROW_HASH(h) ((uint64_t)(h) & ((1ull << (GM_TEST_HASH_BITS)) - 1))
+#else
+#define GM_NARROW_HASH(h) ((uint64_t)(h))
+#endif
+
 typedef struct u64map {
     uint64_t *keys, *vals;
     uint64_t mask, count;

@@ -4,7 +4,9 @@
 each of PyTorch's trace entries is read by the GIL-less reader, whose chain memo and caches key
 on code objects' addresses: each allocation must still carry its own function's name.
 
-usage: python3 torch_churn.py main|thread
+usage: python3 torch_churn.py main|thread [FILE]
+FILE: the file name the functions are compiled under (default torch_churn_exec.py); "<string>"
+as exec of a string names it, whose frames are the program's Python frames all the same.
 """
 import sys
 import threading
@@ -16,10 +18,13 @@ SRC = """def churn_%d():
 """
 
 
+FILE = sys.argv[2] if len(sys.argv) > 2 else "torch_churn_exec.py"
+
+
 def run():
     for i in range(200):
         ns = {"torch": torch}
-        exec(compile(SRC % (i, 512 * (i + 1)), "torch_churn_exec.py", "exec"), ns)
+        exec(compile(SRC % (i, 512 * (i + 1)), FILE, "exec"), ns)
         t = ns["churn_%d" % i]()
         del t, ns
 
