@@ -15,11 +15,12 @@
 #                         once gpumem started, never reach a child's recording
 #   torch trace           torch_trace.c's entries (the parent's seqs and string ids) and its
 #                         spin lock: a child starts with none, and never inherits the lock held
+#   torch hooks           nvtx.c's kept ids of PyTorch module paths (where PyTorch is, no
+#                         sanitizer: an uninstrumented Python cannot load an instrumented library)
 # Not rows: the unknown kernel's name (no launch reaches it on the virtual GPU: cuFuncGetName
 # answers every function that launches); Python frame names (python.c, python_nogil.c: filled
 # once gpumem started, so only in parents whose children are off; their fork handlers reset
-# them); the torch hooks' path names (nvtx.c's kept ids, checked against rec_generation(); a
-# torch run per row costs more than this table).
+# them).
 source tests/integration/preload_common.bash
 need "$LIB" "$APPS/fork_ids_app"
 command -v sqlite3 >/dev/null || { echo "preload_fork_ids.sh: sqlite3 not found" >&2; exit 77; }
@@ -66,6 +67,25 @@ GPUMEM_DB=$TMP/trace.db LD_PRELOAD=$LIB timeout 120 "$APPS/fork_ids_app" trace >
 check_eq "trace: exit status" "$?" 0
 check_eq "trace: children, hung on the lock, holding the parent's entries" \
   "$(sed -n 's/^trace: //p' "$TMP/trace.out")" "forks 40 hung 0 inherited 0"
+
+# ---- the torch hooks' module paths (nvtx.c's kept ids), pushed in a parent that never touched
+# CUDA, then in its child (tests/integration/py/fork_hooks.py; PyTorch's CUDA build, no sanitizer)
+torch_py=${GPUMEM_TORCH_PY:-/root/.cache/gpumem/torch-2.14.1}
+[[ -d $torch_py ]] && torch_py=$torch_py/bin/python
+if [[ -x $torch_py && -z ${SAN:-} && -x $BUILD/gpumem ]]; then
+  GPUMEM_SIM_BACKING=memory "$BUILD/gpumem" record -q -o "$TMP/hooks.db" -- "$torch_py" \
+    tests/integration/py/fork_hooks.py >"$TMP/hooks.out" 2>"$TMP/hooks.log"
+  check_eq "torch hooks: exit status" "$?" 0
+  child=$(sed -n 's/^CHILD //p' "$TMP/hooks.out")
+  if [[ -z $child || ! -f $TMP/hooks-$child.db ]]; then
+    fail "torch hooks: the child's database was not written"; tail -5 "$TMP/hooks.out" "$TMP/hooks.log"
+  else
+    check_eq "torch hooks: module path names in the child" "$(q "$TMP/hooks-$child.db" "$RANGE_NAMES")" \
+      "fwd,Net,lin_a,Net,lin_b,Net"
+  fi
+else
+  echo "skipped row: torch hooks (needs PyTorch at $torch_py and no sanitizer)"
+fi
 
 grep -q "ERROR: \(Address\|Thread\)Sanitizer" "$TMP"/*.err && { fail "sanitizer report"; head -40 "$TMP"/*.err; }
 finish
