@@ -1073,9 +1073,11 @@ static void fork_prepare(void)
     gm_nvtx_fork_prepare();
     gm_pt_fork_prepare();
     gm_pinned_fork_prepare();
+    gm_torch_trace_fork_prepare(); /* last: its holders take no other lock */
 }
 static void fork_parent(void)
 {
+    gm_torch_trace_fork_parent();
     gm_pinned_fork_parent();
     gm_pt_fork_parent();
     gm_nvtx_fork_parent();
@@ -1086,6 +1088,7 @@ static void fork_child(void)
     gm_pt_fork_child();
     gm_pm_fork_child();
     gm_nvtx_fork_child();
+    gm_torch_trace_fork_child();
     if (atomic_load(&core_done) && mode_now != GM_MODE_OFF)
         gm_forked_child = 1;
     /* the child's GPUMEM_STATS describe the child */

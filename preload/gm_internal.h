@@ -323,6 +323,10 @@ void gm_pt_bad_free(uintptr_t ptr, int device, CUstream stream);
 /* After a successful device reset: what the driver destroyed is recorded freed (heap.c). */
 void gm_pt_after_reset(void);
 
+/* PyTorch's trace entries (torch_trace.c): a forked child starts with none. */
+void gm_torch_trace_fork_prepare(void);
+void gm_torch_trace_fork_parent(void);
+void gm_torch_trace_fork_child(void);
 void gm_pt_fork_prepare(void);
 void gm_pt_fork_parent(void);
 void gm_pt_fork_child(void);

@@ -105,6 +105,10 @@ $(APPS_DIR)/nvtx_app: $(APPS_DIR)/nvtx_app.o | $(DEPS_STAMP)
 $(APPS_DIR)/uses_app: $(APPS_DIR)/uses_app.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -ldl -lpthread
 PRELOAD_APPS += $(APPS_DIR)/uses_app
+# fork_ids_app launches through the driver too (preload_fork_ids.sh)
+$(APPS_DIR)/fork_ids_app: $(APPS_DIR)/fork_ids_app.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -ldl -lpthread
+PRELOAD_APPS += $(APPS_DIR)/fork_ids_app
 # blas_app links the cuBLAS stand-in as a program links the real library
 $(APPS_DIR)/blas_app: $(APPS_DIR)/blas_app.o $(SIM_CUBLAS) $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_CUBLAS) $(SIM_RUNTIME) $(APPS_RPATH) -ldl -lpthread

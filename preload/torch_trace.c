@@ -215,6 +215,23 @@ GM_EXPORT void gpumem_torch_trace_entry(int action, int device, uint64_t addr, u
     gm_spin_unlock(&tt.lock);
 }
 
+/* Fork. The entries are this recording's (seqs, times, stacks of its string ids): a forked child
+ * starts with none, whether it records (its own database, where those seqs and ids mean other
+ * things) or not. The lock is held across fork() (core.c's handlers), so the child finds the
+ * state whole and its lock free, never one held by a thread that does not exist there. */
+void gm_torch_trace_fork_prepare(void) { gm_spin_lock(&tt.lock); }
+void gm_torch_trace_fork_parent(void) { gm_spin_unlock(&tt.lock); }
+void gm_torch_trace_fork_child(void)
+{
+    if (tt.ring) munmap(tt.ring, tt.cap * sizeof *tt.ring);
+    free(tt.stacks);
+    free(tt.frames);
+    u64map_free(&tt.by_hash);
+    size_t per_device = tt.per_device; /* the setting, read once */
+    memset(&tt, 0, sizeof tt);         /* the lock too: released */
+    tt.per_device = per_device;
+}
+
 /* Copies the held entries, oldest first, into dst (room for cap bytes); returns the bytes they
  * take (all of them: call with cap 0 to size dst, then again). *seen: entries noted in all. */
 GM_EXPORT size_t gpumem_torch_trace_copy(void *dst, size_t cap, uint64_t *seen)

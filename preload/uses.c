@@ -113,6 +113,10 @@ static inline int candidate(const struct spans *sp, uint64_t v)
 struct param {
     uint32_t off, size;
 };
+/* The names below are recorder string ids, valid for one recording (a forked child that records
+ * starts its ids again). They are kept without a generation check because they are only ever
+ * taken while gpumem runs (gm_uses_on), and a child forked after gpumem started runs with it off
+ * (core.c, fork_child): no child's recording can meet them (preload_fork_ids.sh, "after"). */
 struct fn_info {
     uint32_t name;      /* rec_string id of the (mangled) kernel name */
     int layout;         /* 1: params[] is the function's layout; 0: unknown */
