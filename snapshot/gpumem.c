@@ -313,9 +313,9 @@ static int usage_error(const char *usage, const char *fmt, const char *arg) {
 /* ---------------------------------------------------------------- report / leaks */
 
 static int parse_common(int argc, char **argv, const char *usage, gm_opts *o, const char **db,
-                        int leaks, int *frames_all) {
+                        int leaks, int *frames_all, int *device) {
     o->json = 0, o->top = 10, o->fail_on_leak = 0, o->lossy_ok = 0;
-    *frames_all = 0;
+    *frames_all = 0, *device = -1;
     *db = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -325,6 +325,9 @@ static int parse_common(int argc, char **argv, const char *usage, gm_opts *o, co
         else if (strcmp(a, "--top") == 0 || strncmp(a, "--top=", 6) == 0) {
             const char *v = a[5] == '=' ? a + 6 : gm_opt_value(argc, argv, &i);
             int rc = gm_arg_top(leaks ? "leaks" : "report", v, &o->top);
+            if (rc) return rc;
+        } else if (gm_opt_is_device(a)) {
+            int rc = gm_arg_device(leaks ? "leaks" : "report", argc, argv, &i, device);
             if (rc) return rc;
         } else if (strcmp(a, "--frames") == 0 || strncmp(a, "--frames=", 9) == 0) {
             const char *v = a[8] == '=' ? a + 9 : gm_opt_value(argc, argv, &i);
@@ -347,8 +350,8 @@ static int cmd_report(int argc, char **argv, int leaks) {
     }
     gm_opts o;
     const char *path;
-    int frames_all;
-    int rc = parse_common(argc, argv, usage, &o, &path, leaks, &frames_all);
+    int frames_all, device;
+    int rc = parse_common(argc, argv, usage, &o, &path, leaks, &frames_all, &device);
     if (rc) return rc;
     gm_db d;
     gm_model m;
@@ -364,21 +367,27 @@ static int cmd_report(int argc, char **argv, int leaks) {
         return rc;
     }
     m.frames_all = frames_all;
+    char err[8192];
+    if (!leaks && gm_model_pick_device(&d, &m, device, err, sizeof err) != 0) { /* --device N leads */
+        rc = gm_scope_fail("report", GM_SCOPE_NO_DEVICE, err);
+        gm_model_free(&m);
+        gm_db_close(&d);
+        return rc;
+    }
     if (leaks) {
-        /* several devices: the busiest device's allocations and steps, read again (each device's
-         * leaks are its own memory; their sum is no device's) */
-        char err[8192];
-        int sc = gm_db_scope_busiest(&d, &m, err, sizeof err);
+        /* several devices: the busiest device's (or --device's) allocations and steps, read again
+         * (each device's leaks are its own memory; their sum is no device's) */
+        int sc = gm_db_scope_one(&d, &m, device, err, sizeof err);
         if (sc == 1) {
             gm_model_free(&m);
             sc = gm_model_load(&d, &m, 1, err, sizeof err) == 0 ? 1 : -1;
             if (sc == 1) gm_symbolize(&d, &m), m.frames_all = frames_all;
         }
         if (sc < 0) {
-            fprintf(stderr, "gpumem: %s\n", err);
+            rc = gm_scope_fail("leaks", sc, err);
             gm_model_free(&m);
             gm_db_close(&d);
-            return GM_EXIT_BADDB;
+            return rc;
         }
         gm_scope_say(&d, "the leaked bytes and the growth per step", o.json ? stderr : stdout);
     }
@@ -401,11 +410,14 @@ static int cmd_export(int argc, char **argv) {
         return 0;
     }
     const char *path = NULL, *format = NULL, *outpath = NULL, *at = NULL, *view_arg = NULL;
-    int what = -1, force = 0, view = GM_VIEW_AUTO;
+    int what = -1, force = 0, view = GM_VIEW_AUTO, device = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--force") == 0) {
             force = 1;
+        } else if (gm_opt_is_device(a)) {
+            int rc = gm_arg_device("export", argc, argv, &i, &device);
+            if (rc) return rc;
         } else if (strcmp(a, "--at") == 0 || strncmp(a, "--at=", 5) == 0) {
             const char *v = a[4] == '=' ? a + 5 : gm_opt_value(argc, argv, &i);
             if (!v) return usage_error(usage_export, "%s", "--at needs peak, end, oom or an event's seq number");
@@ -475,12 +487,12 @@ static int cmd_export(int argc, char **argv) {
      * device) keep each device apart; the replay trace (one heap) and folded / speedscope (the
      * bytes live at the peak) are the busiest device's, each device having its own allocator */
     int one_heap = !strcmp(format, "trace") || !strcmp(format, "folded") || !strcmp(format, "speedscope");
-    if (one_heap && gm_db_scope_busiest(&d, NULL, err, sizeof err) < 0) {
-        fprintf(stderr, "gpumem: %s\n", err);
+    int sc = one_heap || device >= 0 ? gm_db_scope_one(&d, NULL, device, err, sizeof err) : 0;
+    if (sc < 0) {
         gm_db_close(&d);
-        return GM_EXIT_BADDB;
+        return gm_scope_fail("export", sc, err);
     }
-    gm_scope_say(&d, !strcmp(format, "trace") ? "the trace's events" : "the bytes live at the peak", stderr);
+    gm_scope_say(&d, !strcmp(format, "trace") ? "the trace's events" : one_heap ? "the bytes live at the peak" : "the exported events", stderr);
     gm_model m;
     int loaded = 0;
     if (strcmp(format, "trace") != 0 && strcmp(format, "csv") != 0) {

@@ -265,7 +265,7 @@ static const uint64_t analysis_auto_events[3] = {500000, 10000, 200000};
 /* Runs `gpumem NAME DB --json` (the command's own main) in a child process, so that a failing
  * analysis can only lose its panel, and embeds its JSON as "NAME":{...}, or "NAME":{"error":
  * "..."} with the first line it printed on stderr. */
-static void write_analysis(FILE *o, const char *name, const char *db)
+static void write_analysis(FILE *o, const char *name, const char *db, int device)
 {
     FILE *out = tmpfile(), *err = tmpfile();
     int status = -1;
@@ -274,10 +274,14 @@ static void write_analysis(FILE *o, const char *name, const char *db)
     if (pid == 0) {
         dup2(fileno(out), 1);
         dup2(fileno(err), 2);
-        char *args[] = {(char *)name, (char *)db, (char *)"--json", NULL};
-        int rc = !strcmp(name, "frag")     ? gm_frag_main(3, args)
-                 : !strcmp(name, "advise") ? gm_advise_main(3, args)
-                                           : gm_tune_main(3, args);
+        /* the page's device: --device's, passed on (else each finds the same busiest one) */
+        char dev[32];
+        snprintf(dev, sizeof dev, "--device=%d", device);
+        char *args[] = {(char *)name, (char *)db, (char *)"--json", device >= 0 ? dev : NULL, NULL};
+        int nargs = device >= 0 ? 4 : 3;
+        int rc = !strcmp(name, "frag")     ? gm_frag_main(nargs, args)
+                 : !strcmp(name, "advise") ? gm_advise_main(nargs, args)
+                                           : gm_tune_main(nargs, args);
         fflush(stdout); /* only these: the page's FILE was flushed before the fork and must */
         fflush(stderr); /* not be written twice */
         _exit(rc);
@@ -322,6 +326,7 @@ typedef struct viz_out {
     const char *const *inputs;
     size_t ninputs;
     int force;
+    int device; /* --device N: N's timeline and peaks; -1: the busiest device's */
 } viz_out;
 
 static int write_page(const char *db, const viz_out *vo, int with, const char *lanes)
@@ -334,11 +339,12 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     }
     gm_lossy_say(&d, stderr); /* events lost: said first (the page says it too) */
     gm_ending_say(&d, stderr); /* did not run to its end: the page says it too */
-    /* several devices: the busiest device's timeline and peaks (each device its own memory) */
-    if (gm_db_scope_busiest(&d, NULL, err, sizeof err) < 0) {
-        fprintf(stderr, "gpumem viz: %s\n", err);
+    /* several devices: the busiest device's (or --device's) timeline and peaks (each device its
+     * own memory) */
+    int sc = gm_db_scope_one(&d, NULL, vo->device, err, sizeof err);
+    if (sc < 0) {
         gm_db_close(&d);
-        return GM_EXIT_BADDB;
+        return gm_scope_fail("viz", sc, err);
     }
     gm_scope_say(&d, "the page's timeline and peaks", stderr);
     gm_model m;
@@ -458,7 +464,7 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     for (int k = 0, first = 1; k < 3; k++) {
         if (!(with & (1 << k))) continue;
         if (!first) fputc(',', o);
-        write_analysis(o, analysis_name[k], db);
+        write_analysis(o, analysis_name[k], db, vo->device);
         first = 0;
     }
     fprintf(o, "},\"analyses_how\":{\"asked\":%s,\"events\":%llu,\"skipped\":[",
@@ -672,7 +678,7 @@ int gm_viz_main(int argc, char **argv)
     const char *out = NULL;
     char **dbs = NULL; /* malloc'd copies */
     size_t ndb = 0;
-    int with = -1, rc = 0, force = 0; /* with: -1 the default (by the recording's size) */
+    int with = -1, rc = 0, force = 0, device = -1; /* with: -1 the default (by the recording's size) */
     for (int i = 1; i < argc && !rc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage_viz, stdout);
@@ -684,6 +690,8 @@ int gm_viz_main(int argc, char **argv)
                                       : "a list of analyses: frag, advise, tune (comma-separated)",
                     GM_HELP("viz"));
             rc = GM_EXIT_USAGE;
+        } else if (gm_opt_is_device(argv[i])) {
+            rc = gm_arg_device("viz", argc, argv, &i, &device);
         } else if (strcmp(argv[i], "-o") == 0) {
             out = argv[++i]; /* given twice with two values: refused before (gm_args_repeats) */
         } else if (strcmp(argv[i], "--force") == 0) {
@@ -749,7 +757,7 @@ int gm_viz_main(int argc, char **argv)
         goto done;
     }
     char err[PATH_MAX + 256];
-    viz_out vo = {out, (const char *const *)dbs, ndb, force};
+    viz_out vo = {out, (const char *const *)dbs, ndb, force, device};
     /* refused now, before minutes of loading, and checked again when the page is written */
     if ((rc = gm_out_check(out, GM_OUT_HTML, force, vo.inputs, ndb, err, sizeof err)) != 0) {
         fprintf(stderr, "gpumem viz: %s\n", err);

@@ -1225,6 +1225,7 @@ int gm_advise_main(int argc, char **argv)
 {
     const char *path = NULL, *gpu = NULL, *try_flags = NULL;
     int json = 0, check = 0, top = 10, have_top = 0, have_budget = 0, zero = -1, lossy_ok = 0, oom_step = 0, prefetch = -1;
+    int device = -1;
     unsigned ranks = 0;
     size_t budget = 0;
     double link = 0;
@@ -1306,6 +1307,9 @@ int gm_advise_main(int argc, char **argv)
             int rc = gm_arg_top("advise", v, &top);
             if (rc) return rc;
             have_top = 1, i++;
+        } else if (gm_opt_is_device(a)) {
+            int rc = gm_arg_device("advise", argc, argv, &i, &device);
+            if (rc) return rc;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "gpumem advise: unknown option '%s'\n%s", a, GM_HELP("advise"));
             return GM_EXIT_USAGE;
@@ -1355,12 +1359,13 @@ int gm_advise_main(int argc, char **argv)
     }
     /* cut short: said first, as lost events are (its JSON takes several shapes: on stderr) */
     gm_ending_say(&d, json ? stderr : stdout);
-    /* several devices: the busiest device's events, replayed as its own heap (each device has
-     * its own allocator: a prediction for their sum is for a device that does not exist) */
-    if (gm_db_scope_busiest(&d, NULL, err, sizeof err) < 0) {
-        fprintf(stderr, "gpumem: %s\n", err);
+    /* several devices: the busiest device's events (or --device's), replayed as its own heap
+     * (each device has its own allocator: a prediction for their sum is for a device that does
+     * not exist) */
+    int sc = gm_db_scope_one(&d, NULL, device, err, sizeof err);
+    if (sc < 0) {
         gm_db_close(&d);
-        return GM_EXIT_BADDB;
+        return gm_scope_fail("advise", sc, err);
     }
     gm_scope_say(&d, "the baseline and predicted peaks", json ? stderr : stdout);
     ctx c;

@@ -558,7 +558,7 @@ static void print_json(gm_db *d, const gm_model *m, const gm_frag *f, const uint
 
 int gm_frag_main(int argc, char **argv) {
     const char *db = NULL;
-    int json = 0, check = 0, lossy_ok = 0;
+    int json = 0, check = 0, lossy_ok = 0, device = -1;
     int top = 8;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -573,6 +573,9 @@ int gm_frag_main(int argc, char **argv) {
             lossy_ok = 1;
         } else if (!strcmp(a, "--top")) {
             int rc = gm_arg_top("frag", gm_opt_value(argc, argv, &i), &top);
+            if (rc) return rc;
+        } else if (gm_opt_is_device(a)) {
+            int rc = gm_arg_device("frag", argc, argv, &i, &device);
             if (rc) return rc;
         } else if (a[0] == '-') {
             fprintf(stderr, "gpumem frag: unknown option '%s'\n%s", a, GM_HELP("frag"));
@@ -601,12 +604,12 @@ int gm_frag_main(int argc, char **argv) {
         return lossy;
     }
     gm_ending_say(&d, json ? stderr : stdout); /* cut short: said first, as lost events are */
-    /* several devices: the busiest device's events, replayed as its own heap (each device has
-     * its own allocator) */
-    if (gm_db_scope_busiest(&d, NULL, err, sizeof err) < 0) {
-        fprintf(stderr, "gpumem: %s\n", err);
+    /* several devices: the busiest device's events (or --device's), replayed as its own heap
+     * (each device has its own allocator) */
+    int sc = gm_db_scope_one(&d, NULL, device, err, sizeof err);
+    if (sc < 0) {
         gm_db_close(&d);
-        return GM_EXIT_BADDB;
+        return gm_scope_fail("frag", sc, err);
     }
     gm_scope_say(&d, "the peaks, the fragmentation and the replays", json ? stderr : stdout);
     if (gm_model_load_tables(&d, &m, err, sizeof err) != 0) {

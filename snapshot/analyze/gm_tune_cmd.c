@@ -377,7 +377,7 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
 
 int gm_tune_main(int argc, char **argv) {
     const char *db = NULL;
-    int json = 0, check = 0, lossy_ok = 0;
+    int json = 0, check = 0, lossy_ok = 0, device = -1;
     int top = 12;
     gm_tune_opts o = {.objective = GM_TUNE_RESERVED};
     for (int i = 1; i < argc; i++) {
@@ -414,6 +414,9 @@ int gm_tune_main(int argc, char **argv) {
         } else if (!strcmp(a, "--top")) {
             int rc = gm_arg_top("tune", gm_opt_value(argc, argv, &i), &top);
             if (rc) return rc;
+        } else if (gm_opt_is_device(a)) {
+            int rc = gm_arg_device("tune", argc, argv, &i, &device);
+            if (rc) return rc;
         } else if (a[0] == '-') {
             fprintf(stderr, "gpumem tune: unknown option '%s'\n%s", a, GM_HELP("tune"));
             return GM_EXIT_USAGE;
@@ -440,12 +443,12 @@ int gm_tune_main(int argc, char **argv) {
         return lossy;
     }
     gm_ending_say(&d, json ? stderr : stdout); /* cut short: said first, as lost events are */
-    /* several devices: the busiest device's events, replayed as its own heap (each device has
-     * its own allocator) */
-    if (gm_db_scope_busiest(&d, NULL, err, sizeof err) < 0) {
-        fprintf(stderr, "gpumem: %s\n", err);
+    /* several devices: the busiest device's events (or --device's), replayed as its own heap
+     * (each device has its own allocator) */
+    int sc = gm_db_scope_one(&d, NULL, device, err, sizeof err);
+    if (sc < 0) {
         gm_db_close(&d);
-        return GM_EXIT_BADDB;
+        return gm_scope_fail("tune", sc, err);
     }
     gm_scope_say(&d, "the recorded and replayed peaks", json ? stderr : stdout);
     o.progress = isatty(2);
