@@ -79,6 +79,9 @@ static const char *const usage_main =
     "An option that takes a value is given once: twice with two values (--top 3 --top 5) is a\n"
     "usage error in every command, never the last one silently taken; the same value twice, or\n"
     "a flag twice (--json --json), is accepted.\n"
+    "A program on several devices: report, leaks, frag, tune, advise, viz, export and diff give\n"
+    "the busiest device's figures (named); --device N gives device N's (exit 2, naming the\n"
+    "devices used, for one the program held no memory on).\n"
     "\n"
     "`gpumem COMMAND --help` (or `gpumem help COMMAND`) tells more. The database schema is documented in\n"
     "snapshot/README.md; its SQL is installed as share/gpumem/schema.sql.\n"
@@ -166,7 +169,7 @@ static const char *const usage_record =
     "4 libgpumem.so not found.\n";
 
 static const char *const usage_report =
-    "usage: gpumem report DB [--json] [--top N] [--frames user|all] [--lossy-ok]\n"
+    "usage: gpumem report DB [--json] [--top N] [--frames user|all] [--device N] [--lossy-ok]\n"
     "\n"
     "Summary (peaks requested, allocated and reserved, each placed by tensor, phase and call\n"
     "site; utilization, allocation counts, cache hit rate, driver calls, OOMs, dropped events,\n"
@@ -175,8 +178,9 @@ static const char *const usage_report =
     "by tensor name and call site, from access tracking: on by default, off in a recording made\n"
     "with GPUMEM_USES=0), and OOM forensics: the\n"
     "binding constraint, the shortfall and what to change.\n"
-    "A program on several devices: the peaks and the tables are the busiest device's (named),\n"
-    "each device's peaks listed, and an OOM's tables its own device's; never a sum of devices.\n"
+    "A program on several devices: the peaks and the tables are the busiest device's (named;\n"
+    "--device N for another's), each device's peaks listed, and an OOM's tables its own\n"
+    "device's; never a sum of devices.\n"
     "Reads databases still being written or left by a killed process (it says so).\n"
     "  --json    one JSON object instead of text\n"
     "  --top N   rows per table (default 10)\n"
@@ -187,8 +191,12 @@ static const char *const usage_report =
     "            GPUMEM_RING_FULL=drop mode, or after a failure): its peaks can be wrong, so\n"
     "            without this it is refused (exit 3); with it the first line says so. The\n"
     "            same for a damaged recording (pages overwritten: what can be read)\n"
+    "  --device N  the figures are device N's instead of the busiest device's (a device the\n"
+    "            program held no memory on: exit 2, naming the ones it did; on a recording with\n"
+    "            memory on N alone, the output is the same as without it)\n"
     "\n"
-    "gpumem report A.db B.db ... [--json] [--top N] [--frames user|all], or gpumem report DIR\n"
+    "gpumem report A.db B.db ... [--json] [--top N] [--frames user|all] [--device N], or gpumem\n"
+    "report DIR\n"
     "(its *.db files): the recordings of a job's ranks (GPUMEM_DB=run-%r.db) merged: each\n"
     "rank's peak allocated and reserved, the step and NVTX phase of its peak and its leaks;\n"
     "the imbalance; the rank that sets the job's peak and what it holds at its peak that the\n"
@@ -200,7 +208,8 @@ static const char *const usage_report =
     "--lossy-ok).\n";
 
 static const char *const usage_leaks =
-    "usage: gpumem leaks DB [--json] [--top N] [--fail-on-leak] [--frames user|all] [--lossy-ok]\n"
+    "usage: gpumem leaks DB [--json] [--top N] [--fail-on-leak] [--frames user|all] [--device N]\n"
+    "                  [--lossy-ok]\n"
     "\n"
     "Allocations still alive when the recording ended, grouped by call site (with the calling\n"
     "frames) and by NVTX phase (\"step N\" grouped as \"step *\"), and the growth across steps\n"
@@ -208,7 +217,8 @@ static const char *const usage_leaks =
     "more) made at one call site and kept past the last step; an allocation of the first or the\n"
     "last step only where a step between kept one of its size there (not a first step's workspace,\n"
     "not a loop's last input). A program on several devices: the busiest device's allocations\n"
-    "and steps (said first; JSON \"device\", \"devices\"), never the devices' leaks added.\n"
+    "and steps (said first; JSON \"device\", \"devices\"; --device N for another's), never the\n"
+    "devices' leaks added.\n"
     "The last line is\n"
     "  LEAK SUMMARY: N bytes leaked in M allocations\n"
     "  --fail-on-leak   exit 1 when N > 0 (for CI); exit 3 when it cannot judge: the recording\n"
@@ -218,6 +228,7 @@ static const char *const usage_leaks =
     "  --json           one JSON object instead of text\n"
     "  --top N          call sites shown (default 10)\n"
     "  --frames user|all  call sites of Python programs (see gpumem report --help)\n"
+    "  --device N       device N's leaks instead of the busiest device's (see gpumem report --help)\n"
     "Exit code: 0, 1 leaks with --fail-on-leak, 2 usage, 3 unreadable database, events lost\n"
     "(without --lossy-ok), or with --fail-on-leak, cannot judge.\n";
 
@@ -242,11 +253,14 @@ static const char *const usage_sql =
 
 static const char *const usage_export =
     "usage: gpumem export --format FORMAT DB [-o FILE] [--force] [--what peak|total]\n"
-    "                     [--at peak|end|oom|SEQ] [--view torch|device]\n"
+    "                     [--at peak|end|oom|SEQ] [--view torch|device] [--device N]\n"
     "\n"
     "Writes the recording in another tool's format (default: standard output). A program on\n"
     "several devices: trace, folded and speedscope are the busiest device's (said on stderr;\n"
     "each device has its own allocator); chrome, torch and csv keep each device apart.\n"
+    "  --device N       device N's events only, in every format (trace, folded and speedscope:\n"
+    "                   instead of the busiest device's); a device the program held no memory\n"
+    "                   on is exit 2, naming the ones it did\n"
     "  --format trace   the allocator replay engine's text trace (gpumem-replay, alloc/README):\n"
     "                   one line per event, in recorded order:\n"
     "                     a <id> <size> <stream>   a device allocation (cudaMalloc, cudaMallocAsync)\n"

@@ -222,12 +222,13 @@ static void write_leaks(FILE *o, const gm_model *dm)
 }
 
 static const char *const usage_viz =
-    "usage: gpumem viz DB -o FILE.html [--force] [--with frag,advise,tune]\n"
+    "usage: gpumem viz DB -o FILE.html [--force] [--with frag,advise,tune] [--device N]\n"
     "       gpumem viz A.db B.db ... | DIR -o FILE.html [--with ...]   (the ranks of one job)\n"
     "\n"
     "One self-contained HTML page (inline SVG and JavaScript, no network; open it from disk):\n"
     "  - peak requested, allocated and reserved, as `gpumem report` prints them (a program on\n"
-    "    several devices: the busiest device's, and every picture its own; the page says so);\n"
+    "    several devices: the busiest device's, or --device N's, and every picture its own; the\n"
+    "    page says so);\n"
     "  - memory over time, opening on the step of the peak (one step either side): each\n"
     "    allocation a band (hover: name, category, size, phases, stack; click pins it; arrow\n"
     "    keys step, +/- zoom); all steps one click away as a min/max envelope; coloured by\n"
@@ -252,6 +253,9 @@ static const char *const usage_viz =
     "               never onto a database read; written whole or not at all (a temporary\n"
     "               file, then renamed)\n"
     "  --force      replace FILE even when it is not a gpumem viz page\n"
+    "  --device N   device N's page, its analyses' panels too, instead of the busiest device's\n"
+    "               (a device the program held no memory on: exit 2, naming the ones it did;\n"
+    "               memory on N alone: the page is the same as without it)\n"
     "Exit code: 0; 2 usage or FILE refused; 3 unreadable database or the page cannot be\n"
     "written.\n";
 

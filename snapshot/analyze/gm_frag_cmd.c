@@ -9,7 +9,7 @@
 #include <string.h>
 
 static const char *const usage_frag =
-    "usage: gpumem frag DB [--top N] [--json] [--check] [--lossy-ok]\n"
+    "usage: gpumem frag DB [--top N] [--json] [--check] [--device N] [--lossy-ok]\n"
     "\n"
     "Where the memory the allocator reserved but the program did not hold went, and which\n"
     "allocator setting gives it back:\n"
@@ -26,11 +26,15 @@ static const char *const usage_frag =
     "    same when there is one. The recommendation is gpumem tune's (its search, run on the\n"
     "    same trace): frag, tune and viz name one configuration for a recording.\n"
     "  - a program on several devices: the busiest device's events, replayed as its own heap\n"
-    "    (each device has its own allocator; said first, JSON \"device\", \"devices\").\n"
+    "    (each device has its own allocator; said first, JSON \"device\", \"devices\"; --device N\n"
+    "    for another's).\n"
     "  - a CUDA graph's private pool (PyTorch's graph pools, torch.cuda.MemPool, gpumem's\n"
     "    capture pools) is a pool row of its own, its free bytes the cause graph_pool (no\n"
     "    setting gives them to other requests), and the replays keep it private.\n"
     "  --top N   rows per table (default 8)\n"
+    "  --device N  device N's events instead of the busiest device's, --check's re-run read\n"
+    "            the same (a device the program held no memory on: exit 2, naming the ones it\n"
+    "            did; memory on N alone: the output is the same as without it)\n"
     "  --json    one JSON object (contract in snapshot/README.md)\n"
     "  --check   re-run the recorded command under `gpumem record` with the recommended\n"
     "            GPUMEM_CONF (the rest of this environment is the re-run's: GPUMEM_SIM_*,\n"
