@@ -246,7 +246,8 @@ static const char *const usage_viz =
     "               up to 200000, advise up to 10000 (the page says which did not, and how to\n"
     "               add them)\n"
     "Several databases (or a directory: its *.db files), one per rank: a lane per rank on top\n"
-    "(allocated and reserved over time, aligned by step, one scale for all), ranked by meta.rank\n"
+    "(allocated and reserved over time, aligned by step, one scale for all; a rank on several\n"
+    "devices: its busiest device's, or --device N's, said on stderr), ranked by meta.rank\n"
     "(else in the order given), and the rank that sets the job's peak allocated in detail below.\n"
     "  -o FILE.html  the page; '-' for standard output. An existing FILE is replaced only when\n"
     "               it is a page gpumem viz wrote (or empty); never through a symbolic link,\n"
@@ -565,8 +566,9 @@ static int list_dir(const char *dir, char ***paths, size_t *n)
     return 0;
 }
 
-/* One pass per database (one model in memory at a time): its lane and peaks. */
-static int load_rank(rank_db *r)
+/* One pass per database (one model in memory at a time): its lane and peaks; a rank with memory
+ * on several devices, its busiest device's (or device's, --device), as the detail page's. */
+static int load_rank(rank_db *r, int device)
 {
     char err[1024];
     gm_db d;
@@ -576,6 +578,12 @@ static int load_rank(rank_db *r)
     }
     gm_lossy_say(&d, stderr); /* events lost: said first */
     r->rank = (long)gm_meta_int(&d, "rank", -1);
+    int sc = gm_db_scope_one(&d, NULL, device, err, sizeof err);
+    if (sc < 0) {
+        gm_db_close(&d);
+        return gm_scope_fail("viz", sc, err);
+    }
+    gm_scope_say(&d, "its lane and peaks", stderr);
     gm_model m;
     int unread = gm_model_load(&d, &m, 0, err, sizeof err) != 0;
     if (unread) fprintf(stderr, "gpumem viz: %s\n", err);
@@ -615,7 +623,7 @@ static int viz_ranks(char **paths, size_t n, const viz_out *out, int with)
     }
     for (size_t i = 0; i < n && !rc; i++) {
         r[i].path = paths[i], r[i].order = i;
-        rc = load_rank(&r[i]);
+        rc = load_rank(&r[i], out->device);
     }
     if (rc) goto out;
     /* meta.rank when every database has a distinct one; else the order given */

@@ -10,6 +10,7 @@
 # .summary.devices[] of the busiest device), and the command's. Then, on `devices_app stream`
 # (memory on device 0 only), no JSON gains the new keys: one device's output keeps its bytes.
 # tune --check's re-run is read the same way (the busiest device's), as its prediction is.
+# viz of two ranks: each lane's peaks are its busiest device's too (they were the devices' sum).
 # --device 1 (not the busiest) in every command: a row per command and figure against device 1's
 # truth (its LEAKED line, report's .summary.devices[] entry for device 1), each command's exit code
 # 0; a device the recording never used (3 here, 1 on `stream`) and a value that is no device are
@@ -50,6 +51,8 @@ sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/v.html" > "$TMP/viz.json"
 "$GPUMEM" export "$db" --format trace -o "$TMP/e.trace" 2> "$TMP/trace.err"
 cp "$db" "$TMP/s2.db"
 "$GPUMEM" report --json "$db" "$TMP/s2.db" > "$TMP/ranks.json" 2> /dev/null
+"$GPUMEM" viz --with none "$db" "$TMP/s2.db" -o "$TMP/vr.html" 2> /dev/null
+sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/vr.html" > "$TMP/vizranks.json"
 folded=$(awk '{s += $NF} END {print s + 0}' "$TMP/e.folded")
 trace=$(grep -c '^a ' "$TMP/e.trace")
 
@@ -69,6 +72,8 @@ GPUMEM_SIM_DEVICES=2 d1 check "$GPUMEM" tune --check --json --device 1 "$db"
 d1 advise "$GPUMEM" advise --json --device 1 "$db"
 d1 viz "$GPUMEM" viz --device 1 "$db" -o "$TMP/v1.html"
 sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/v1.html" > "$TMP/d1-viz.json" 2> /dev/null
+d1 vizranks "$GPUMEM" viz --with none --device 1 "$db" "$TMP/s2.db" -o "$TMP/vr1.html"
+sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/vr1.html" > "$TMP/d1-vizranks.json" 2> /dev/null
 d1 folded "$GPUMEM" export "$db" --format folded --device 1
 d1 trace "$GPUMEM" export "$db" --format trace --device 1
 d1 diff "$GPUMEM" diff --json --device 1 "$db" "$TMP/s2.db"
@@ -97,6 +102,8 @@ rows=(
   "viz|summary.peak_allocated_bytes|$pa|$(jq -r .summary.peak_allocated_bytes "$TMP/viz.json")"
   "viz|summary.peak_reserved_bytes|$pr|$(jq -r .summary.peak_reserved_bytes "$TMP/viz.json")"
   "viz|summary.device|$busy|$(jq -r .summary.device "$TMP/viz.json")"
+  "viz of ranks|lanes[0].peak_allocated|$pa|$(jq -r '.ranks.lanes[0].peak_allocated' "$TMP/vizranks.json")"
+  "viz of ranks|lanes[1].peak_reserved|$pr|$(jq -r '.ranks.lanes[1].peak_reserved' "$TMP/vizranks.json")"
   "export folded|bytes live at the peak|$pa|$folded"
   "export trace|allocations|$allocs|$trace"
   # --device 1: device 1's figures, never the busiest device's
@@ -132,6 +139,9 @@ rows=(
   "viz -d1|summary.peak_allocated_bytes|$pa1|$(jq -r .summary.peak_allocated_bytes "$TMP/d1-viz.json" 2> /dev/null)"
   "viz -d1|summary.peak_reserved_bytes|$pr1|$(jq -r .summary.peak_reserved_bytes "$TMP/d1-viz.json" 2> /dev/null)"
   "viz -d1|summary.device|1|$(jq -r .summary.device "$TMP/d1-viz.json" 2> /dev/null)"
+  "viz of ranks -d1|exit code|0|$(rc1 vizranks)"
+  "viz of ranks -d1|lanes[0].peak_allocated|$pa1|$(jq -r '.ranks.lanes[0].peak_allocated' "$TMP/d1-vizranks.json" 2> /dev/null)"
+  "viz of ranks -d1|lanes[1].peak_reserved|$pr1|$(jq -r '.ranks.lanes[1].peak_reserved' "$TMP/d1-vizranks.json" 2> /dev/null)"
   "export folded -d1|bytes live at the peak|$pa1|$(awk '{s += $NF} END {print s + 0}' "$TMP/d1-folded.out")"
   "export trace -d1|allocations|$allocs1|$(grep -c '^a ' "$TMP/d1-trace.out")"
   "diff -d1|exit code|0|$(rc1 diff)"
@@ -178,6 +188,7 @@ erows=(
   "tune|$db|3|held memory on devices 0 and 1"
   "advise|$db|3|held memory on devices 0 and 1"
   "viz|-o $TMP/e.html $db|3|held memory on devices 0 and 1"
+  "viz|-o $TMP/e.html $db $TMP/s2.db|3|held memory on devices 0 and 1"
   "export --format trace|$db|3|held memory on devices 0 and 1"
   "export --format csv|$db|3|held memory on devices 0 and 1"
   "diff|$db $TMP/s2.db|3|held memory on devices 0 and 1"
