@@ -485,9 +485,9 @@ static void text_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const r
     /* a rank with memory on several devices: its figures are one device's, said */
     for (size_t i = 0; i < n; i++)
         if (rs[i].device >= 0)
-            fprintf(out, "  note: rank %" PRId64 " (%s) held memory on %d devices (%d to %d): its peaks, step, phase "
-                         "and timeline are device %d's (%s), not a sum; its leaks are every "
-                         "device's; gpumem report %s gives each device's peaks\n",
+            fprintf(out, "  note: rank %" PRId64 " (%s) held memory on %d devices (%d to %d): its peaks, step, phase, "
+                         "timeline and leaks are device %d's (%s), not a sum; gpumem report %s gives "
+                         "each device's peaks\n",
                     rs[i].rank, rs[i].path, rs[i].ndevices, rs[i].dev_lo, rs[i].dev_hi, rs[i].device,
                     rs[i].device_asked ? "as --device asked" : "the highest peak reserved", rs[i].path);
     /* the peaks above are the device's (PyTorch's segments, its cache included); a PyTorch
