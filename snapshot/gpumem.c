@@ -79,6 +79,9 @@ static const char *const usage_main =
     "An option that takes a value is given once: twice with two values (--top 3 --top 5) is a\n"
     "usage error in every command, never the last one silently taken; the same value twice, or\n"
     "a flag twice (--json --json), is accepted.\n"
+    "A program on several devices: report, leaks, frag, tune, advise, viz, export and diff give\n"
+    "the busiest device's figures (named); --device N gives device N's (exit 2, naming the\n"
+    "devices used, for one the program held no memory on).\n"
     "\n"
     "`gpumem COMMAND --help` (or `gpumem help COMMAND`) tells more. The database schema is documented in\n"
     "snapshot/README.md; its SQL is installed as share/gpumem/schema.sql.\n"
@@ -166,7 +169,7 @@ static const char *const usage_record =
     "4 libgpumem.so not found.\n";
 
 static const char *const usage_report =
-    "usage: gpumem report DB [--json] [--top N] [--frames user|all] [--lossy-ok]\n"
+    "usage: gpumem report DB [--json] [--top N] [--frames user|all] [--device N] [--lossy-ok]\n"
     "\n"
     "Summary (peaks requested, allocated and reserved, each placed by tensor, phase and call\n"
     "site; utilization, allocation counts, cache hit rate, driver calls, OOMs, dropped events,\n"
@@ -175,8 +178,9 @@ static const char *const usage_report =
     "by tensor name and call site, from access tracking: on by default, off in a recording made\n"
     "with GPUMEM_USES=0), and OOM forensics: the\n"
     "binding constraint, the shortfall and what to change.\n"
-    "A program on several devices: the peaks and the tables are the busiest device's (named),\n"
-    "each device's peaks listed, and an OOM's tables its own device's; never a sum of devices.\n"
+    "A program on several devices: the peaks and the tables are the busiest device's (named;\n"
+    "--device N for another's), each device's peaks listed, and an OOM's tables its own\n"
+    "device's; never a sum of devices.\n"
     "Reads databases still being written or left by a killed process (it says so).\n"
     "  --json    one JSON object instead of text\n"
     "  --top N   rows per table (default 10)\n"
@@ -187,8 +191,12 @@ static const char *const usage_report =
     "            GPUMEM_RING_FULL=drop mode, or after a failure): its peaks can be wrong, so\n"
     "            without this it is refused (exit 3); with it the first line says so. The\n"
     "            same for a damaged recording (pages overwritten: what can be read)\n"
+    "  --device N  the figures are device N's instead of the busiest device's (a device the\n"
+    "            program held no memory on: exit 2, naming the ones it did; on a recording with\n"
+    "            memory on N alone, the output is the same as without it)\n"
     "\n"
-    "gpumem report A.db B.db ... [--json] [--top N] [--frames user|all], or gpumem report DIR\n"
+    "gpumem report A.db B.db ... [--json] [--top N] [--frames user|all] [--device N], or gpumem\n"
+    "report DIR\n"
     "(its *.db files): the recordings of a job's ranks (GPUMEM_DB=run-%r.db) merged: each\n"
     "rank's peak allocated and reserved, the step and NVTX phase of its peak and its leaks;\n"
     "the imbalance; the rank that sets the job's peak and what it holds at its peak that the\n"
@@ -200,7 +208,8 @@ static const char *const usage_report =
     "--lossy-ok).\n";
 
 static const char *const usage_leaks =
-    "usage: gpumem leaks DB [--json] [--top N] [--fail-on-leak] [--frames user|all] [--lossy-ok]\n"
+    "usage: gpumem leaks DB [--json] [--top N] [--fail-on-leak] [--frames user|all] [--device N]\n"
+    "                  [--lossy-ok]\n"
     "\n"
     "Allocations still alive when the recording ended, grouped by call site (with the calling\n"
     "frames) and by NVTX phase (\"step N\" grouped as \"step *\"), and the growth across steps\n"
@@ -208,7 +217,8 @@ static const char *const usage_leaks =
     "more) made at one call site and kept past the last step; an allocation of the first or the\n"
     "last step only where a step between kept one of its size there (not a first step's workspace,\n"
     "not a loop's last input). A program on several devices: the busiest device's allocations\n"
-    "and steps (said first; JSON \"device\", \"devices\"), never the devices' leaks added.\n"
+    "and steps (said first; JSON \"device\", \"devices\"; --device N for another's), never the\n"
+    "devices' leaks added.\n"
     "The last line is\n"
     "  LEAK SUMMARY: N bytes leaked in M allocations\n"
     "  --fail-on-leak   exit 1 when N > 0 (for CI); exit 3 when it cannot judge: the recording\n"
@@ -218,6 +228,7 @@ static const char *const usage_leaks =
     "  --json           one JSON object instead of text\n"
     "  --top N          call sites shown (default 10)\n"
     "  --frames user|all  call sites of Python programs (see gpumem report --help)\n"
+    "  --device N       device N's leaks instead of the busiest device's (see gpumem report --help)\n"
     "Exit code: 0, 1 leaks with --fail-on-leak, 2 usage, 3 unreadable database, events lost\n"
     "(without --lossy-ok), or with --fail-on-leak, cannot judge.\n";
 
@@ -242,11 +253,14 @@ static const char *const usage_sql =
 
 static const char *const usage_export =
     "usage: gpumem export --format FORMAT DB [-o FILE] [--force] [--what peak|total]\n"
-    "                     [--at peak|end|oom|SEQ] [--view torch|device]\n"
+    "                     [--at peak|end|oom|SEQ] [--view torch|device] [--device N]\n"
     "\n"
     "Writes the recording in another tool's format (default: standard output). A program on\n"
     "several devices: trace, folded and speedscope are the busiest device's (said on stderr;\n"
     "each device has its own allocator); chrome, torch and csv keep each device apart.\n"
+    "  --device N       device N's events only, in every format (trace, folded and speedscope:\n"
+    "                   instead of the busiest device's); a device the program held no memory\n"
+    "                   on is exit 2, naming the ones it did\n"
     "  --format trace   the allocator replay engine's text trace (gpumem-replay, alloc/README):\n"
     "                   one line per event, in recorded order:\n"
     "                     a <id> <size> <stream>   a device allocation (cudaMalloc, cudaMallocAsync)\n"
@@ -313,9 +327,9 @@ static int usage_error(const char *usage, const char *fmt, const char *arg) {
 /* ---------------------------------------------------------------- report / leaks */
 
 static int parse_common(int argc, char **argv, const char *usage, gm_opts *o, const char **db,
-                        int leaks, int *frames_all) {
+                        int leaks, int *frames_all, int *device) {
     o->json = 0, o->top = 10, o->fail_on_leak = 0, o->lossy_ok = 0;
-    *frames_all = 0;
+    *frames_all = 0, *device = -1;
     *db = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -325,6 +339,9 @@ static int parse_common(int argc, char **argv, const char *usage, gm_opts *o, co
         else if (strcmp(a, "--top") == 0 || strncmp(a, "--top=", 6) == 0) {
             const char *v = a[5] == '=' ? a + 6 : gm_opt_value(argc, argv, &i);
             int rc = gm_arg_top(leaks ? "leaks" : "report", v, &o->top);
+            if (rc) return rc;
+        } else if (gm_opt_is_device(a)) {
+            int rc = gm_arg_device(leaks ? "leaks" : "report", argc, argv, &i, device);
             if (rc) return rc;
         } else if (strcmp(a, "--frames") == 0 || strncmp(a, "--frames=", 9) == 0) {
             const char *v = a[8] == '=' ? a + 9 : gm_opt_value(argc, argv, &i);
@@ -347,8 +364,8 @@ static int cmd_report(int argc, char **argv, int leaks) {
     }
     gm_opts o;
     const char *path;
-    int frames_all;
-    int rc = parse_common(argc, argv, usage, &o, &path, leaks, &frames_all);
+    int frames_all, device;
+    int rc = parse_common(argc, argv, usage, &o, &path, leaks, &frames_all, &device);
     if (rc) return rc;
     gm_db d;
     gm_model m;
@@ -364,21 +381,27 @@ static int cmd_report(int argc, char **argv, int leaks) {
         return rc;
     }
     m.frames_all = frames_all;
+    char err[8192];
+    if (!leaks && gm_model_pick_device(&d, &m, device, err, sizeof err) != 0) { /* --device N leads */
+        rc = gm_scope_fail("report", GM_SCOPE_NO_DEVICE, err);
+        gm_model_free(&m);
+        gm_db_close(&d);
+        return rc;
+    }
     if (leaks) {
-        /* several devices: the busiest device's allocations and steps, read again (each device's
-         * leaks are its own memory; their sum is no device's) */
-        char err[8192];
-        int sc = gm_db_scope_busiest(&d, &m, err, sizeof err);
+        /* several devices: the busiest device's (or --device's) allocations and steps, read again
+         * (each device's leaks are its own memory; their sum is no device's) */
+        int sc = gm_db_scope_one(&d, &m, device, err, sizeof err);
         if (sc == 1) {
             gm_model_free(&m);
             sc = gm_model_load(&d, &m, 1, err, sizeof err) == 0 ? 1 : -1;
             if (sc == 1) gm_symbolize(&d, &m), m.frames_all = frames_all;
         }
         if (sc < 0) {
-            fprintf(stderr, "gpumem: %s\n", err);
+            rc = gm_scope_fail("leaks", sc, err);
             gm_model_free(&m);
             gm_db_close(&d);
-            return GM_EXIT_BADDB;
+            return rc;
         }
         gm_scope_say(&d, "the leaked bytes and the growth per step", o.json ? stderr : stdout);
     }
@@ -401,11 +424,14 @@ static int cmd_export(int argc, char **argv) {
         return 0;
     }
     const char *path = NULL, *format = NULL, *outpath = NULL, *at = NULL, *view_arg = NULL;
-    int what = -1, force = 0, view = GM_VIEW_AUTO;
+    int what = -1, force = 0, view = GM_VIEW_AUTO, device = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--force") == 0) {
             force = 1;
+        } else if (gm_opt_is_device(a)) {
+            int rc = gm_arg_device("export", argc, argv, &i, &device);
+            if (rc) return rc;
         } else if (strcmp(a, "--at") == 0 || strncmp(a, "--at=", 5) == 0) {
             const char *v = a[4] == '=' ? a + 5 : gm_opt_value(argc, argv, &i);
             if (!v) return usage_error(usage_export, "%s", "--at needs peak, end, oom or an event's seq number");
@@ -475,12 +501,12 @@ static int cmd_export(int argc, char **argv) {
      * device) keep each device apart; the replay trace (one heap) and folded / speedscope (the
      * bytes live at the peak) are the busiest device's, each device having its own allocator */
     int one_heap = !strcmp(format, "trace") || !strcmp(format, "folded") || !strcmp(format, "speedscope");
-    if (one_heap && gm_db_scope_busiest(&d, NULL, err, sizeof err) < 0) {
-        fprintf(stderr, "gpumem: %s\n", err);
+    int sc = one_heap || device >= 0 ? gm_db_scope_one(&d, NULL, device, err, sizeof err) : 0;
+    if (sc < 0) {
         gm_db_close(&d);
-        return GM_EXIT_BADDB;
+        return gm_scope_fail("export", sc, err);
     }
-    gm_scope_say(&d, !strcmp(format, "trace") ? "the trace's events" : "the bytes live at the peak", stderr);
+    gm_scope_say(&d, !strcmp(format, "trace") ? "the trace's events" : one_heap ? "the bytes live at the peak" : "the exported events", stderr);
     gm_model m;
     int loaded = 0;
     if (strcmp(format, "trace") != 0 && strcmp(format, "csv") != 0) {

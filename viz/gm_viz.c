@@ -222,12 +222,13 @@ static void write_leaks(FILE *o, const gm_model *dm)
 }
 
 static const char *const usage_viz =
-    "usage: gpumem viz DB -o FILE.html [--force] [--with frag,advise,tune]\n"
+    "usage: gpumem viz DB -o FILE.html [--force] [--with frag,advise,tune] [--device N]\n"
     "       gpumem viz A.db B.db ... | DIR -o FILE.html [--with ...]   (the ranks of one job)\n"
     "\n"
     "One self-contained HTML page (inline SVG and JavaScript, no network; open it from disk):\n"
     "  - peak requested, allocated and reserved, as `gpumem report` prints them (a program on\n"
-    "    several devices: the busiest device's, and every picture its own; the page says so);\n"
+    "    several devices: the busiest device's, or --device N's, and every picture its own; the\n"
+    "    page says so);\n"
     "  - memory over time, opening on the step of the peak (one step either side): each\n"
     "    allocation a band (hover: name, category, size, phases, stack; click pins it; arrow\n"
     "    keys step, +/- zoom); all steps one click away as a min/max envelope; coloured by\n"
@@ -245,13 +246,17 @@ static const char *const usage_viz =
     "               up to 200000, advise up to 10000 (the page says which did not, and how to\n"
     "               add them)\n"
     "Several databases (or a directory: its *.db files), one per rank: a lane per rank on top\n"
-    "(allocated and reserved over time, aligned by step, one scale for all), ranked by meta.rank\n"
+    "(allocated and reserved over time, aligned by step, one scale for all; a rank on several\n"
+    "devices: its busiest device's, or --device N's, said on stderr), ranked by meta.rank\n"
     "(else in the order given), and the rank that sets the job's peak allocated in detail below.\n"
     "  -o FILE.html  the page; '-' for standard output. An existing FILE is replaced only when\n"
     "               it is a page gpumem viz wrote (or empty); never through a symbolic link,\n"
     "               never onto a database read; written whole or not at all (a temporary\n"
     "               file, then renamed)\n"
     "  --force      replace FILE even when it is not a gpumem viz page\n"
+    "  --device N   device N's page, its analyses' panels too, instead of the busiest device's\n"
+    "               (a device the program held no memory on: exit 2, naming the ones it did;\n"
+    "               memory on N alone: the page is the same as without it)\n"
     "Exit code: 0; 2 usage or FILE refused; 3 unreadable database or the page cannot be\n"
     "written.\n";
 
@@ -265,7 +270,7 @@ static const uint64_t analysis_auto_events[3] = {500000, 10000, 200000};
 /* Runs `gpumem NAME DB --json` (the command's own main) in a child process, so that a failing
  * analysis can only lose its panel, and embeds its JSON as "NAME":{...}, or "NAME":{"error":
  * "..."} with the first line it printed on stderr. */
-static void write_analysis(FILE *o, const char *name, const char *db)
+static void write_analysis(FILE *o, const char *name, const char *db, int device)
 {
     FILE *out = tmpfile(), *err = tmpfile();
     int status = -1;
@@ -274,10 +279,14 @@ static void write_analysis(FILE *o, const char *name, const char *db)
     if (pid == 0) {
         dup2(fileno(out), 1);
         dup2(fileno(err), 2);
-        char *args[] = {(char *)name, (char *)db, (char *)"--json", NULL};
-        int rc = !strcmp(name, "frag")     ? gm_frag_main(3, args)
-                 : !strcmp(name, "advise") ? gm_advise_main(3, args)
-                                           : gm_tune_main(3, args);
+        /* the page's device: --device's, passed on (else each finds the same busiest one) */
+        char dev[32];
+        snprintf(dev, sizeof dev, "--device=%d", device);
+        char *args[] = {(char *)name, (char *)db, (char *)"--json", device >= 0 ? dev : NULL, NULL};
+        int nargs = device >= 0 ? 4 : 3;
+        int rc = !strcmp(name, "frag")     ? gm_frag_main(nargs, args)
+                 : !strcmp(name, "advise") ? gm_advise_main(nargs, args)
+                                           : gm_tune_main(nargs, args);
         fflush(stdout); /* only these: the page's FILE was flushed before the fork and must */
         fflush(stderr); /* not be written twice */
         _exit(rc);
@@ -322,6 +331,7 @@ typedef struct viz_out {
     const char *const *inputs;
     size_t ninputs;
     int force;
+    int device; /* --device N: N's timeline and peaks; -1: the busiest device's */
 } viz_out;
 
 static int write_page(const char *db, const viz_out *vo, int with, const char *lanes)
@@ -334,11 +344,12 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     }
     gm_lossy_say(&d, stderr); /* events lost: said first (the page says it too) */
     gm_ending_say(&d, stderr); /* did not run to its end: the page says it too */
-    /* several devices: the busiest device's timeline and peaks (each device its own memory) */
-    if (gm_db_scope_busiest(&d, NULL, err, sizeof err) < 0) {
-        fprintf(stderr, "gpumem viz: %s\n", err);
+    /* several devices: the busiest device's (or --device's) timeline and peaks (each device its
+     * own memory) */
+    int sc = gm_db_scope_one(&d, NULL, vo->device, err, sizeof err);
+    if (sc < 0) {
         gm_db_close(&d);
-        return GM_EXIT_BADDB;
+        return gm_scope_fail("viz", sc, err);
     }
     gm_scope_say(&d, "the page's timeline and peaks", stderr);
     gm_model m;
@@ -458,7 +469,7 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     for (int k = 0, first = 1; k < 3; k++) {
         if (!(with & (1 << k))) continue;
         if (!first) fputc(',', o);
-        write_analysis(o, analysis_name[k], db);
+        write_analysis(o, analysis_name[k], db, vo->device);
         first = 0;
     }
     fprintf(o, "},\"analyses_how\":{\"asked\":%s,\"events\":%llu,\"skipped\":[",
@@ -555,8 +566,9 @@ static int list_dir(const char *dir, char ***paths, size_t *n)
     return 0;
 }
 
-/* One pass per database (one model in memory at a time): its lane and peaks. */
-static int load_rank(rank_db *r)
+/* One pass per database (one model in memory at a time): its lane and peaks; a rank with memory
+ * on several devices, its busiest device's (or device's, --device), as the detail page's. */
+static int load_rank(rank_db *r, int device)
 {
     char err[1024];
     gm_db d;
@@ -566,6 +578,12 @@ static int load_rank(rank_db *r)
     }
     gm_lossy_say(&d, stderr); /* events lost: said first */
     r->rank = (long)gm_meta_int(&d, "rank", -1);
+    int sc = gm_db_scope_one(&d, NULL, device, err, sizeof err);
+    if (sc < 0) {
+        gm_db_close(&d);
+        return gm_scope_fail("viz", sc, err);
+    }
+    gm_scope_say(&d, "its lane and peaks", stderr);
     gm_model m;
     int unread = gm_model_load(&d, &m, 0, err, sizeof err) != 0;
     if (unread) fprintf(stderr, "gpumem viz: %s\n", err);
@@ -605,7 +623,7 @@ static int viz_ranks(char **paths, size_t n, const viz_out *out, int with)
     }
     for (size_t i = 0; i < n && !rc; i++) {
         r[i].path = paths[i], r[i].order = i;
-        rc = load_rank(&r[i]);
+        rc = load_rank(&r[i], out->device);
     }
     if (rc) goto out;
     /* meta.rank when every database has a distinct one; else the order given */
@@ -672,7 +690,7 @@ int gm_viz_main(int argc, char **argv)
     const char *out = NULL;
     char **dbs = NULL; /* malloc'd copies */
     size_t ndb = 0;
-    int with = -1, rc = 0, force = 0; /* with: -1 the default (by the recording's size) */
+    int with = -1, rc = 0, force = 0, device = -1; /* with: -1 the default (by the recording's size) */
     for (int i = 1; i < argc && !rc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage_viz, stdout);
@@ -684,6 +702,8 @@ int gm_viz_main(int argc, char **argv)
                                       : "a list of analyses: frag, advise, tune (comma-separated)",
                     GM_HELP("viz"));
             rc = GM_EXIT_USAGE;
+        } else if (gm_opt_is_device(argv[i])) {
+            rc = gm_arg_device("viz", argc, argv, &i, &device);
         } else if (strcmp(argv[i], "-o") == 0) {
             out = argv[++i]; /* given twice with two values: refused before (gm_args_repeats) */
         } else if (strcmp(argv[i], "--force") == 0) {
@@ -749,7 +769,7 @@ int gm_viz_main(int argc, char **argv)
         goto done;
     }
     char err[PATH_MAX + 256];
-    viz_out vo = {out, (const char *const *)dbs, ndb, force};
+    viz_out vo = {out, (const char *const *)dbs, ndb, force, device};
     /* refused now, before minutes of loading, and checked again when the page is written */
     if ((rc = gm_out_check(out, GM_OUT_HTML, force, vo.inputs, ndb, err, sizeof err)) != 0) {
         fprintf(stderr, "gpumem viz: %s\n", err);

@@ -34,7 +34,7 @@
 static const char *const usage_advise =
     "usage: gpumem advise DB [--budget SIZE] [--link GB/s] [--gpu NAME] [--top N] [--json] "
     "[--check] [--lossy-ok]\n"
-    "                        [--try FLAGS] [--oom-step]\n"
+    "                        [--try FLAGS] [--oom-step] [--device N]\n"
     "       gpumem advise DB --ranks N [--zero 1|2|3] [--prefetch K] [--budget SIZE] [--json] [--check]\n"
     "\n"
     "What would the peak be under each memory technique? Each technique rewrites the recorded\n"
@@ -48,12 +48,16 @@ static const char *const usage_advise =
     "--offload optimizer run is --offload activations,optimizer). A run that hit an OOM is\n"
     "advised from the steps that completed before it, else refused with the reason. A program\n"
     "on several devices: the busiest device's trace, replayed as its own heap (each device has\n"
-    "its own allocator; said first, JSON \"device\", \"devices\"), never the devices as one.\n"
+    "its own allocator; said first, JSON \"device\", \"devices\"; --device N for another's),\n"
+    "never the devices as one.\n"
     "  --budget SIZE  the cheapest combination (least extra time) whose predicted peak reserved\n"
     "                 fits SIZE (e.g. 40G); exit 1, with the shortfall and why, when none does\n"
     "  --link GB/s    host link bandwidth for offload (default: the recording's own host\n"
     "                 copies when timed, else 25 GB/s, PCIe 4 x16); 0.001 to 100000\n"
     "  --gpu NAME     H100, H200 or A100: roofline costs (peak bf16 FLOP/s, HBM bandwidth)\n"
+    "  --device N     device N's trace instead of the busiest device's, --check's re-run read\n"
+    "                 the same (a device the program held no memory on: exit 2, naming the ones\n"
+    "                 it did; memory on N alone: the output is the same as without it)\n"
     "  --top N        recommendations and combinations shown and re-run by --check (default\n"
     "                 10); --json lists every one\n"
     "  --try FLAGS    evaluate one combination given as trainer flags (--recompute LIST\n"
@@ -1225,6 +1229,7 @@ int gm_advise_main(int argc, char **argv)
 {
     const char *path = NULL, *gpu = NULL, *try_flags = NULL;
     int json = 0, check = 0, top = 10, have_top = 0, have_budget = 0, zero = -1, lossy_ok = 0, oom_step = 0, prefetch = -1;
+    int device = -1;
     unsigned ranks = 0;
     size_t budget = 0;
     double link = 0;
@@ -1306,6 +1311,9 @@ int gm_advise_main(int argc, char **argv)
             int rc = gm_arg_top("advise", v, &top);
             if (rc) return rc;
             have_top = 1, i++;
+        } else if (gm_opt_is_device(a)) {
+            int rc = gm_arg_device("advise", argc, argv, &i, &device);
+            if (rc) return rc;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "gpumem advise: unknown option '%s'\n%s", a, GM_HELP("advise"));
             return GM_EXIT_USAGE;
@@ -1355,12 +1363,13 @@ int gm_advise_main(int argc, char **argv)
     }
     /* cut short: said first, as lost events are (its JSON takes several shapes: on stderr) */
     gm_ending_say(&d, json ? stderr : stdout);
-    /* several devices: the busiest device's events, replayed as its own heap (each device has
-     * its own allocator: a prediction for their sum is for a device that does not exist) */
-    if (gm_db_scope_busiest(&d, NULL, err, sizeof err) < 0) {
-        fprintf(stderr, "gpumem: %s\n", err);
+    /* several devices: the busiest device's events (or --device's), replayed as its own heap
+     * (each device has its own allocator: a prediction for their sum is for a device that does
+     * not exist) */
+    int sc = gm_db_scope_one(&d, NULL, device, err, sizeof err);
+    if (sc < 0) {
         gm_db_close(&d);
-        return GM_EXIT_BADDB;
+        return gm_scope_fail("advise", sc, err);
     }
     gm_scope_say(&d, "the baseline and predicted peaks", json ? stderr : stdout);
     ctx c;

@@ -34,8 +34,10 @@ static const char *const usage_diff =
     "PyTorch's view, as report and leaks show it: its tensors, names and max_memory_* peaks\n"
     "(the gate on max_memory_reserved(); on the whole-run peak reserved where the program reset\n"
     "its peak stats, from where max_memory_reserved() counts), not the device's segments under it.\n"
+    "  --device N                each side's figures are device N's (each side must have held\n"
+    "                            memory on it: else exit 2, naming the devices it did use)\n"
     "With memory on several devices, each side's figures are its busiest device's (the highest\n"
-    "peak reserved), never the devices added; the gate compares those.\n"
+    "peak reserved; --device N for another), never the devices added; the gate compares those.\n"
     "A side whose program did not run to its end (killed, still running, ended by a signal) is\n"
     "said so: its bytes alive at exit are what it held then, not necessarily leaked, and its\n"
     "peak may not have been reached: the gate cannot pass it (exit 3; it fails when B, complete\n"
@@ -101,7 +103,7 @@ static char *class_of(const gm_model *m, uint32_t name)
     return o;
 }
 
-static int load_side(const char *path, side *s, int frames_all, int json)
+static int load_side(const char *path, side *s, int frames_all, int json, int device)
 {
     char err[8192];
     memset(s, 0, sizeof *s);
@@ -117,21 +119,24 @@ static int load_side(const char *path, side *s, int frames_all, int json)
     }
     int damaged = gm_damage_gate(&s->d, "diff", 0, 0, stderr); /* pages overwritten: refused */
     if (damaged) return damaged;
+    if (gm_model_pick_device(&s->d, &s->full, device, err, sizeof err) != 0) /* --device N leads */
+        return gm_scope_fail("diff", GM_SCOPE_NO_DEVICE, err);
     gm_symbolize(&s->d, &s->full);
     s->full.frames_all = frames_all;
     s->torch = s->full.torch.present == 1;
     s->m = s->torch ? gm_model_torch_view(&s->full) : s->full;
-    /* several devices: the busiest device's figures (as report's), never their sum, which no
-     * device held; said first */
+    /* several devices: the busiest device's figures (as report's; or --device's), never their
+     * sum, which no device held; said first */
     s->device = -1;
     int lo, hi, ndev = gm_model_devices(&s->m, &lo, &hi);
     gm_model dv;
-    if (ndev > 1 && gm_model_device_view(&s->m, gm_busiest_device(&s->m), &dv) == 0) {
+    if (ndev > 1 && gm_model_device_view(&s->m, gm_lead_device(&s->m), &dv) == 0) {
         s->m = dv, s->device = dv.device_only - 1;
         fprintf(json ? stderr : stdout,
                 "gpumem: note: %s: the program held memory on %d devices (%d to %d): its figures here are "
-                "device %d's (the highest peak reserved), not a sum; gpumem report gives each device's\n",
-                path, ndev, lo, hi, s->device);
+                "device %d's (%s), not a sum; gpumem report gives each device's\n",
+                path, ndev, lo, hi, s->device,
+                s->m.device_asked ? "as --device asked" : "the highest peak reserved; --device N for another");
     }
     /* PyTorch's max_memory_*() count from the program's last reset of that device */
     if (s->torch) gm_torch_peak_reset(&s->d, s->device >= 0 ? s->device : GM_TORCH_ALL_DEVICES, &s->reset);
@@ -327,7 +332,7 @@ static void json_side(FILE *out, const side *s)
 int gm_cmd_diff(int argc, char **argv)
 {
     const char *pa = NULL, *pb = NULL;
-    int json = 0, top = 10, frames_all = 0;
+    int json = 0, top = 10, frames_all = 0, device = -1;
     double gate = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -359,6 +364,9 @@ int gm_cmd_diff(int argc, char **argv)
                            GM_EXIT_USAGE;
                 gate = p;
             }
+        } else if (gm_opt_is_device(a)) {
+            int rc = gm_arg_device("diff", argc, argv, &i, &device);
+            if (rc) return rc;
         } else if (a[0] == '-' && a[1])
             return fprintf(stderr, "gpumem diff: unknown option '%s'\n%s", a, GM_HELP("diff")),
                    GM_EXIT_USAGE;
@@ -376,12 +384,12 @@ int gm_cmd_diff(int argc, char **argv)
                        GM_HELP("diff")),
                GM_EXIT_USAGE;
     side A, B;
-    int rc = load_side(pa, &A, frames_all, json);
+    int rc = load_side(pa, &A, frames_all, json, device);
     if (rc) {
         free_side(&A);
         return rc;
     }
-    if ((rc = load_side(pb, &B, frames_all, json)) != 0) {
+    if ((rc = load_side(pb, &B, frames_all, json, device)) != 0) {
         free_side(&A);
         free_side(&B);
         return rc;

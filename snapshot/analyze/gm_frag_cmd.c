@@ -9,7 +9,7 @@
 #include <string.h>
 
 static const char *const usage_frag =
-    "usage: gpumem frag DB [--top N] [--json] [--check] [--lossy-ok]\n"
+    "usage: gpumem frag DB [--top N] [--json] [--check] [--device N] [--lossy-ok]\n"
     "\n"
     "Where the memory the allocator reserved but the program did not hold went, and which\n"
     "allocator setting gives it back:\n"
@@ -26,11 +26,15 @@ static const char *const usage_frag =
     "    same when there is one. The recommendation is gpumem tune's (its search, run on the\n"
     "    same trace): frag, tune and viz name one configuration for a recording.\n"
     "  - a program on several devices: the busiest device's events, replayed as its own heap\n"
-    "    (each device has its own allocator; said first, JSON \"device\", \"devices\").\n"
+    "    (each device has its own allocator; said first, JSON \"device\", \"devices\"; --device N\n"
+    "    for another's).\n"
     "  - a CUDA graph's private pool (PyTorch's graph pools, torch.cuda.MemPool, gpumem's\n"
     "    capture pools) is a pool row of its own, its free bytes the cause graph_pool (no\n"
     "    setting gives them to other requests), and the replays keep it private.\n"
     "  --top N   rows per table (default 8)\n"
+    "  --device N  device N's events instead of the busiest device's, --check's re-run read\n"
+    "            the same (a device the program held no memory on: exit 2, naming the ones it\n"
+    "            did; memory on N alone: the output is the same as without it)\n"
     "  --json    one JSON object (contract in snapshot/README.md)\n"
     "  --check   re-run the recorded command under `gpumem record` with the recommended\n"
     "            GPUMEM_CONF (the rest of this environment is the re-run's: GPUMEM_SIM_*,\n"
@@ -558,7 +562,7 @@ static void print_json(gm_db *d, const gm_model *m, const gm_frag *f, const uint
 
 int gm_frag_main(int argc, char **argv) {
     const char *db = NULL;
-    int json = 0, check = 0, lossy_ok = 0;
+    int json = 0, check = 0, lossy_ok = 0, device = -1;
     int top = 8;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -573,6 +577,9 @@ int gm_frag_main(int argc, char **argv) {
             lossy_ok = 1;
         } else if (!strcmp(a, "--top")) {
             int rc = gm_arg_top("frag", gm_opt_value(argc, argv, &i), &top);
+            if (rc) return rc;
+        } else if (gm_opt_is_device(a)) {
+            int rc = gm_arg_device("frag", argc, argv, &i, &device);
             if (rc) return rc;
         } else if (a[0] == '-') {
             fprintf(stderr, "gpumem frag: unknown option '%s'\n%s", a, GM_HELP("frag"));
@@ -601,12 +608,12 @@ int gm_frag_main(int argc, char **argv) {
         return lossy;
     }
     gm_ending_say(&d, json ? stderr : stdout); /* cut short: said first, as lost events are */
-    /* several devices: the busiest device's events, replayed as its own heap (each device has
-     * its own allocator) */
-    if (gm_db_scope_busiest(&d, NULL, err, sizeof err) < 0) {
-        fprintf(stderr, "gpumem: %s\n", err);
+    /* several devices: the busiest device's events (or --device's), replayed as its own heap
+     * (each device has its own allocator) */
+    int sc = gm_db_scope_one(&d, NULL, device, err, sizeof err);
+    if (sc < 0) {
         gm_db_close(&d);
-        return GM_EXIT_BADDB;
+        return gm_scope_fail("frag", sc, err);
     }
     gm_scope_say(&d, "the peaks, the fragmentation and the replays", json ? stderr : stdout);
     if (gm_model_load_tables(&d, &m, err, sizeof err) != 0) {

@@ -47,6 +47,7 @@ typedef struct rk_rank {
     char *peak_phase;  /* NVTX path of the allocation that made the peak, "" none */
     uint64_t leaked_bytes, leaked_count; /* by leaks's rule (gm_model_leak_view), device's (as leaks) */
     int device, ndevices, dev_lo, dev_hi; /* the device whose figures these are (-1: one device) */
+    int device_asked;                     /* 1: device is --device's, not the busiest */
     uint64_t torch_peak_allocated;       /* PyTorch's own max_memory_allocated(d) at the end (since
                                             its last reset of d); 0: no history */
     uint64_t torch_whole_run;            /* its whole-run peak allocated on that device */
@@ -207,7 +208,8 @@ nomem:
 
 /* Loads one rank's recording and reduces it to its summary. Returns 0 or an exit code (a
  * recording that lost events: refused unless lossy_ok, and then said first, on lossy_out). */
-static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, int frames_all, FILE *lossy_out)
+static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, int frames_all, int device,
+                     FILE *lossy_out)
 {
     memset(r, 0, sizeof *r);
     gm_db d;
@@ -220,6 +222,12 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, i
         gm_db_close(&d);
         return rc;
     }
+    char err[8192];
+    if (gm_model_pick_device(&d, &m, device, err, sizeof err) != 0) { /* --device N leads */
+        gm_model_free(&m);
+        gm_db_close(&d);
+        return gm_scope_fail("report", GM_SCOPE_NO_DEVICE, err);
+    }
     /* --frames: the call site an unnamed allocation is grouped under, as in one rank's report */
     m.frames_all = frames_all;
     r->path = strdup(path);
@@ -230,14 +238,15 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, i
     char ending[256];
     gm_ending_line(&d, ending, sizeof ending);
     r->ending = ending[0] ? strdup(ending) : NULL;
-    /* several devices in the rank: its figures are its busiest device's, as its own report's (a
-     * sum of devices is a figure no device held), its leaks too (as gpumem leaks counts them) */
+    /* several devices in the rank: its figures are its busiest device's (or --device's), as its
+     * own report's (a sum of devices is a figure no device held), its leaks too (as gpumem leaks
+     * counts them) */
     gm_model dv, *pm = &m;
-    r->device = -1;
+    r->device = -1, r->device_asked = device >= 0;
     r->ndevices = gm_model_devices(&m, &r->dev_lo, &r->dev_hi);
     if (r->ndevices > 1) {
         gm_symbolize(&d, &m); /* the view shares the model's frames: named once, on the model */
-        if (gm_model_device_view(&m, gm_busiest_device(&m), &dv) == 0) r->device = dv.device_only - 1, pm = &dv;
+        if (gm_model_device_view(&m, gm_lead_device(&m), &dv) == 0) r->device = dv.device_only - 1, pm = &dv;
     }
     r->peak_allocated = pm->peak_allocated;
     r->peak_reserved = pm->peak_reserved;
@@ -247,9 +256,9 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, i
     r->peak_phase = strdup(rg && rg->path ? rg->path : "");
     if (rg) r->peak_step = rg->step;
     gm_model lv = gm_model_leak_view(&m);
-    /* gpumem leaks' device (gm_db_scope_busiest): PyTorch's view's busiest where its tensors are */
+    /* gpumem leaks' device (gm_db_scope_one): PyTorch's view's busiest where its tensors are */
     int ld = r->device;
-    if (ld >= 0 && lv.is_torch_view && gm_model_devices(&lv, NULL, NULL) > 1) ld = gm_busiest_device(&lv);
+    if (ld >= 0 && lv.is_torch_view && gm_model_devices(&lv, NULL, NULL) > 1) ld = gm_lead_device(&lv);
     for (size_t i = 0; i < lv.nallocs; i++)
         if (!lv.allocs[i].death && (ld < 0 || lv.allocs[i].device == ld)) r->leaked_bytes += lv.allocs[i].requested, r->leaked_count++;
     /* PyTorch's own figure: its busiest device's max_memory_allocated(d), which counts from the
@@ -259,7 +268,7 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, i
         gm_model tw = gm_model_torch_view(&m);
         r->torch_whole_run = m.torch.peak_allocated;
         if (gm_model_devices(&tw, NULL, NULL) > 1) {
-            r->torch_device = gm_busiest_device(&tw);
+            r->torch_device = gm_lead_device(&tw);
             r->torch_whole_run = m.torch.devs[r->torch_device].peak_allocated;
         }
         r->torch_peak_allocated = r->torch_whole_run;
@@ -476,10 +485,11 @@ static void text_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const r
     /* a rank with memory on several devices: its figures are one device's, said */
     for (size_t i = 0; i < n; i++)
         if (rs[i].device >= 0)
-            fprintf(out, "  note: rank %" PRId64 " (%s) held memory on %d devices (%d to %d): its peaks, step, phase "
-                         "and timeline are device %d's (the highest peak reserved), not a sum; its leaks are every "
-                         "device's; gpumem report %s gives each device's peaks\n",
-                    rs[i].rank, rs[i].path, rs[i].ndevices, rs[i].dev_lo, rs[i].dev_hi, rs[i].device, rs[i].path);
+            fprintf(out, "  note: rank %" PRId64 " (%s) held memory on %d devices (%d to %d): its peaks, step, phase, "
+                         "timeline and leaks are device %d's (%s), not a sum; gpumem report %s gives "
+                         "each device's peaks\n",
+                    rs[i].rank, rs[i].path, rs[i].ndevices, rs[i].dev_lo, rs[i].dev_hi, rs[i].device,
+                    rs[i].device_asked ? "as --device asked" : "the highest peak reserved", rs[i].path);
     /* the peaks above are the device's (PyTorch's segments, its cache included); a PyTorch
      * program's own figure is its allocator's */
     int torch = 0;
@@ -633,12 +643,13 @@ static int dir_dbs(const char *dir, rk_paths *ps)
 
 int gm_ranks_main(int argc, char **argv)
 {
-    int json = 0, npos = 0, dirs = 0, lossy_ok = 0, frames_all = 0;
+    int json = 0, npos = 0, dirs = 0, lossy_ok = 0, frames_all = 0, device = -1;
     int ntop = 5;
     for (int i = 1; i < argc; i++) {
         if (argv[i][0] != '-' || !argv[i][1])
             npos++, dirs += is_dir(argv[i]);
-        else if ((!strcmp(argv[i], "--top") || !strcmp(argv[i], "--frames")) && gm_opt_peek(argc, argv, i))
+        else if ((!strcmp(argv[i], "--top") || !strcmp(argv[i], "--frames") || !strcmp(argv[i], "--device")) &&
+                 gm_opt_peek(argc, argv, i))
             i++;
     }
     if (npos < 2 && !dirs) return -1; /* one database: the single report */
@@ -661,10 +672,12 @@ int gm_ranks_main(int argc, char **argv)
             else rc = gm_usage("report", "--frames takes user or all, got '%s'", v ? v : "");
         } else if (!strncmp(a, "--top=", 6)) {
             rc = gm_arg_top("report", a + 6, &ntop);
+        } else if (gm_opt_is_device(a)) {
+            rc = gm_arg_device("report", argc, argv, &i, &device);
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr,
                     "gpumem report: '%s' is not an option of the merged report of several ranks "
-                    "(--json, --top N, --frames user|all, --lossy-ok)\n",
+                    "(--json, --top N, --frames user|all, --device N, --lossy-ok)\n",
                     a);
             rc = GM_EXIT_USAGE;
         } else if (is_dir(a)) {
@@ -686,7 +699,7 @@ int gm_ranks_main(int argc, char **argv)
     rk_rank *rs = rc ? NULL : calloc(n + 1, sizeof *rs);
     if (!rc && !rs) rc = GM_EXIT_BADDB;
     for (size_t i = 0; !rc && i < n; i++) {
-        rc = rank_load(paths[i], i, &rs[i], lossy_ok, frames_all, json ? stderr : stdout);
+        rc = rank_load(paths[i], i, &rs[i], lossy_ok, frames_all, device, json ? stderr : stdout);
     }
     /* Ranks of one job: when some databases carry meta.rank (a launcher's), one without it, or
      * of another world size, is not one of them (a demo recording left in the directory): left

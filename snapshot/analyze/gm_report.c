@@ -1230,8 +1230,9 @@ static void print_devices_json(FILE *out, const gm_model *m, int busy, gm_db *to
 static void print_devices_text(FILE *out, const gm_model *m, int busy, const char *what, gm_db *torch_db) {
     if (busy < 0) return;
     int lo, hi, n = gm_model_devices(m, &lo, &hi);
-    fprintf(out, "  devices             %d (%d to %d): the figures above are device %d's (the highest peak "
-                 "reserved), not a sum; each device's (%s):\n", n, lo, hi, busy, what);
+    fprintf(out, "  devices             %d (%d to %d): the figures above are device %d's (%s), not a sum; "
+                 "each device's (%s):\n", n, lo, hi, busy,
+            m->device_asked ? "as --device asked" : "the highest peak reserved; --device N for another", what);
     for (int i = 0; i < GM_DEVICES; i++) {
         const gm_dev_figs *f = &m->devs[i];
         if (!f->peak_allocated && !f->peak_reserved) continue;
@@ -1255,8 +1256,8 @@ static void print_devices_text(FILE *out, const gm_model *m, int busy, const cha
 
 /* The figures a recording leads with, one analysis for report and for record's summary line, so
  * the two can never disagree:
- *   - the device's: the busiest device's view where there are several (a sum of devices is a
- *     figure no device had), the model itself otherwise;
+ *   - the device's: the busiest device's view (or --device's: gm_lead_device) where there are
+ *     several (a sum of devices is a figure no device had), the model itself otherwise;
  *   - PyTorch's, where its history was merged (torch.present == 1): its tensors' view, again the
  *     busiest device's (its max_memory_*(d) are per device), and where the program reset its peak
  *     stats, the figures since then. */
@@ -1275,12 +1276,12 @@ static void lead_make(gm_db *d, gm_model *m, int what, lead_figs *f) {
     memset(f, 0, sizeof *f);
     f->dev = m, f->dev_busy = -1, f->torch_busy = -1;
     if ((what & LEAD_DEVICE) && gm_model_devices(m, NULL, NULL) > 1 &&
-        gm_model_device_view(m, gm_busiest_device(m), &f->dv) == 0)
+        gm_model_device_view(m, gm_lead_device(m), &f->dv) == 0)
         f->dev_busy = f->dv.device_only - 1, f->dev = &f->dv;
     if (!(what & LEAD_TORCH) || m->torch.present != 1) return;
     f->twhole = gm_model_torch_view(m), f->tv = f->twhole;
     if (gm_model_devices(&f->twhole, NULL, NULL) > 1 &&
-        gm_model_device_view(&f->twhole, gm_busiest_device(&f->twhole), &f->tv) == 0)
+        gm_model_device_view(&f->twhole, gm_lead_device(&f->twhole), &f->tv) == 0)
         f->torch_busy = f->tv.device_only - 1;
     /* PyTorch resets one device's peaks: the lead's device's, or any where there is one */
     gm_torch_peak_reset(d, f->torch_busy >= 0 ? f->torch_busy : GM_TORCH_ALL_DEVICES, &f->reset);
@@ -1295,7 +1296,7 @@ static void lead_free(lead_figs *f) {
  * allocated is highest where its tensors were on several (PyTorch's statistics are per device;
  * the view's sums add the devices together, a figure no device held), the view's own otherwise.
  * The device in *busy (-1: one device), how many in *n. */
-static gm_dev_figs hook_lead(const gm_torch_view *tv, int *busy, int *n) {
+static gm_dev_figs hook_lead(const gm_torch_view *tv, int asked, int *busy, int *n) {
     gm_dev_figs f = {0};
     f.peak_allocated = tv->peak_allocated, f.peak_allocated_seq = tv->peak_allocated_seq;
     f.peak_requested = tv->peak_requested, f.peak_requested_seq = tv->peak_requested_seq;
@@ -1306,6 +1307,7 @@ static gm_dev_figs hook_lead(const gm_torch_view *tv, int *busy, int *n) {
         (*n)++;
         if (best < 0 || tv->devs[i].peak_allocated > tv->devs[best].peak_allocated) best = i;
     }
+    if (*n > 1 && asked >= 0) best = asked; /* --device N */
     if (*n > 1) *busy = best, f = tv->devs[best];
     return f;
 }
@@ -1318,7 +1320,7 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
     }
     if (tv->present == 2) { /* gpumem was PyTorch's allocator: the hook's allocations */
         int hb, hn;
-        gm_dev_figs hf = hook_lead(tv, &hb, &hn);
+        gm_dev_figs hf = hook_lead(tv, m->device_asked - 1, &hb, &hn);
         if (o->json) {
             fprintf(out, ",\"torch\":{\"allocator\":\"gpumem\",\"peak_requested\":%" PRIu64
                          ",\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":null,\"peak_requested_seq\":%" PRIu64
@@ -1340,7 +1342,7 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
             char q[32], a[32], on[64] = "";
             gm_fmt_bytes(hf.peak_requested, q, sizeof q);
             gm_fmt_bytes(hf.peak_allocated, a, sizeof a);
-            if (hb >= 0) snprintf(on, sizeof on, "; device %d's, the busiest of %d", hb, hn);
+            if (hb >= 0) snprintf(on, sizeof on, "; device %d's, %s of %d", hb, m->device_asked ? "as --device asked" : "the busiest", hn);
             fprintf(out, "\nPyTorch through gpumem (its CUDAPluggableAllocator: every tensor served by gpumem)\n"
                          "  peak requested      %s (%" PRIu64 " bytes PyTorch asked for, at event %" PRIu64
                          "; under its own allocator, requested_bytes%s)\n"
@@ -1830,10 +1832,10 @@ static void summary_torch_line(gm_model *m, const lead_figs *f, FILE *out) {
     if (m->torch.present == 2) { /* --allocator gpumem: report's "PyTorch through gpumem" */
         char q[32];
         int hb, hn;
-        gm_dev_figs hf = hook_lead(&m->torch, &hb, &hn);
+        gm_dev_figs hf = hook_lead(&m->torch, m->device_asked - 1, &hb, &hn);
         gm_fmt_bytes(hf.peak_requested, q, sizeof q);
         gm_fmt_bytes(hf.peak_allocated, a, sizeof a);
-        if (hb >= 0) snprintf(on, sizeof on, " on device %d (the busiest of %d)", hb, hn);
+        if (hb >= 0) snprintf(on, sizeof on, " on device %d (%s of %d)", hb, m->device_asked ? "as --device asked" : "the busiest", hn);
         fprintf(out, "gpumem: PyTorch through gpumem (every tensor served by gpumem's allocator): peak requested %s, "
                      "peak allocated %s in gpumem's blocks%s\n", q, a, on);
         return;
@@ -1842,7 +1844,7 @@ static void summary_torch_line(gm_model *m, const lead_figs *f, FILE *out) {
     const gm_model *v = &f->tv;
     if (f->torch_busy >= 0) {
         int lo, hi, n = gm_model_devices(&f->twhole, &lo, &hi);
-        snprintf(on, sizeof on, " on device %d (the busiest of %d)", f->torch_busy, n);
+        snprintf(on, sizeof on, " on device %d (%s of %d)", f->torch_busy, m->device_asked ? "as --device asked" : "the busiest", n);
     }
     if (f->reset.count) {
         char ra[32], rr[32];
@@ -1876,7 +1878,7 @@ int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
     char on[64] = "";
     if (lf.dev_busy >= 0) {
         int lo, hi, ndev = gm_model_devices(m, &lo, &hi);
-        snprintf(on, sizeof on, " on device %d (the busiest of %d)", lf.dev_busy, ndev);
+        snprintf(on, sizeof on, " on device %d (%s of %d)", lf.dev_busy, m->device_asked ? "as --device asked" : "the busiest", ndev);
     }
     const gm_model *dm = lf.dev;
     char a[32], b[32];
@@ -2247,7 +2249,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
  * reset_peak_memory_stats(d) resets d's alone), that device's peaks since its last reset, which
  * PyTorch starts from the current values. dev >= 0: that device's figures and resets; dev < 0
  * (GM_TORCH_ALL_DEVICES) every device the reading holds added together (one, on a recording of
- * one device or a reading scoped to one: gm_db_scope_busiest), a reset on any of them counted. 1 with them, 0 when the recording has none. */
+ * one device or a reading scoped to one: gm_db_scope_one), a reset on any of them counted. 1 with them, 0 when the recording has none. */
 static int torch_peaks_sweep(gm_db *d, int dev, uint64_t *peak_allocated, uint64_t *peak_reserved, gm_torch_reset *rs) {
     *peak_allocated = *peak_reserved = 0;
     memset(rs, 0, sizeof *rs);

@@ -20,6 +20,8 @@ typedef struct gm_rerun_origin {
     int argv_exact;        /* 1: meta.argv holds the arguments exactly; 0: an older recording, whose
                               meta.cmdline is split at spaces (a re-run says so once on stderr) */
     char path[4096];       /* the recording (for that note) */
+    int device;            /* the device --device asked for (gm_db.device_asked), whose figures a re-run
+                              reads too; -1: the busiest, in the re-run as in the recording */
 } gm_rerun_origin;
 void gm_rerun_origin_read(gm_db *d, gm_rerun_origin *o);
 
@@ -83,7 +85,7 @@ typedef struct gm_torch_reset {
     int device;                          /* whose: a device, or GM_TORCH_ALL_DEVICES */
 } gm_torch_reset;
 /* gm_torch_peak_reset's device for a command that reads the recording as it is (one device, or
- * one device's events alone: gm_db_scope_busiest): resets on any device it reads counted,
+ * one device's events alone: gm_db_scope_one): resets on any device it reads counted,
  * max_allocated / max_reserved each such device's max_memory_*(d) added. */
 #define GM_TORCH_ALL_DEVICES (-1)
 /* Device dev's resets and figures (or every device's, GM_TORCH_ALL_DEVICES): 1 when the recording

@@ -171,7 +171,7 @@ static void unlink_db(const char *path) {
 
 /* Reads the peaks of one re-run database into the running maxima: gpumem report's, or
  * with torch PyTorch's own (its merged history; an error without one). */
-static int read_peaks(const char *path, int torch, uint64_t *peak_allocated, uint64_t *peak_reserved,
+static int read_peaks(const char *path, int torch, int device, uint64_t *peak_allocated, uint64_t *peak_reserved,
                       char *err, size_t errsz) {
     gm_db r;
     char e2[4096];
@@ -179,8 +179,8 @@ static int read_peaks(const char *path, int torch, uint64_t *peak_allocated, uin
         snprintf(err, errsz, "%.1000s", e2);
         return -1;
     }
-    /* several devices: the busiest device's, as the prediction it is checked against */
-    if (gm_db_scope_busiest(&r, NULL, e2, sizeof e2) < 0) {
+    /* several devices: the busiest device's (or --device's), as the prediction it is checked against */
+    if (gm_db_scope_one(&r, NULL, device, e2, sizeof e2) < 0) {
         snprintf(err, errsz, "%.1000s", e2);
         gm_db_close(&r);
         return -1;
@@ -204,15 +204,15 @@ static int read_peaks(const char *path, int torch, uint64_t *peak_allocated, uin
 
 /* The PyTorch script's re-run (advise --check): PyTorch's own peaks (its merged history), or
  * gpumem's recorded ones when gpumem was its allocator, and the device's beside them. */
-static int read_script_peaks(const char *path, gm_rerun_script *t, char *err, size_t errsz) {
+static int read_script_peaks(const char *path, int device, gm_rerun_script *t, char *err, size_t errsz) {
     gm_db r;
     char e2[4096];
     if (gm_db_open(path, &r, e2, sizeof e2) != 0) {
         snprintf(err, errsz, "%.1000s", e2);
         return -1;
     }
-    /* several devices: the busiest device's, as the prediction it is checked against */
-    if (gm_db_scope_busiest(&r, NULL, e2, sizeof e2) < 0) {
+    /* several devices: the busiest device's (or --device's), as the prediction it is checked against */
+    if (gm_db_scope_one(&r, NULL, device, e2, sizeof e2) < 0) {
         snprintf(err, errsz, "%.1000s", e2);
         gm_db_close(&r);
         return -1;
@@ -371,6 +371,7 @@ void gm_rerun_origin_read(gm_db *d, gm_rerun_origin *o) {
     gm_meta_text(d, "exe", o->exe, sizeof o->exe);
     gm_meta_text(d, "cwd", o->cwd, sizeof o->cwd);
     snprintf(o->path, sizeof o->path, "%s", d->path);
+    o->device = d->device_asked - 1;
 }
 
 /* The program execvp would run for name (no '/') in this PATH, into buf; "" when none. */
@@ -612,8 +613,9 @@ static int rerun(const gm_rerun_origin *o, const char *cmdline, const char *extr
         else
             snprintf(path, sizeof path, "%s", dbpath);
         uint64_t ra = 0, rs = 0; /* this rank's */
-        if (rc == 0 && (script  ? read_script_peaks(path, script, err, errsz)
-                        : read_peaks(path, torch, &ra, &rs, err, errsz)) != 0) {
+        int device = o ? o->device : -1;
+        if (rc == 0 && (script  ? read_script_peaks(path, device, script, err, errsz)
+                        : read_peaks(path, torch, device, &ra, &rs, err, errsz)) != 0) {
             if (ranks) {
                 char why[1100];
                 snprintf(why, sizeof why, "rank %u: %.1000s", r, err);

@@ -12,14 +12,14 @@
 
 static const char *const usage_tune =
     "usage: gpumem tune DB [--objective reserved|time] [--limit SIZE] [--top N] [--json] [--check]\n"
-    "                      [--lossy-ok]\n"
+    "                      [--device N] [--lossy-ok]\n"
     "\n"
     "Replays the recorded allocations through gpumem's allocator under its presets (gpumem,\n"
     "pytorch, pytorch-expandable, nocache) and a search over its keys (expandable_segments,\n"
     "max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold, handle_size,\n"
     "release_before_grow, release_threshold, per_stream_pools), on every core (a program on\n"
     "several devices: the busiest device's allocations, as its own heap; said first, JSON\n"
-    "\"device\", \"devices\"), and ranks them:\n"
+    "\"device\", \"devices\"; --device N for another's), and ranks them:\n"
     "peak reserved, utilization, driver calls and their time (the virtual GPU's cost table),\n"
     "and whether the run would meet an OOM under the limit. Ends with the recommended\n"
     "GPUMEM_CONF, and the PYTORCH_CUDA_ALLOC_CONF when PyTorch has the same setting.\n"
@@ -32,6 +32,9 @@ static const char *const usage_tune =
     "                         (e.g. 24G; 0 is 0 bytes; none: no limit; default: the limit\n"
     "                         the program ran with, if any)\n"
     "  --top N                rows of the table (default 12)\n"
+    "  --device N             device N's allocations instead of the busiest device's, --check's\n"
+    "                         re-run read the same (a device the program held no memory on:\n"
+    "                         exit 2, naming the ones it did; memory on N alone: no change)\n"
     "  --json                 one JSON object (contract in snapshot/README.md)\n"
     "  --check                re-run the recorded command under `gpumem record` with the\n"
     "                         recommended GPUMEM_CONF and print predicted against measured;\n"
@@ -377,7 +380,7 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
 
 int gm_tune_main(int argc, char **argv) {
     const char *db = NULL;
-    int json = 0, check = 0, lossy_ok = 0;
+    int json = 0, check = 0, lossy_ok = 0, device = -1;
     int top = 12;
     gm_tune_opts o = {.objective = GM_TUNE_RESERVED};
     for (int i = 1; i < argc; i++) {
@@ -414,6 +417,9 @@ int gm_tune_main(int argc, char **argv) {
         } else if (!strcmp(a, "--top")) {
             int rc = gm_arg_top("tune", gm_opt_value(argc, argv, &i), &top);
             if (rc) return rc;
+        } else if (gm_opt_is_device(a)) {
+            int rc = gm_arg_device("tune", argc, argv, &i, &device);
+            if (rc) return rc;
         } else if (a[0] == '-') {
             fprintf(stderr, "gpumem tune: unknown option '%s'\n%s", a, GM_HELP("tune"));
             return GM_EXIT_USAGE;
@@ -440,12 +446,12 @@ int gm_tune_main(int argc, char **argv) {
         return lossy;
     }
     gm_ending_say(&d, json ? stderr : stdout); /* cut short: said first, as lost events are */
-    /* several devices: the busiest device's events, replayed as its own heap (each device has
-     * its own allocator) */
-    if (gm_db_scope_busiest(&d, NULL, err, sizeof err) < 0) {
-        fprintf(stderr, "gpumem: %s\n", err);
+    /* several devices: the busiest device's events (or --device's), replayed as its own heap
+     * (each device has its own allocator) */
+    int sc = gm_db_scope_one(&d, NULL, device, err, sizeof err);
+    if (sc < 0) {
         gm_db_close(&d);
-        return GM_EXIT_BADDB;
+        return gm_scope_fail("tune", sc, err);
     }
     gm_scope_say(&d, "the recorded and replayed peaks", json ? stderr : stdout);
     o.progress = isatty(2);

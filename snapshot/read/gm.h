@@ -28,6 +28,14 @@ int gm_arg_uint(const char *v, uint64_t lo, uint64_t hi, uint64_t *out);
 int gm_arg_real(const char *v, double lo, double hi, double *out);
 int gm_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int gm_arg_top(const char *cmd, const char *v, int *top);
+/* --device N, spelled and read the same in every command that gives one device's figures
+ * (report, leaks, frag, tune, advise, viz, export, diff, ranks): gm_opt_is_device says whether
+ * argv[i] is it ("--device N" or "--device=N"); gm_arg_device reads its value (stepping *i over
+ * a separate one) into *dev, a device number from 0 to GM_DEVICES - 1, else a usage error (its
+ * return value). Whether the recording used that device is checked on reading it
+ * (gm_db_scope_one, gm_model_pick_device). */
+int gm_opt_is_device(const char *a);
+int gm_arg_device(const char *cmd, int argc, char **argv, int *i, int *dev);
 /* The rule of every command, checked before its own parser runs (run_command): an option that
  * takes a value, given twice with two values ("report --top 3 --top 5", "--top=3 --top 5",
  * "export --format csv -f torch"), is a usage error (its return value), never the last one
@@ -67,6 +75,9 @@ typedef struct gm_db {
      * program held memory on (scope_lo to scope_hi) */
     int scoped;
     int scope_devices, scope_lo, scope_hi;
+    /* D + 1: the device was asked for (--device D; gm_db_scope_one), scoped or, on a recording
+     * with memory on D alone, read whole; 0: the busiest device's, or one device's */
+    int device_asked;
 } gm_db;
 
 /* Opens and validates. On failure returns -1 with a message for a person in err (what is wrong
@@ -286,7 +297,7 @@ const char *gm_oom_json(gm_oom_bound b);
  * model-wide one counts them but over that device's allocations and segments only: on a
  * recording with several devices the model-wide figures add the devices together (a moment's
  * sum, which no device held), so every output that names a peak takes it from here
- * (gm_busiest_device) or reads that device's events alone (gm_db_scope_busiest). */
+ * (gm_busiest_device) or reads that device's events alone (gm_db_scope_one). */
 typedef struct gm_dev_figs {
     uint64_t allocated, reserved, requested; /* at the end */
     uint64_t peak_allocated, peak_allocated_seq, peak_reserved, peak_reserved_seq;
@@ -406,6 +417,7 @@ typedef struct gm_model {
      * device (its allocs its own array) */
     gm_dev_figs *devs;
     int device_only;
+    int device_asked; /* D + 1: --device D leads (gm_model_pick_device); 0: the busiest */
 } gm_model;
 
 /* How many devices the model's view holds memory on (allocated or reserved at some moment), and
@@ -414,6 +426,8 @@ int gm_model_devices(const gm_model *m, int *lo, int *hi);
 /* The device whose peak reserved is highest in the model's view (then its peak allocated, then the
  * lowest number): the one whose figures a multi-device report leads with. 0 without figures. */
 int gm_busiest_device(const gm_model *m);
+/* The device whose figures lead: the one asked for (gm_model_pick_device), else the busiest. */
+int gm_lead_device(const gm_model *m);
 /* The model (or a view of it) restricted to device dev: its allocations that device's (a new
  * array), its figures that device's; ooms, steps and tables shared. 0, or -1 out of memory (*v
  * untouched). Free it with gm_model_device_view_free, never gm_model_free. */
@@ -425,20 +439,33 @@ void gm_model_device_view_free(gm_model *v);
  * names a stream row of its device); events are looked at only where they show two or more, for the
  * commands that read no model (export); a model's is gm_model_devices, the same devices. */
 int gm_db_devices(gm_db *d, int *lo, int *hi);
+/* The same devices, listed in devs (up to max of them, lowest first); how many. */
+int gm_db_device_list(gm_db *d, int *devs, int max);
 /* Every reading of d from here on is device dev's (gm_db.scoped): TEMP views over the file's
  * events, ooms, snapshots and segments keep the rows of that device (and the events of none:
  * device NULL or -1), and the sweeps read the events through SQLite. 0, or -1 (SQLite refused
  * the views: nothing changed). */
 int gm_db_scope_device(gm_db *d, int dev);
 /* For a command that reads one device's figures (leaks, export, frag, tune, advise, viz): where
- * the program held memory on several devices (gm_db_devices), scopes d to the busiest one, the
- * device gpumem report leads with (gm_busiest_device of the model; of PyTorch's view where its
- * history is merged: its max_memory_*(d)), from the model `have` (loaded from d unscoped) or,
- * NULL, one sweep of its own. 1 scoped (a model loaded before is every device's: load it again),
- * 0 one device (nothing done), or -1 with a message for a person in err. */
-int gm_db_scope_busiest(gm_db *d, const gm_model *have, char *err, size_t errsz);
+ * the program held memory on several devices (gm_db_devices), scopes d to device `want` (--device;
+ * -1: none asked) or else the busiest one, the device gpumem report leads with (gm_busiest_device
+ * of the model; of PyTorch's view where its history is merged: its max_memory_*(d)), from the
+ * model `have` (loaded from d unscoped) or, NULL, one sweep of its own. 1 scoped (a model loaded
+ * before is every device's: load it again), 0 one device (nothing done: asked for that device,
+ * the output is the same), GM_SCOPE_NO_DEVICE where the program held no memory on `want` (err
+ * lists the devices it did use), or -1 with a message for a person in err. */
+enum { GM_SCOPE_NO_DEVICE = -2 };
+int gm_db_scope_one(gm_db *d, const gm_model *have, int want, char *err, size_t errsz);
+/* gm_db_scope_one's failure, said: "gpumem CMD: ERR" on stderr; its exit code, GM_EXIT_USAGE for
+ * a device the recording never used, GM_EXIT_BADDB otherwise. */
+int gm_scope_fail(const char *cmd, int sc, const char *err);
+/* For a command that reads the model (report, diff, ranks): the device `want` (--device; -1:
+ * none asked, nothing done) leads instead of the busiest (gm_lead_device), in m and every view
+ * made of it. 0, or GM_SCOPE_NO_DEVICE where the program held no memory on it (err lists the
+ * devices it did use; PATH is d's). */
+int gm_model_pick_device(const gm_db *d, gm_model *m, int want, char *err, size_t errsz);
 /* On a scoped d: "gpumem: note: PATH: the program held memory on N devices (lo to hi): FIGURES
- * are device D's, the busiest ..." on out; nothing otherwise. */
+ * are device D's, the busiest ..." (or "..., as --device asked") on out; nothing otherwise. */
 void gm_scope_say(gm_db *d, const char *figures, FILE *out);
 /* On a scoped d: `BEFORE"device":D,"devices":NAFTER` on out (whose figures a JSON output's are,
  * and how many devices held memory); nothing otherwise, so one device's JSON keeps its bytes. */

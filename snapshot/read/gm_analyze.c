@@ -1136,7 +1136,71 @@ int gm_model_device_view(const gm_model *m, int dev, gm_model *v) {
     return 0;
 }
 
-int gm_db_scope_busiest(gm_db *d, const gm_model *have, char *err, size_t errsz) {
+int gm_lead_device(const gm_model *m) { return m->device_asked ? m->device_asked - 1 : gm_busiest_device(m); }
+
+/* --device's refusal: the devices the program did hold memory on, in words a person can act on. */
+static int device_unused(const char *path, int want, const int *devs, int n, char *err, size_t errsz) {
+    char held[512] = "", give[512] = "";
+    size_t ah = 0, ag = 0;
+    for (int i = 0; i < n && ah < sizeof held - 16 && ag < sizeof give - 16; i++) {
+        const char *sep = !i ? "" : i == n - 1 ? " and " : ", ";
+        ah += (size_t)snprintf(held + ah, sizeof held - ah, "%s%d", sep, devs[i]);
+        ag += (size_t)snprintf(give + ag, sizeof give - ag, "%s%d", !i ? "" : i == n - 1 ? " or " : ", ", devs[i]);
+    }
+    if (!n)
+        snprintf(err, errsz, "%s: the program held no memory on device %d; it held no device memory at all: "
+                             "leave --device out", path, want);
+    else
+        snprintf(err, errsz, "%s: the program held no memory on device %d; it held memory on device%s %s: "
+                             "give --device %s (or leave it out for the busiest)",
+                 path, want, n == 1 ? "" : "s", held, give);
+    return GM_SCOPE_NO_DEVICE;
+}
+
+/* The devices the model's view holds memory on (gm_model_devices' rule), lowest first. */
+static int model_device_list(const gm_model *m, int *devs) {
+    int n = 0;
+    for (int i = 0; m->devs && i < GM_DEVICES; i++)
+        if (m->devs[i].peak_allocated || m->devs[i].peak_reserved) devs[n++] = i;
+    return n;
+}
+
+int gm_model_pick_device(const gm_db *d, gm_model *m, int want, char *err, size_t errsz) {
+    if (want < 0) return 0;
+    int devs[GM_DEVICES], n = model_device_list(m, devs);
+    int used = 0;
+    for (int i = 0; i < n; i++) used |= devs[i] == want;
+    if (!used) return device_unused(d->path, want, devs, n, err, errsz);
+    m->device_asked = want + 1;
+    return 0;
+}
+
+int gm_scope_fail(const char *cmd, int sc, const char *err) {
+    fprintf(stderr, "gpumem %s: %s\n", cmd, err);
+    if (sc == GM_SCOPE_NO_DEVICE) {
+        fprintf(stderr, GM_HELP("%s"), cmd);
+        return GM_EXIT_USAGE;
+    }
+    return GM_EXIT_BADDB;
+}
+
+int gm_db_scope_one(gm_db *d, const gm_model *have, int want, char *err, size_t errsz) {
+    if (want >= 0) {
+        /* the device asked for: one the program held memory on, named by the model's rule
+         * where a model is at hand, else the events' (gm_db_devices); no sweep for it */
+        int devs[GM_DEVICES], n = have ? model_device_list(have, devs) : gm_db_device_list(d, devs, GM_DEVICES);
+        int used = 0;
+        for (int i = 0; i < n && i < GM_DEVICES; i++) used |= devs[i] == want;
+        if (!used) return device_unused(d->path, want, devs, n < GM_DEVICES ? n : GM_DEVICES, err, errsz);
+        d->device_asked = want + 1;
+        if (n <= 1 || d->scoped) return 0; /* memory on that device alone: the whole recording is its */
+        if (gm_db_scope_device(d, want) != 0) {
+            snprintf(err, errsz, "%s: cannot read device %d's events alone (%s)", d->path, want, sqlite3_errmsg(d->db));
+            return -1;
+        }
+        d->scope_devices = n, d->scope_lo = devs[0], d->scope_hi = devs[(n < GM_DEVICES ? n : GM_DEVICES) - 1];
+        return 1;
+    }
     int lo, hi, n = have ? gm_model_devices(have, &lo, &hi) : gm_db_devices(d, &lo, &hi);
     if (n <= 1 || d->scoped) return 0;
     gm_model own;

@@ -554,7 +554,7 @@ static int read_header(gm_db *d, reader *r) {
  * again). Fewer or more: pages of the table were overwritten (a zeroed cell loses its rows, or
  * SQLite reads garbage as rows), which SQLite does not notice on a plain scan. */
 static void events_complete(gm_db *d, uint64_t nrows) {
-    if (d->scoped) return; /* one device's rows: the count was checked on the whole (gm_db_scope_busiest) */
+    if (d->scoped) return; /* one device's rows: the count was checked on the whole (gm_db_scope_one) */
     int64_t want = d->closed ? gm_meta_int(d, "events", -1) : -1;
     if (want >= 0 && (uint64_t)want != nrows)
         gm_db_damaged(d, "its events table holds %" PRIu64 " events where the recorder wrote %" PRId64, nrows,

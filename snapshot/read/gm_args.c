@@ -53,6 +53,19 @@ int gm_arg_top(const char *cmd, const char *v, int *top) {
     return 0;
 }
 
+int gm_opt_is_device(const char *a) { return strcmp(a, "--device") == 0 || strncmp(a, "--device=", 9) == 0; }
+
+int gm_arg_device(const char *cmd, int argc, char **argv, int *i, int *dev) {
+    const char *a = argv[*i];
+    const char *v = a[8] == '=' ? a + 9 : gm_opt_value(argc, argv, i);
+    uint64_t n;
+    if (gm_arg_uint(v, 0, GM_DEVICES - 1, &n) != 0)
+        return gm_usage(cmd, "--device needs a device number from 0 to %d (gpumem report lists the devices), got '%s'",
+                        GM_DEVICES - 1, v ? v : "");
+    *dev = (int)n;
+    return 0;
+}
+
 /* One file named twice ("run.db run.db", "run.db ./run.db", a hard link): not two ranks. */
 int gm_args_same_file(const char *cmd, const char *const *paths, size_t n) {
     struct stat *st = calloc(n + 1, sizeof *st);
@@ -93,18 +106,18 @@ static const struct {
     const char *valued[16];
 } valued_options[] = {
     {"record", 1, {"-o", "--allocator"}},
-    {"report", 0, {"--top", "--frames"}},
-    {"leaks", 0, {"--top", "--frames"}},
+    {"report", 0, {"--top", "--frames", "--device"}},
+    {"leaks", 0, {"--top", "--frames", "--device"}},
     {"sql", 0, {"-c"}},
-    {"export", 0, {"--format|-f", "--at", "--what", "--view", "-o"}},
+    {"export", 0, {"--format|-f", "--at", "--what", "--view", "-o", "--device"}},
     {"uses", 0, {"--name", "--id", "--step", "--top"}},
     {"import", 0, {"-o"}},
     {"flamegraph", 0, {"--countname", "--title", "--width"}},
-    {"diff", 0, {"--top", "--frames", "--fail-if-peak-grows"}},
-    {"advise", 0, {"--budget", "--link", "--gpu", "!--try", "--ranks", "--zero", "--prefetch", "--top"}},
-    {"frag", 0, {"--top"}},
-    {"tune", 0, {"--objective", "--limit", "--top"}},
-    {"viz", 0, {"-o", "--with"}},
+    {"diff", 0, {"--top", "--frames", "--fail-if-peak-grows", "--device"}},
+    {"advise", 0, {"--budget", "--link", "--gpu", "!--try", "--ranks", "--zero", "--prefetch", "--top", "--device"}},
+    {"frag", 0, {"--top", "--device"}},
+    {"tune", 0, {"--objective", "--limit", "--top", "--device"}},
+    {"viz", 0, {"-o", "--with", "--device"}},
 };
 
 /* The option spelled a[0..len) in the list: its first spelling (what the error names), and

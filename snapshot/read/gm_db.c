@@ -732,9 +732,8 @@ void gm_ending_say(gm_db *d, FILE *out) {
     if (line[0]) fprintf(out, "gpumem: note: %s: %s\n", d->path, line);
 }
 
-int gm_db_devices(gm_db *d, int *lo, int *hi) {
+int gm_db_device_list(gm_db *d, int *devs, int max) {
     int n = 0;
-    *lo = *hi = 0;
     /* The memory recorded, not the streams table: a stream made on a device the program never
      * allocated on holds nothing there. But every event names one of the recording's streams,
      * so the streams' devices bound the answer: one or none (most recordings) needs no look at
@@ -751,7 +750,7 @@ int gm_db_devices(gm_db *d, int *lo, int *hi) {
         cand[nc++] = sqlite3_column_int(s, 0);
     sqlite3_finalize(s);
     if (nc <= 1) {
-        if (nc) *lo = *hi = cand[0];
+        if (nc && max > 0) devs[0] = cand[0];
         return nc;
     }
     if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM events WHERE device = ?1 AND kind IN (1, 3, 14, 18, 31, 34) LIMIT 1",
@@ -760,12 +759,20 @@ int gm_db_devices(gm_db *d, int *lo, int *hi) {
     for (int i = 0; i < nc; i++) {
         sqlite3_bind_int(s, 1, cand[i]);
         if (sqlite3_step(s) == SQLITE_ROW) {
-            if (!n) *lo = cand[i];
-            *hi = cand[i], n++;
+            if (n < max) devs[n] = cand[i];
+            n++;
         }
         sqlite3_reset(s);
     }
     sqlite3_finalize(s);
+    return n;
+}
+
+int gm_db_devices(gm_db *d, int *lo, int *hi) {
+    int devs[64];
+    int n = gm_db_device_list(d, devs, 64);
+    *lo = *hi = 0;
+    if (n) *lo = devs[0], *hi = devs[(n < 64 ? n : 64) - 1];
     return n;
 }
 
@@ -797,9 +804,10 @@ void gm_scope_say(gm_db *d, const char *figures, FILE *out) {
     if (!d->scoped)
         return;
     fprintf(out, "gpumem: note: %s: the program held memory on %d devices (%d to %d): %s are device %d's, "
-                 "the busiest (each device has its own allocator: their sum is a heap no device held); "
+                 "%s (each device has its own allocator: their sum is a heap no device held); "
                  "gpumem report gives each device's peaks\n",
-            d->path, d->scope_devices, d->scope_lo, d->scope_hi, figures, d->scoped - 1);
+            d->path, d->scope_devices, d->scope_lo, d->scope_hi, figures, d->scoped - 1,
+            d->device_asked ? "as --device asked" : "the busiest; --device N gives another's");
 }
 
 void gm_scope_json(const gm_db *d, FILE *out, const char *before, const char *after) {

@@ -215,6 +215,9 @@ value_cases=(
   "viz run.db -o --with" "viz run.db -o v.html --with --force" "viz run.db -o"
   "import in.pickle -o --force" "import in.pickle -o --"
   "flamegraph --title --width" "flamegraph --countname"
+  "report run.db --device --json" "leaks run.db --device" "report run.db run.db --device --json"
+  "frag run.db --device --json" "tune run.db --device --json" "advise run.db --device --json"
+  "viz run.db -o v.html --device --force" "export --format trace run.db --device -o x" "diff run.db run.db --device --json"
 )
 gm_abs=$(realpath "$GM")
 for c in "${value_cases[@]}"; do
@@ -356,7 +359,11 @@ for c in "record -o @T@/r1.db -o @T@/r2.db -- touch @T@/ran" "record --allocator
          "advise DB --try '--accum 2' --try '--accum 4'" "advise DB --ranks 2 --ranks 4" "advise DB --ranks 2 --zero 1 --zero 2" \
          "advise DB --ranks 2 --prefetch 1 --prefetch 2" "advise DB --top 3 --top 5" \
          "frag DB --top 3 --top 5" "tune DB --objective reserved --objective time" "tune DB --limit 1G --limit 2G" \
-         "tune DB --top 3 --top 5" "viz DB -o @T@/v1.html -o @T@/v2.html" "viz DB -o @T@/v1.html --with frag --with tune"; do
+         "tune DB --top 3 --top 5" "viz DB -o @T@/v1.html -o @T@/v2.html" "viz DB -o @T@/v1.html --with frag --with tune" \
+         "report DB --device 0 --device 1" "report DB DB2 --device=0 --device 1" "leaks DB --device 0 --device=1" \
+         "frag DB --device 0 --device 1" "tune DB --device 0 --device 1" "advise DB --device 0 --device 1" \
+         "viz DB -o @T@/v1.html --device 0 --device 1" "export --format trace DB --device 0 --device 1" \
+         "diff DB DB2 --device 0 --device 1"; do
   args=$(dbs "$c")
   rc=0; set -f; eval "\"$GM\" $args" < "$TMP/in.folded" > "$TMP/out.txt" 2> "$TMP/err.txt" || rc=$?; set +f
   opt=$(sed -n 's/^gpumem [a-z]*: \(-[-a-z]*\) given twice, as .* and .*: give it once$/\1/p' "$TMP/err.txt")

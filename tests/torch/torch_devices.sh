@@ -84,7 +84,7 @@ want="0:$((80 << 20)):$((80 << 20)) 0:$((80 << 20)):$((80 << 20))"
 [[ $got == "$want" ]] && ok "ranks report, device view: each rank's peaks are device 0's ($got)" \
   || bad "ranks report, device view: '$got', want '$want'"
 "$G" report "$tmp/c.db" "$tmp/c2.db" > "$tmp/rk.txt" 2>&1 || true
-grepq -F "held memory on 2 devices (0 to 1): its peaks, step, phase and timeline are device 0's" "$tmp/rk.txt" \
+grepq -F "held memory on 2 devices (0 to 1): its peaks, step, phase, timeline and leaks are device 0's" "$tmp/rk.txt" \
   && ok "ranks report text: says whose figures they are" || bad "ranks report text says no device: $(head -n 6 "$tmp/rk.txt")"
 "$G" report --json "$tmp/t.db" "$tmp/t2.db" > "$tmp/rkt.json" 2>/dev/null || true
 tdev=$(jq -r '.ranks[0].torch_device' "$tmp/rkt.json")
