@@ -82,8 +82,15 @@ snapshot_tstate_LDLIBS := -lsqlite3 -lm
 $(BUILD)/tests/unit/collide/rec.o: snapshot/record/rec.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_COMMON) -DGM_TEST_HASH_BITS=1 -MMD -MP -c $< -o $@
-snapshot_collide_LIBS := $(BUILD)/tests/unit/collide/rec.o $(filter-out $(SNAP_DIR)/record/rec.o,$(REC_OBJS)) $(REC_ALLOC_LIB)
-snapshot_collide_LDLIBS := $(SNAP_TEST_LDLIBS)
+# and the reading side's tables built again with 2-bit hashes (bytemap.h's): collide/<source>.o
+$(BUILD)/tests/unit/collide/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_COMMON) -DGM_TEST_HASH_BITS=2 -MMD -MP -c $< -o $@
+COLLIDE_READ := snapshot/analyze/gm_advise
+snapshot_collide_LIBS := $(BUILD)/tests/unit/collide/rec.o $(COLLIDE_READ:%=$(BUILD)/tests/unit/collide/%.o) \
+                         $(filter-out $(COLLIDE_READ:%=$(BUILD)/%.o) $(REC_OBJS),$(GM_OBJS)) $(SNAP_DIR)/analyze/gm_advise_autocast.o \
+                         $(SNAP_DIR)/analyze/gm_rerun.o $(filter-out $(SNAP_DIR)/record/rec.o,$(REC_OBJS)) $(ALLOC_LIB)
+snapshot_collide_LDLIBS := $(SNAP_TEST_LDLIBS) -lm
 SNAP_UNIT := snapshot_collide snapshot_tblocks snapshot_tstate snapshot_ring snapshot_index snapshot_addr_map snapshot_rec snapshot_uses snapshot_files snapshot_stacks snapshot_reader \
              snapshot_pages snapshot_advise_torch snapshot_categories
 UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(SNAP_UNIT))

@@ -4,15 +4,21 @@
  *   - bytemap.h (the merge of PyTorch's history: frames, stacks, strings, streams; every
  *     reading-side table built on it), 2-bit hashes;
  *   - the recorder's stack table (record/rec.c, this test's copy built with 1-bit hashes: every
- *     stack has the same key), two call sites recorded. */
+ *     stack has the same key), two call sites recorded;
+ *   - advise (analyze/gm_advise.c, this test's copy with 2-bit hashes): its string table (names,
+ *     classes; a model, its view and its copy) and its ops (a range path's recurrences are one
+ *     op, two paths are two: each op's duration is the median of its own). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 #include <cmocka.h>
 
 #define GM_TEST_HASH_BITS 2
+#include "snapshot/analyze/gm_advise.h"
+#include "snapshot/read/gm.h"
 #include "snapshot/record/bytemap.h"
 #include "snapshot/record/rec.h"
 #include "snapshot/record/rec_internal.h"
@@ -84,11 +90,108 @@ static void recorder_stacks_of_one_hash(void **state)
     unlink(path);
 }
 
+/* A recording of 3 steps, each "step N" > "fwd" > op.0 .. op.7 (op.i lasting at least
+ * 4 * i ms, one allocation in each): eight paths of at most four hashes. */
+enum { OPS = 8, OP_STEPS = 3, OP_MS = 4 };
+static void record_ops(const char *path)
+{
+    unlink(path);
+    rec_options o = {.path = path, .stacks = 0, .fork_record = 0, .ring = 4096, .quiet = 1};
+    assert_int_equal(rec_open(&o), 0);
+    char nm[32];
+    for (int st = 1; st <= OP_STEPS; st++) {
+        snprintf(nm, sizeof nm, "step %d", st);
+        rec_range_push(NULL, nm);
+        rec_range_push(NULL, "fwd");
+        for (int i = 0; i < OPS; i++) {
+            snprintf(nm, sizeof nm, "op.%d", i);
+            rec_range_push(NULL, nm);
+            uint64_t a = 0x100000 + (uint64_t)(st * OPS + i) * 4096;
+            rec_event(REC_ALLOC, 0, 0, a, 4096, 4096, a);
+            struct timespec ts = {0, (long)i * OP_MS * 1000000L};
+            while (nanosleep(&ts, &ts) != 0) {}
+            rec_event(REC_FREE, 0, 0, a, 4096, 4096, a);
+            rec_range_pop();
+        }
+        rec_range_pop();
+        rec_range_pop();
+    }
+    rec_test_reset(); /* closes */
+}
+
+/* every op lasts at least its own sleep: the median of another path's recurrences (a shorter
+ * one's) is never taken for it */
+static void advise_ops_of_one_hash(void **state)
+{
+    (void)state;
+    char path[512], err[256];
+    snap_path(path, sizeof path, "collide_ops.db");
+    record_ops(path);
+    gm_db d;
+    assert_int_equal(gm_db_open(path, &d, err, sizeof err), 0);
+    adv_model m = {0};
+    assert_int_equal(adv_model_load(&d, &m, err, sizeof err), 0);
+    assert_int_equal(m.nsteps, OP_STEPS);
+    assert_int_equal(m.nops, OPS * OP_STEPS);
+    /* sorted by time: op.i of step s is the (s * OPS + i)-th */
+    for (size_t k = 0; k < m.nops; k++) {
+        uint64_t want = (uint64_t)(k % OPS) * OP_MS * 1000000u;
+        if (m.ops[k].dur < want)
+            fail_msg("op.%zu of step %zu: %llu ns, it slept %llu (another path's median)", k % OPS, k / OPS + 1,
+                     (unsigned long long)m.ops[k].dur, (unsigned long long)want);
+    }
+    adv_model_free(&m);
+    gm_db_close(&d);
+    unlink(path);
+}
+
+/* 600 names interned (4 hashes): each its own index and its own bytes, in the model, in a view
+ * that takes new names (its own table, rebuilt) and in a deep copy */
+static void advise_strings_of_one_hash(void **state)
+{
+    (void)state;
+    char path[512], err[256], s[64];
+    snap_path(path, sizeof path, "collide_strs.db");
+    record_ops(path);
+    gm_db d;
+    assert_int_equal(gm_db_open(path, &d, err, sizeof err), 0);
+    adv_model m = {0};
+    assert_int_equal(adv_model_load(&d, &m, err, sizeof err), 0);
+    uint32_t id[600];
+    for (int i = 0; i < 600; i++) {
+        snprintf(s, sizeof s, "h%d.mlp.fc", i);
+        id[i] = adv_intern(&m, s);
+        assert_true(id[i] != 0);
+        assert_string_equal(adv_str(&m, id[i]), s);
+        for (int j = 0; j < i; j++)
+            assert_true(id[j] != id[i]);
+    }
+    adv_model v, c;
+    adv_model_view(&m, &v);
+    uint32_t extra = adv_intern(&v, "lm_head"); /* the view's own table from here */
+    assert_string_equal(adv_str(&v, extra), "lm_head");
+    assert_int_equal(adv_model_copy(&m, &c), 0);
+    for (int i = 0; i < 600; i++) {
+        snprintf(s, sizeof s, "h%d.mlp.fc", i);
+        assert_int_equal(adv_intern(&m, s), id[i]);
+        assert_int_equal(adv_intern(&v, s), id[i]);
+        assert_int_equal(adv_intern(&c, s), id[i]);
+    }
+    assert_int_equal(adv_intern(&v, "lm_head"), extra);
+    adv_model_free(&c);
+    adv_model_free(&v);
+    adv_model_free(&m);
+    gm_db_close(&d);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bytemap_keeps_collisions_apart),
         cmocka_unit_test(recorder_stacks_of_one_hash),
+        cmocka_unit_test(advise_ops_of_one_hash),
+        cmocka_unit_test(advise_strings_of_one_hash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
