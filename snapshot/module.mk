@@ -86,10 +86,11 @@ $(BUILD)/tests/unit/collide/rec.o: snapshot/record/rec.c | $(DEPS_STAMP)
 $(BUILD)/tests/unit/collide/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_COMMON) -DGM_TEST_HASH_BITS=2 -MMD -MP -c $< -o $@
-COLLIDE_READ := snapshot/analyze/gm_advise
-snapshot_collide_LIBS := $(BUILD)/tests/unit/collide/rec.o $(COLLIDE_READ:%=$(BUILD)/tests/unit/collide/%.o) \
+COLLIDE_READ := snapshot/analyze/gm_advise snapshot/analyze/gm_category
+COLLIDE_VIZ := viz/viz_category viz/viz_timeline viz/viz_flame
+snapshot_collide_LIBS := $(BUILD)/tests/unit/collide/rec.o $(COLLIDE_READ:%=$(BUILD)/tests/unit/collide/%.o) $(COLLIDE_VIZ:%=$(BUILD)/tests/unit/collide/%.o) \
                          $(filter-out $(COLLIDE_READ:%=$(BUILD)/%.o) $(REC_OBJS),$(GM_OBJS)) $(SNAP_DIR)/analyze/gm_advise_autocast.o \
-                         $(SNAP_DIR)/analyze/gm_rerun.o $(filter-out $(SNAP_DIR)/record/rec.o,$(REC_OBJS)) $(ALLOC_LIB)
+                         $(SNAP_DIR)/formats/gm_export_fmt.o $(BUILD)/viz/viz_tensors.o $(BUILD)/viz/viz_bands.o $(SNAP_DIR)/analyze/gm_rerun.o $(filter-out $(SNAP_DIR)/record/rec.o,$(REC_OBJS)) $(ALLOC_LIB)
 snapshot_collide_LDLIBS := $(SNAP_TEST_LDLIBS) -lm
 SNAP_UNIT := snapshot_collide snapshot_tblocks snapshot_tstate snapshot_ring snapshot_index snapshot_addr_map snapshot_rec snapshot_uses snapshot_files snapshot_stacks snapshot_reader \
              snapshot_pages snapshot_advise_torch snapshot_categories

@@ -7,7 +7,11 @@
  *     stack has the same key), two call sites recorded;
  *   - advise (analyze/gm_advise.c, this test's copy with 2-bit hashes): its string table (names,
  *     classes; a model, its view and its copy) and its ops (a range path's recurrences are one
- *     op, two paths are two: each op's duration is the median of its own). */
+ *     op, two paths are two: each op's duration is the median of its own);
+ *   - the categories' parameter names (analyze/gm_category.c, viz/viz_category.c), viz's tensor
+ *     classes (viz/viz_timeline.c) and its flame graph's frame names (viz/viz_flame.c), each
+ *     built again with 2-bit hashes: a name that is no parameter's stays no parameter, each
+ *     name its own class, each frame its own name. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,11 +22,13 @@
 
 #define GM_TEST_HASH_BITS 2
 #include "snapshot/analyze/gm_advise.h"
+#include "snapshot/analyze/gm_category.h"
 #include "snapshot/read/gm.h"
 #include "snapshot/record/bytemap.h"
 #include "snapshot/record/rec.h"
 #include "snapshot/record/rec_internal.h"
 #include "tests/unit/snapshot_test.h"
+#include "viz/viz.h"
 
 /* 600 strings, 600 frame-like keys and 600 stacks of ids, all of 4 hashes: each its own value */
 static void bytemap_keeps_collisions_apart(void **state)
@@ -185,6 +191,130 @@ static void advise_strings_of_one_hash(void **state)
     unlink(path);
 }
 
+/* Names of letters only (a class is the name with its digits as '*': these are their own) */
+enum { NAMED = 64, WITH_GRAD = 32 };
+static void letters_name(int i, char *out, size_t n)
+{
+    snprintf(out, n, "w%c%c", 'a' + i / 26, 'a' + i % 26);
+}
+
+/* NAMED buffers named by letters, the first WITH_GRAD with a gradient "grad.<name>" (their
+ * parameters), the others none; then the two call sites (their own frames) */
+static void record_named(const char *path)
+{
+    unlink(path);
+    rec_options o = {.path = path, .stacks = 16, .fork_record = 0, .ring = 1 << 14, .quiet = 1};
+    assert_int_equal(rec_open(&o), 0);
+    char nm[32], g[40];
+    for (int i = 0; i < NAMED; i++) {
+        uint64_t a = 0x7f0000000000ull + (uint64_t)i * (1 << 20), ga = a + (1ull << 36);
+        rec_event(REC_ALLOC, 0, 0, a, 4096 + (uint64_t)i * 512, 4096, a);
+        letters_name(i, nm, sizeof nm);
+        rec_name(a, nm);
+        if (i < WITH_GRAD) {
+            rec_event(REC_ALLOC, 0, 0, ga, 4096 + (uint64_t)i * 512, 4096, ga);
+            snprintf(g, sizeof g, "grad.%s", nm);
+            rec_name(ga, g);
+        } else {
+            rec_event(REC_FREE, 0, 0, a, 0, 0, 0); /* short-lived: a temporary, never a parameter */
+        }
+    }
+    for (uint64_t i = 0; i < 8; i++) {
+        collide_site_alpha(0x10000000 + i * 1024);
+        collide_site_beta(0x90000000 + i * 1024);
+    }
+    rec_test_reset(); /* closes */
+}
+
+/* a name is a parameter's when "grad.<name>" is named, never for another name of its hash;
+ * each name its own class */
+static void names_of_one_hash(void **state)
+{
+    (void)state;
+    char path[512], err[256], nm[32];
+    snap_path(path, sizeof path, "collide_names.db");
+    record_named(path);
+    gm_db d;
+    gm_model m;
+    assert_int_equal(gm_db_open(path, &d, err, sizeof err), 0);
+    assert_int_equal(gm_model_load(&d, &m, 0, err, sizeof err), 0);
+    gm_categories gc;
+    viz_categories vc;
+    viz_classes cl;
+    assert_int_equal(gm_categories_build(&d, &m, &gc, err, sizeof err), 0);
+    assert_int_equal(viz_categories_build(&d, &m, &vc), 0);
+    assert_int_equal(viz_classes_build(&m, &cl), 0);
+    int seen = 0;
+    for (size_t i = 0; i < m.nallocs; i++) {
+        const char *n = m.allocs[i].name ? gm_str(&m, m.allocs[i].name) : "";
+        if (n[0] != 'w') continue;
+        int k = -1;
+        for (int j = 0; j < NAMED && k < 0; j++) {
+            letters_name(j, nm, sizeof nm);
+            if (!strcmp(nm, n)) k = j;
+        }
+        assert_true(k >= 0);
+        seen++;
+        int param = gc.cat[i] == GM_CAT_PARAM && gc.src[i] == GM_CSRC_NAMES;
+        int vparam = vc.cat[i] == VIZ_CAT_PARAM && vc.src[i] == VIZ_SRC_NAME;
+        if (param != (k < WITH_GRAD) || vparam != (k < WITH_GRAD))
+            fail_msg("%s (%s a gradient): a parameter by name for the report %d, for viz %d", n,
+                     k < WITH_GRAD ? "with" : "without", param, vparam);
+        assert_true(cl.of[i] < cl.n);
+        assert_string_equal(cl.names[cl.of[i]], n);
+    }
+    assert_int_equal(seen, NAMED);
+    viz_classes_free(&cl);
+    viz_categories_free(&vc);
+    gm_categories_free(&gc);
+    gm_model_free(&m);
+    gm_db_close(&d);
+    unlink(path);
+}
+
+/* the flame graph: each frame its own name (the two call sites apart) */
+static void flame_names_of_one_hash(void **state)
+{
+    (void)state;
+    char path[512], err[256];
+    snap_path(path, sizeof path, "collide_flame.db");
+    record_named(path);
+    gm_db d;
+    gm_model m;
+    assert_int_equal(gm_open_model(path, &d, &m, 1), 0);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *o = open_memstream(&buf, &len);
+    assert_non_null(o);
+    assert_int_equal(viz_write_flame(o, &d, &m, 1), 0);
+    fclose(o);
+    assert_non_null(strstr(buf, "collide_site_alpha"));
+    assert_non_null(strstr(buf, "collide_site_beta"));
+    /* no name twice in the list: ["a","b",...] up to its closing bracket */
+    const char *p = strstr(buf, "\"names\":[");
+    assert_non_null(p);
+    p += 9;
+    const char *end = strchr(p, ']');
+    assert_non_null(end);
+    bytemap seen = {0};
+    while (p < end) {
+        const char *q = p + 1;
+        while (q < end && !(*q == '"' && q[-1] != '\\'))
+            q++;
+        if (bytemap_get(&seen, p, (size_t)(q - p + 1)))
+            fail_msg("the flame's name %.*s twice", (int)(q - p + 1), p);
+        assert_int_equal(bytemap_put(&seen, p, (size_t)(q - p + 1), 1), 0);
+        p = q + 2; /* past the quote and the comma */
+    }
+    assert_true(seen.n >= 4);
+    (void)err;
+    bytemap_free(&seen);
+    free(buf);
+    gm_model_free(&m);
+    gm_db_close(&d);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -192,6 +322,8 @@ int main(void)
         cmocka_unit_test(recorder_stacks_of_one_hash),
         cmocka_unit_test(advise_ops_of_one_hash),
         cmocka_unit_test(advise_strings_of_one_hash),
+        cmocka_unit_test(names_of_one_hash),
+        cmocka_unit_test(flame_names_of_one_hash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
