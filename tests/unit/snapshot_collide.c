@@ -11,7 +11,11 @@
  *   - the categories' parameter names (analyze/gm_category.c, viz/viz_category.c), viz's tensor
  *     classes (viz/viz_timeline.c) and its flame graph's frame names (viz/viz_flame.c), each
  *     built again with 2-bit hashes: a name that is no parameter's stays no parameter, each
- *     name its own class, each frame its own name. */
+ *     name its own class, each frame its own name;
+ *   - the recorder's writer (record/rec_writer.c, 2-bit keys): a Python frame of a taken key is
+ *     one frames row however often it comes again;
+ *   - PyTorch's trace entries (preload/torch_trace.c, 2-bit hashes, its Python frames from a
+ *     stand-in below): every stack kept, each entry with its own, none lost. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -315,6 +319,107 @@ static void flame_names_of_one_hash(void **state)
     unlink(path);
 }
 
+/* ---- Python frames: a provider stands in for preload/python.c (rec_set_python) ------------- */
+enum { PY_OUTER = 8, PY_INNER = 8 };
+static uint32_t py_fn[2], py_file;
+static uint32_t py_outer_line, py_inner_line;
+
+static int two_frames(rec_pyframe *out, int max)
+{
+    if (max < 2) return 0;
+    out[0] = (rec_pyframe){py_fn[0], py_file, 100 + py_inner_line};
+    out[1] = (rec_pyframe){py_fn[1], py_file, 200 + py_outer_line};
+    return 2;
+}
+
+__attribute__((noinline)) void collide_py_site(uint64_t a)
+{
+    uint64_t ra = (uint64_t)(uintptr_t)__builtin_return_address(0);
+    rec_set_python(two_frames, ra, ra + 1);
+    rec_event(REC_ALLOC, 0, 0, a, 256, 256, a);
+    __asm__ volatile("" ::: "memory");
+}
+
+/* 64 stacks of 16 Python frames, each frame in 8 stacks: 16 rows, one a frame */
+static void writer_python_frames_of_one_key(void **state)
+{
+    (void)state;
+    char path[512];
+    snap_path(path, sizeof path, "collide_py.db");
+    unlink(path);
+    rec_options o = {.path = path, .stacks = 16, .fork_record = 0, .ring = 4096, .quiet = 1};
+    assert_int_equal(rec_open(&o), 0);
+    py_fn[0] = rec_string("forward"), py_fn[1] = rec_string("step"), py_file = rec_string("/home/u/train.py");
+    for (uint32_t i = 0; i < PY_OUTER; i++)
+        for (uint32_t j = 0; j < PY_INNER; j++) {
+            py_outer_line = i, py_inner_line = j;
+            collide_py_site(0x1000000 + (uint64_t)(i * PY_INNER + j) * 1024);
+        }
+    rec_set_python(NULL, 0, 0);
+    rec_test_reset(); /* closes */
+    assert_int_equal(snap_q(path, "SELECT count(DISTINCT stack) FROM events"), PY_OUTER * PY_INNER);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM frames WHERE python = 1"), PY_OUTER + PY_INNER);
+    assert_int_equal(snap_q(path, "SELECT count(DISTINCT line) FROM frames WHERE python = 1"), PY_OUTER + PY_INNER);
+    unlink(path);
+}
+
+/* ---- PyTorch's trace entries: gm_python_frames_now stands in for preload/python.c's --------- */
+void gpumem_torch_trace_entry(int action, int device, uint64_t addr, uint64_t size, uint64_t stream,
+                              uint64_t pool_a, uint64_t pool_b);
+size_t gpumem_torch_trace_copy(void *dst, size_t cap, uint64_t *seen);
+size_t gpumem_torch_trace_stacks(void *dst, size_t cap, uint64_t *lost);
+int gm_python_frames_now(rec_pyframe *out, int max, uint64_t *tag);
+
+enum { TT_STACKS = 40, TT_AGAIN = 3 };
+static uint32_t tt_line;
+int gm_python_frames_now(rec_pyframe *out, int max, uint64_t *tag)
+{
+    *tag = 0; /* no chain memo: every entry's frames are looked up */
+    if (max < 1) return 0;
+    out[0] = (rec_pyframe){7, 9, tt_line};
+    return 1;
+}
+
+/* 40 one-frame stacks (4 hashes), each allocating 3 times: 40 stacks kept, an entry's stack is
+ * its own line's */
+static void torch_trace_stacks_of_one_hash(void **state)
+{
+    (void)state;
+    char path[512];
+    snap_path(path, sizeof path, "collide_tt.db");
+    unlink(path);
+    rec_options o = {.path = path, .stacks = 0, .fork_record = 0, .ring = 4096, .quiet = 1};
+    assert_int_equal(rec_open(&o), 0); /* the entries' clock and seq are a recording's */
+    for (int r = 0; r < TT_AGAIN; r++)
+        for (uint32_t i = 0; i < TT_STACKS; i++) {
+            tt_line = 1000 + i;
+            gpumem_torch_trace_entry(0, 0, 0x7f0000000000ull + i * 4096, 512 + i, 0, 0, 0);
+        }
+    uint64_t seen, lost = 1;
+    size_t n = gpumem_torch_trace_copy(NULL, 0, &seen) / 72; /* tt_entry: 72 bytes */
+    assert_int_equal(n, TT_STACKS * TT_AGAIN);
+    unsigned char *ents = malloc(n * 72);
+    assert_non_null(ents);
+    gpumem_torch_trace_copy(ents, n * 72, &seen);
+    size_t sz = gpumem_torch_trace_stacks(NULL, 0, &lost);
+    assert_int_equal(lost, 0);
+    assert_int_equal(sz, TT_STACKS * (4 + 12)); /* each: its count, one frame of three uint32 */
+    unsigned char *st = malloc(sz);
+    assert_non_null(st);
+    gpumem_torch_trace_stacks(st, sz, &lost);
+    for (size_t k = 0; k < n; k++) {
+        uint32_t stack, line;
+        memcpy(&stack, ents + k * 72 + 64, sizeof stack); /* tt_entry.stack: after 8 words */
+        assert_true(stack >= 1 && stack <= TT_STACKS);
+        memcpy(&line, st + (stack - 1) * 16 + 4 + 8, sizeof line);
+        assert_int_equal(line, 1000 + k % TT_STACKS);
+    }
+    free(st);
+    free(ents);
+    rec_test_reset(); /* closes */
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -324,6 +429,8 @@ int main(void)
         cmocka_unit_test(advise_strings_of_one_hash),
         cmocka_unit_test(names_of_one_hash),
         cmocka_unit_test(flame_names_of_one_hash),
+        cmocka_unit_test(writer_python_frames_of_one_key),
+        cmocka_unit_test(torch_trace_stacks_of_one_hash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
