@@ -39,7 +39,7 @@ typedef struct flame {
     bytemap name_idx;                  /* a frame's name, by its bytes -> its index */
     u64map child_idx;                  /* parent << 32 | name -> the node */
     bytemap entry_names, thread_names; /* the names entries and thread starts have */
-    uint32_t *line;                   /* the current line's name indices */
+    uint32_t *line;                    /* the current line's name indices */
     size_t line_cap;
 } flame;
 
