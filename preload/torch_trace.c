@@ -47,6 +47,7 @@
 
 #include "snapshot/record/rec_ring.h" /* rec_mem_advise_huge */
 #include "snapshot/record/rec_settings.h" /* rec_env_num */
+#include "snapshot/record/bytemap.h" /* bytemap_rekey */
 #include "snapshot/record/u64map.h"
 
 #ifdef GM_HAVE_REC
@@ -78,7 +79,8 @@ enum { TT_ACTION_OOM = 8 };
 
 /* The distinct Python stacks: their frames in one array (rec_pyframe: function and file as
  * recorder string ids, and the line), a stack being (first frame, count); found by the hash of
- * its frames (two stacks of one hash: the second is not kept). */
+ * its frames and told apart by the frames themselves (two stacks of one hash: the second takes
+ * the next key of the hash's chain, bytemap_rekey). */
 #define TT_MAX_FRAMES (1u << 24)
 #define TT_TAG_SLOTS 1024u
 typedef struct tt_stack {
@@ -94,7 +96,7 @@ static struct {
     uint64_t seen;            /* entries noted since the start, kept or not */
     tt_stack *stacks;         /* by index - 1 */
     size_t nstacks, capstacks;
-    u64map by_hash;           /* frames_hash -> stack index */
+    u64map by_hash;           /* frames_hash (or a later key of its chain) -> stack index */
     rec_pyframe *frames;
     size_t nframes, capframes;
     uint64_t stacks_lost;     /* allocations whose new stack found no room */
@@ -136,6 +138,7 @@ static uint64_t frames_hash(const rec_pyframe *f, int n)
         h = (h ^ f[i].file) * 1099511628211ull;
         h = (h ^ f[i].line) * 1099511628211ull;
     }
+    h = GM_NARROW_HASH(h); /* the test hook (u64map.h) */
     return h == U64MAP_EMPTY ? h - 1 : h;
 }
 
@@ -143,11 +146,10 @@ static uint64_t frames_hash(const rec_pyframe *f, int n)
  * cannot be kept. Under tt.lock. */
 static uint32_t stack_index(const rec_pyframe *f, int n, uint64_t h)
 {
-    const uint64_t *v = u64map_get(&tt.by_hash, h);
-    if (v) {
+    for (const uint64_t *v; (v = u64map_get(&tt.by_hash, h)) != NULL; h = bytemap_rekey(h)) {
         const tt_stack *st = &tt.stacks[*v - 1];
         if (st->n == (uint32_t)n && !memcmp(tt.frames + st->first, f, (size_t)n * sizeof *f)) return (uint32_t)*v;
-        goto lost; /* another stack of the same hash */
+        /* another stack of the same key: the chain's next key */
     }
     if (tt.nframes + (size_t)n > TT_MAX_FRAMES || tt.nstacks >= UINT32_MAX - 1) goto lost;
     if (tt.nstacks == tt.capstacks) {

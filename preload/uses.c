@@ -266,10 +266,15 @@ typedef cudaError_t (*getfunc_fn)(cudaFunction_t *, const void *);
 
 CUfunction gm_uses_func_of_symbol(const void *sym, int device)
 {
-    /* one kernel symbol has one CUfunction per device (per context): the device is in the key */
-    uintptr_t key = (uintptr_t)sym + (uintptr_t)(device + 1) * (uintptr_t)0x9e3779b97f4a7c15ull;
-    int found;
-    void *v = tab_get(sym_tab, key, &found);
+    /* one kernel symbol has one CUfunction per device (per context): the key is the pair itself,
+     * the device + 1 in the top byte above the symbol's address (a user-space address is below
+     * 2^56 even with 5-level page tables), so two pairs never share a key (a sum could). A pair
+     * that does not fit (key 0) is asked of the runtime each time, never cached. */
+    uintptr_t key = (uint64_t)(uintptr_t)sym >> 56 == 0 && device >= -1 && device < 255
+                        ? (uintptr_t)sym | (uintptr_t)(device + 1) << 56
+                        : 0;
+    int found = 0;
+    void *v = key ? tab_get(sym_tab, key, &found) : NULL;
     if (found)
         return (CUfunction)((uintptr_t)v - 1);
     static _Atomic(getfunc_fn) getfunc;

@@ -82,8 +82,21 @@ snapshot_tstate_LDLIBS := -lsqlite3 -lm
 $(BUILD)/tests/unit/collide/rec.o: snapshot/record/rec.c | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_COMMON) -DGM_TEST_HASH_BITS=1 -MMD -MP -c $< -o $@
-snapshot_collide_LIBS := $(BUILD)/tests/unit/collide/rec.o $(filter-out $(SNAP_DIR)/record/rec.o,$(REC_OBJS)) $(REC_ALLOC_LIB)
-snapshot_collide_LDLIBS := $(SNAP_TEST_LDLIBS)
+# and the reading side's tables built again with 2-bit hashes (bytemap.h's): collide/<source>.o
+$(BUILD)/tests/unit/collide/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_COMMON) $(EXTRA_CFLAGS) -DGM_TEST_HASH_BITS=2 -MMD -MP -c $< -o $@
+COLLIDE_READ := snapshot/analyze/gm_advise snapshot/analyze/gm_category
+COLLIDE_VIZ := viz/viz_category viz/viz_timeline viz/viz_flame
+COLLIDE_REC := snapshot/record/rec_writer
+# PyTorch's trace entries (preload/torch_trace.c) as libgpumem.so builds them, its Python frames
+# from the test's stand-in
+$(BUILD)/tests/unit/collide/preload/torch_trace.o: EXTRA_CFLAGS += -DGM_HAVE_REC
+snapshot_collide_LIBS := $(BUILD)/tests/unit/collide/rec.o $(COLLIDE_READ:%=$(BUILD)/tests/unit/collide/%.o) $(COLLIDE_VIZ:%=$(BUILD)/tests/unit/collide/%.o) \
+                         $(COLLIDE_REC:%=$(BUILD)/tests/unit/collide/%.o) $(BUILD)/tests/unit/collide/preload/torch_trace.o \
+                         $(filter-out $(COLLIDE_READ:%=$(BUILD)/%.o) $(REC_OBJS),$(GM_OBJS)) $(SNAP_DIR)/analyze/gm_advise_autocast.o \
+                         $(SNAP_DIR)/formats/gm_export_fmt.o $(BUILD)/viz/viz_tensors.o $(BUILD)/viz/viz_bands.o $(SNAP_DIR)/analyze/gm_rerun.o $(filter-out $(SNAP_DIR)/record/rec.o $(COLLIDE_REC:%=$(BUILD)/%.o),$(REC_OBJS)) $(ALLOC_LIB)
+snapshot_collide_LDLIBS := $(SNAP_TEST_LDLIBS) -lm
 SNAP_UNIT := snapshot_collide snapshot_tblocks snapshot_tstate snapshot_ring snapshot_index snapshot_addr_map snapshot_rec snapshot_uses snapshot_files snapshot_stacks snapshot_reader \
              snapshot_pages snapshot_advise_torch snapshot_categories
 UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(SNAP_UNIT))
@@ -104,7 +117,8 @@ SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_k
                 tests/integration/snapshot_uses_unread.sh \
                 tests/integration/snapshot_devused.sh tests/integration/snapshot_devused_rules.sh \
                 tests/integration/e2e_advise.sh tests/integration/snapshot_reuse.sh \
-                tests/integration/snapshot_lossy.sh tests/integration/advise_any.sh
+                tests/integration/snapshot_lossy.sh tests/integration/advise_any.sh \
+                tests/integration/advise_names.sh
 
 # `gpumem frag`: the trainer under PyTorch's policy, and an OOM caused by fragmentation
 # (tests/apps/frag_app.c, linked with the virtual GPU's runtime like preload's test programs).

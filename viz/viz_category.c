@@ -25,6 +25,7 @@
 
 #include "snapshot/analyze/gm_advise.h"
 #include "snapshot/analyze/gm_category.h"
+#include "snapshot/record/bytemap.h"
 #include "viz/viz.h"
 
 const char *const viz_cat_name[VIZ_NCATS] = {"none said",  "parameter", "gradient",  "optimizer state",
@@ -32,14 +33,6 @@ const char *const viz_cat_name[VIZ_NCATS] = {"none said",  "parameter", "gradien
 const char *const viz_src_name[VIZ_NSRCS] = {"", "name", "phases", "inference"};
 
 #define VIZ_MAX_STEP 10000000 /* step numbers the phase source keeps a slot for */
-
-static uint64_t hash_str(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n && s[i]; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h == UINT64_MAX ? h - 1 : h; /* UINT64_MAX is u64map's empty key */
-}
 
 /* The phase of a range: the last component of its path that names one (advise's words). */
 static uint8_t phase_of_range(const gm_model *m, uint32_t range)
@@ -69,7 +62,7 @@ typedef struct cat_ctx {
     const gm_categories *gm; /* gpumem's own categories (NULL: not computed) */
     const uint8_t *phase;
     const int32_t *step;  /* per allocation: the step of its birth range; -1 none */
-    u64map params;        /* hash of X for every "grad.X" name: X is a parameter */
+    bytemap params;       /* X for every "grad.X" name, by its bytes: X is a parameter */
     u64map name_cat;      /* name string id -> VIZ_CAT_* + 1 (0: not decided yet) */
     uint64_t *bwd_start;  /* per step number: the first birth seq in its backward (0: none) */
     size_t nstep;         /* step numbers below this have a slot */
@@ -81,9 +74,9 @@ typedef struct cat_ctx {
 static int by_name_str(const cat_ctx *x, const char *n)
 {
     if (!strncmp(n, "grad.", 5)) return VIZ_CAT_GRAD;
-    if (u64map_get((u64map *)&x->params, hash_str(n, SIZE_MAX))) return VIZ_CAT_PARAM;
+    if (bytemap_get_str(&x->params, n)) return VIZ_CAT_PARAM;
     const char *d1 = strchr(n, '.'), *d2 = d1 ? strchr(d1 + 1, '.') : NULL;
-    if (d2 && d2[1] && u64map_get((u64map *)&x->params, hash_str(d2 + 1, SIZE_MAX)))
+    if (d2 && d2[1] && bytemap_get_str(&x->params, d2 + 1))
         return VIZ_CAT_OPT;
     if (!strncmp(n, "adam.", 5) || !strncmp(n, "adamw.", 6) || strstr(n, "exp_avg"))
         return VIZ_CAT_OPT;
@@ -206,7 +199,7 @@ int viz_categories_build(gm_db *d, const gm_model *m, viz_categories *c)
         if (strncmp(n, "grad.", 5)) continue;
         n += 5;
         if (!strncmp(n, "shard.", 6) && n[6]) n += 6;
-        if (*n && u64map_put(&x.params, hash_str(n, SIZE_MAX), 1)) {
+        if (*n && !bytemap_get_str(&x.params, n) && bytemap_put_str(&x.params, n, 1)) {
             u64map_free(&seen);
             goto out;
         }
@@ -246,7 +239,7 @@ int viz_categories_build(gm_db *d, const gm_model *m, viz_categories *c)
     rc = 0;
 out:
     if (x.gm) gm_categories_free(&gmc);
-    u64map_free(&x.params), u64map_free(&x.name_cat);
+    bytemap_free(&x.params), u64map_free(&x.name_cat);
     free(x.bwd_start), free(x.starts), free(step);
     if (rc) viz_categories_free(c);
     return rc;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "snapshot/record/bytemap.h"
 #include "viz/viz.h"
 
 #define VIZ_FLAME_MIN 5000
@@ -35,23 +36,16 @@ typedef struct flame {
     char **names;
     uint8_t *kind; /* per name: NAME_* */
     size_t nnames, names_cap;
-    u64map name_idx, child_idx;
-    u64map entry_names, thread_names; /* hashes of the names entries and thread starts have */
-    uint32_t *line;                   /* the current line's name indices */
+    bytemap name_idx;                  /* a frame's name, by its bytes -> its index */
+    u64map child_idx;                  /* parent << 32 | name -> the node */
+    bytemap entry_names, thread_names; /* the names entries and thread starts have */
+    uint32_t *line;                    /* the current line's name indices */
     size_t line_cap;
 } flame;
 
-static uint64_t hash_bytes(const char *s, size_t n, uint64_t h)
-{
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h == UINT64_MAX ? h - 1 : h;
-}
-
 static long name_of(flame *f, const char *s, size_t n)
 {
-    uint64_t h = hash_bytes(s, n, 1469598103934665603ull);
-    uint64_t *hit = u64map_get(&f->name_idx, h);
+    uint64_t *hit = bytemap_get(&f->name_idx, s, n);
     if (hit) return (long)*hit;
     if (f->nnames == f->names_cap) {
         size_t nc = f->names_cap ? f->names_cap * 2 : 256;
@@ -62,21 +56,22 @@ static long name_of(flame *f, const char *s, size_t n)
         f->kind = nk, f->names_cap = nc;
     }
     char *c = strndup(s, n);
-    if (!c || u64map_put(&f->name_idx, h, f->nnames)) {
+    if (!c || bytemap_put(&f->name_idx, s, n, f->nnames)) {
         free(c);
         return -1;
     }
     f->names[f->nnames] = c;
-    f->kind[f->nnames] = u64map_get(&f->entry_names, h)    ? NAME_ENTRY
-                         : u64map_get(&f->thread_names, h) ? NAME_THREAD
-                                                           : NAME_PLAIN;
+    f->kind[f->nnames] = bytemap_get(&f->entry_names, s, n)    ? NAME_ENTRY
+                         : bytemap_get(&f->thread_names, s, n) ? NAME_THREAD
+                                                               : NAME_PLAIN;
     return (long)f->nnames++;
 }
 
 static long child_of(flame *f, uint32_t parent, uint32_t name)
 {
-    uint64_t key = ((uint64_t)parent << 32 | name) * 0x9e3779b97f4a7c15ull;
-    if (key == UINT64_MAX) key--;
+    /* the pair itself, not a hash of it: two pairs are never one node. Both are indices below
+     * UINT32_MAX (a node's, a name's), so the key is never u64map's empty one. */
+    uint64_t key = (uint64_t)parent << 32 | name;
     uint64_t *hit = u64map_get(&f->child_idx, key);
     if (hit) return (long)*hit;
     if (f->n == f->cap) {
@@ -148,8 +143,7 @@ static int mark_names(flame *f, const gm_model *m)
         gm_frame_desc(m, (long)i, name, sizeof name);
         for (char *p = name; *p; p++)
             if (*p == ';' || *p == '\n' || *p == '\r') *p = ',';
-        if (u64map_put(entry ? &f->entry_names : &f->thread_names,
-                       hash_bytes(name, strlen(name), 1469598103934665603ull), 1))
+        if (bytemap_put_str(entry ? &f->entry_names : &f->thread_names, name, 1))
             return -1;
     }
     return 0;
@@ -160,8 +154,8 @@ static void flame_free(flame *f)
     for (size_t i = 0; i < f->nnames; i++)
         free(f->names[i]);
     free(f->names), free(f->nodes), free(f->kind), free(f->line);
-    u64map_free(&f->name_idx), u64map_free(&f->child_idx);
-    u64map_free(&f->entry_names), u64map_free(&f->thread_names);
+    bytemap_free(&f->name_idx), u64map_free(&f->child_idx);
+    bytemap_free(&f->entry_names), bytemap_free(&f->thread_names);
 }
 
 int viz_write_flame(FILE *o, gm_db *d, gm_model *m, int what)

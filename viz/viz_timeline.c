@@ -21,6 +21,7 @@
 
 #include "snapshot/analyze/gm_advise.h"
 #include "snapshot/read/utf8.h"
+#include "snapshot/record/bytemap.h"
 #include "viz/viz.h"
 
 #define VIZ_BUCKETS 2000
@@ -62,14 +63,6 @@ static int live_at(const gm_alloc *a, uint64_t seq)
 
 /* ---------------------------------------------------------------- tensor classes */
 
-static uint64_t str_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h == UINT64_MAX ? h - 1 : h; /* UINT64_MAX is u64map's empty key */
-}
-
 static void class_of(const gm_model *m, const gm_alloc *a, char *out, size_t outsz)
 {
     if (a->name) {
@@ -100,7 +93,8 @@ static int rank_cmp(const void *x, const void *y, void *names)
 int viz_classes_build(const gm_model *m, viz_classes *c)
 {
     memset(c, 0, sizeof *c);
-    u64map by_name = {0}, by_stack = {0}, by_str = {0};
+    u64map by_name = {0}, by_stack = {0};
+    bytemap by_str = {0}; /* a class's text, by its bytes -> its index */
     cls_rank *rk = NULL;
     size_t cap = 0;
     int rc = -1;
@@ -119,8 +113,7 @@ int viz_classes_build(const gm_model *m, viz_classes *c)
         } else {
             char buf[512];
             class_of(m, a, buf, sizeof buf);
-            uint64_t h = str_hash(buf);
-            uint64_t *same = u64map_get(&by_str, h);
+            uint64_t *same = bytemap_get_str(&by_str, buf);
             if (same) {
                 k = (size_t)*same;
             } else {
@@ -135,7 +128,7 @@ int viz_classes_build(const gm_model *m, viz_classes *c)
                 if (!(c->names[c->n] = strdup(buf))) goto out;
                 rk[c->n] = (cls_rank){0, 0, c->n};
                 k = c->n++;
-                if (u64map_put(&by_str, h, k)) goto out;
+                if (bytemap_put_str(&by_str, buf, k)) goto out;
             }
             if (u64map_put(by, key, k)) goto out;
         }
@@ -161,7 +154,7 @@ int viz_classes_build(const gm_model *m, viz_classes *c)
     }
     rc = 0;
 out:
-    u64map_free(&by_name), u64map_free(&by_stack), u64map_free(&by_str);
+    u64map_free(&by_name), u64map_free(&by_stack), bytemap_free(&by_str);
     free(rk);
     if (rc) viz_classes_free(c);
     return rc;

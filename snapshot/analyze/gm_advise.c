@@ -41,6 +41,7 @@
 #include "snapshot/analyze/gm_advise.h"
 #include "snapshot/analyze/gm_category.h"
 #include "snapshot/read/gm_analyze_pages.h"
+#include "snapshot/record/bytemap.h"
 #include "snapshot/record/rec.h"
 
 #include <ctype.h>
@@ -54,31 +55,48 @@
 
 /* ------------------------------------------------------------------ strings */
 
-static uint64_t str_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h == U64MAP_EMPTY ? 0 : h;
-}
-
 static int own_strs(adv_model *m);
 static int own_allocs(adv_model *m);
 
-/* Interns s; returns its index (0 for "" or on out of memory). 64-bit hashes identify strings:
- * a collision would merge two classes, which no realistic set of names produces. */
+/* The string table: str_idx maps a string's hash (or a later key of its chain, bytemap_rekey)
+ * to its index in strs, and the bytes decide. Two strings of one hash are two entries: a
+ * collision merged two classes or two names (their bytes, their sizes and their advice). With
+ * key set, a string not found leaves there the key it would take (str_slot). */
+static size_t str_find(const u64map *idx, char *const *strs, const char *s, uint64_t *key)
+{
+    uint64_t k = bytemap_hash(s, strlen(s));
+    for (;; k = bytemap_rekey(k)) {
+        const uint64_t *e = u64map_get(idx, k);
+        if (!e) break;
+        if (!strcmp(strs[*e], s)) return (size_t)*e;
+    }
+    if (key) *key = k;
+    return SIZE_MAX;
+}
+
+/* Puts strs[i] (not there yet) into idx. 0, or -1 (out of memory). */
+static int str_slot(u64map *idx, char *const *strs, size_t i)
+{
+    uint64_t k;
+    if (str_find(idx, strs, strs[i], &k) != SIZE_MAX) return 0;
+    return u64map_put(idx, k, i);
+}
+
+/* Interns s; returns its index (0 for "" or on out of memory). */
 static uint32_t intern(adv_model *m, const char *s)
 {
     if (!s || !*s) return 0;
-    uint64_t h = str_hash(s);
-    uint64_t *i = u64map_get(&m->str_idx, h);
-    if (i) return (uint32_t)*i;
+    size_t i = str_find(&m->str_idx, m->strs, s, NULL);
+    if (i != SIZE_MAX) return (uint32_t)i;
     if (own_strs(m) || gm_grow((void **)&m->strs, &m->strs_cap, m->nstrs + 1, sizeof *m->strs))
         return 0;
     char *c = strdup(s);
     if (!c) return 0;
     m->strs[m->nstrs] = c;
-    u64map_put(&m->str_idx, h, m->nstrs);
+    if (str_slot(&m->str_idx, m->strs, m->nstrs) != 0) {
+        free(c);
+        return 0;
+    }
     return (uint32_t)m->nstrs++;
 }
 
@@ -169,7 +187,8 @@ typedef struct rinfo {
     int32_t step;
     uint8_t phase, is_phase, has_child;
     uint64_t start, end;
-    uint64_t op; /* the range as an op of every step: its path without "step N/", hashed */
+    uint64_t op; /* the range as an op of every step: its path without "step N/", numbered from
+                  * 1 by its bytes (one number for one path, never for two); 0 without one */
     uint32_t mod; /* a PyTorch recording's: the range's own name, its module's path (interned) */
 } rinfo;
 
@@ -217,6 +236,7 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
     rinfo *r = NULL;
     size_t n = 0, cap = 0, scap = 0;
     u64map snum = {0}; /* step number -> index into m->steps */
+    bytemap paths = {0}; /* a path without "step N/" -> its op number */
     while (sqlite3_step(s) == SQLITE_ROW) {
         if (gm_grow((void **)&r, &cap, n + 1, sizeof *r)) break;
         rinfo *x = &r[n];
@@ -233,7 +253,11 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
             const char *slash = strchr(path, '/');
             path = slash ? slash + 1 : "";
         }
-        x->op = path ? str_hash(path) : 0;
+        if (path) {
+            uint64_t *op = bytemap_get_str(&paths, path);
+            x->op = op ? *op : paths.n + 1;
+            if (!op && bytemap_put_str(&paths, path, x->op) != 0) x->op = 0; /* no memory: an op of its own */
+        }
         x->mod = m->torch && name ? intern(m, name) : 0;
         uint64_t *pi = parent && parent < x->id ? u64map_get(idx, (uint64_t)parent) : NULL;
         rinfo *p = pi ? &r[*pi] : NULL;
@@ -266,6 +290,7 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
     }
     sqlite3_finalize(s);
     u64map_free(&snum);
+    bytemap_free(&paths);
     *out = r;
     *nout = n;
     return 0;
@@ -276,14 +301,28 @@ static int cmp_op(const void *a, const void *b)
     const adv_op *x = a, *y = b;
     return x->t < y->t ? -1 : x->t > y->t;
 }
+/* An op of every step: its range's path (rinfo.op; 0: an op of its own), and for a timed
+ * launch its kernel and the launch's rank among that kernel's in the range instance. Compared
+ * field by field: two ops are one only when all three are equal. */
+typedef struct op_key {
+    uint64_t op, kernel, n;
+} op_key;
 typedef struct op_dur {
-    uint64_t key, dur;
+    op_key key;
+    uint64_t dur;
     size_t i;
 } op_dur;
+static int cmp_op_key(const op_key *x, const op_key *y)
+{
+    if (x->op != y->op) return x->op < y->op ? -1 : 1;
+    if (x->kernel != y->kernel) return x->kernel < y->kernel ? -1 : 1;
+    return x->n < y->n ? -1 : x->n > y->n;
+}
 static int cmp_op_dur(const void *a, const void *b)
 {
     const op_dur *x = a, *y = b;
-    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    int c = cmp_op_key(&x->key, &y->key);
+    if (c) return c;
     return x->dur < y->dur ? -1 : x->dur > y->dur;
 }
 
@@ -294,7 +333,7 @@ static int cmp_op_dur(const void *a, const void *b)
  * priced at that (advise_bench.sh under load: one GELU recorded at 20 ms against 0.4 ms in the
  * other steps put recompute's extra time at 13% of a step, measured at 1%). The lower median
  * of the recurrences is what the op costs when nothing else runs, or the one value there is. */
-static void ops_median(adv_model *m, const uint64_t *key)
+static void ops_median(adv_model *m, const op_key *key)
 {
     op_dur *d = m->nops ? malloc(m->nops * sizeof *d) : NULL;
     if (!d) return; /* without memory: the durations as recorded */
@@ -302,9 +341,9 @@ static void ops_median(adv_model *m, const uint64_t *key)
         d[i] = (op_dur){key[i], m->ops[i].dur, i};
     gm_sort(d, m->nops, sizeof *d, cmp_op_dur);
     for (size_t a = 0, b; a < m->nops; a = b) {
-        for (b = a + 1; b < m->nops && d[b].key == d[a].key;)
+        for (b = a + 1; b < m->nops && !cmp_op_key(&d[b].key, &d[a].key);)
             b++;
-        if (!d[a].key) continue; /* ops outside every named range: as recorded */
+        if (!d[a].key.op) continue; /* ops outside every named range: as recorded */
         uint64_t med = d[a + (b - a - 1) / 2].dur;
         for (size_t k = a; k < b; k++)
             m->ops[d[k].i].dur = med;
@@ -317,8 +356,8 @@ static void ops_median(adv_model *m, const uint64_t *key)
 static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u64map *ridx, const gm_spans *spans)
 {
     size_t cap = 0, kcap = 0;
-    uint64_t *key = NULL; /* per op, ops_median's; 0: an op of its own */
-    u64map nth = {0};     /* (range instance, kernel) -> launches so far */
+    op_key *key = NULL; /* per op, ops_median's; op 0: an op of its own */
+    bytemap nth = {0};  /* (range instance, kernel), their bytes -> launches so far */
     sqlite3_stmt *s;
     if (gm_table_exists(d, "launches") &&
         sqlite3_prepare_v2(
@@ -337,14 +376,12 @@ static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u6
             uint64_t *ri = u64map_get(ridx, gm_spans_range(spans, rg > 0 && rg <= UINT32_MAX ? (uint32_t)rg : 0,
                                                            sqlite3_column_int64(s, 0)));
             /* the n-th launch of its kernel in its range: one op of each step */
-            uint64_t k = 0;
+            op_key k = {0, 0, 0};
             if (ri && r[*ri].op) {
-                uint64_t inst = ((uint64_t)r[*ri].id * 0x9E3779B97F4A7C15ull) ^
-                                (uint64_t)sqlite3_column_int64(s, 4);
-                inst = inst == U64MAP_EMPTY ? 0 : inst;
-                uint64_t *c = u64map_get(&nth, inst), n = c ? ++*c : 0;
-                if (!c) u64map_put(&nth, inst, 0);
-                k = ((r[*ri].op ^ (uint64_t)sqlite3_column_int64(s, 4)) * 0x9E3779B97F4A7C15ull) ^ n;
+                uint64_t inst[2] = {(uint64_t)r[*ri].id, (uint64_t)sqlite3_column_int64(s, 4)};
+                uint64_t *c = bytemap_get(&nth, inst, sizeof inst), n = c ? ++*c : 0;
+                if (!c && bytemap_put(&nth, inst, sizeof inst, 0) != 0) break;
+                k = (op_key){r[*ri].op, inst[1], n};
             }
             key[m->nops] = k;
             m->ops[m->nops++] = (adv_op){(uint64_t)sqlite3_column_int64(s, 0),
@@ -353,14 +390,14 @@ static void load_ops(gm_db *d, adv_model *m, const rinfo *r, size_t nr, const u6
         sqlite3_finalize(s);
         m->ops_timed = m->nops > 0;
     }
-    u64map_free(&nth);
+    bytemap_free(&nth);
     if (!m->nops)
         for (size_t i = 0; i < nr; i++) {
             if (r[i].has_child || r[i].is_phase || !r[i].phase) continue;
             if (gm_grow((void **)&m->ops, &cap, m->nops + 1, sizeof *m->ops) ||
                 gm_grow((void **)&key, &kcap, m->nops + 1, sizeof *key))
                 break;
-            key[m->nops] = r[i].op;
+            key[m->nops] = (op_key){r[i].op, 0, 0};
             m->ops[m->nops++] =
                 (adv_op){r[i].start, r[i].end > r[i].start ? r[i].end - r[i].start : 0, r[i].phase};
         }
@@ -1991,7 +2028,7 @@ int adv_model_copy(const adv_model *src, adv_model *dst)
         if (!(dst->strs[i] = strdup(src->strs[i])))
             bad = 1;
         else
-            u64map_put(&dst->str_idx, str_hash(src->strs[i]), i);
+            bad = str_slot(&dst->str_idx, dst->strs, i) != 0;
     }
     if (bad) {
         dst->nstrs = 0;
@@ -2046,7 +2083,7 @@ static int own_strs(adv_model *m)
     u64map idx = {0};
     int bad = !v;
     for (size_t i = 0; !bad && i < m->nstrs; i++)
-        bad = !(v[i] = strdup(m->strs[i])) || u64map_put(&idx, str_hash(m->strs[i]), i) != 0;
+        bad = !(v[i] = strdup(m->strs[i])) || str_slot(&idx, v, i) != 0;
     if (bad) {
         for (size_t i = 0; v && i < m->nstrs; i++)
             free(v[i]);
@@ -3528,10 +3565,12 @@ void adv_floor_bytes(const adv_model *m, adv_floor *f)
     free(birth), free(death);
 }
 
-static uint32_t suffix_after_dot(const adv_model *m, uint32_t name)
+/* What a gradient's name says of its parameter: after its first dot ("grad.h0.fc_w": "h0.fc_w"),
+ * or NULL. */
+static const char *suffix_after_dot(const adv_model *m, uint32_t name)
 {
-    const char *n = adv_str(m, name), *d = strchr(n, '.');
-    return d && d[1] ? (uint32_t)str_hash(d + 1) : 0;
+    const char *d = strchr(adv_str(m, name), '.');
+    return d && d[1] ? d + 1 : NULL;
 }
 
 int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
@@ -3585,7 +3624,7 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
         }
     }
     /* optimizer-state groups: births with no optimizer range starting between them */
-    u64map by_suffix = {0};
+    bytemap by_suffix = {0}; /* a dotted suffix of a state's name -> its group (the first one's) */
     {
         int64_t last_key = -1;
         int32_t last_step = -1;
@@ -3610,8 +3649,10 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
             /* every dotted suffix of the state's name names its parameter ("adam.m.h0.fc_w") */
             const char *n = adv_str(m, m->allocs[e->a].name);
             for (const char *d = strchr(n, '.'); d && d[1]; d = strchr(d + 1, '.'))
-                if (!u64map_get(&by_suffix, str_hash(d + 1)))
-                    u64map_put(&by_suffix, str_hash(d + 1), ngroups - 1);
+                if (!bytemap_get_str(&by_suffix, d + 1) && bytemap_put_str(&by_suffix, d + 1, ngroups - 1) != 0) {
+                    bytemap_free(&by_suffix);
+                    goto out;
+                }
         }
     }
     /* gradients to groups: by name, else the latest-born unmatched gradient of the same size.
@@ -3621,16 +3662,20 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
      * gpt2-medium with checkpointing and -B 1 --accum 8, where the update is the peak) */
     if (grad_none && !m->torch) {
         uint8_t *used = calloc(na + 1, 1);
-        if (!used) goto out;
+        if (!used) {
+            bytemap_free(&by_suffix);
+            goto out;
+        }
         for (size_t a = 0; a < na; a++) {
             if (g[a] != 1 || !m->allocs[a].name) continue;
-            uint32_t sfx = suffix_after_dot(m, m->allocs[a].name);
-            uint64_t *gi = sfx ? u64map_get(&by_suffix, sfx) : NULL;
+            const char *sfx = suffix_after_dot(m, m->allocs[a].name);
+            uint64_t *gi = sfx ? bytemap_get_str(&by_suffix, sfx) : NULL;
             if (gi) grp[a] = (int32_t)*gi, used[a] = 1;
         }
         uint8_t *has = calloc(ngroups + 1, 1);
         if (!has) {
             free(used);
+            bytemap_free(&by_suffix);
             goto out;
         }
         for (size_t a = 0; a < na; a++)
@@ -3647,7 +3692,7 @@ int adv_opt(adv_model *m, int grad_none, int offload_opt, adv_opt_stats *st)
         free(has);
         free(used);
     }
-    u64map_free(&by_suffix);
+    bytemap_free(&by_suffix);
     int32_t first_step = INT32_MAX;
     for (size_t a = 0; a < na; a++)
         if (g[a] && m->evs[birth[a]].step < first_step) first_step = m->evs[birth[a]].step;

@@ -38,6 +38,7 @@
  * categories of an unannotated recording are those of the annotated one wherever its phases
  * were found right (tests/integration/categories_trainer.sh measures it). */
 #include "snapshot/analyze/gm_category.h"
+#include "snapshot/record/bytemap.h"
 #include "snapshot/record/rec.h"
 
 #include <ctype.h>
@@ -51,14 +52,6 @@ const char *const gm_cat_word[GM_NCATS] = {"parameters",  "gradients",  "optimiz
 const char *const gm_csrc_name[GM_NCSRCS] = {"none", "names", "phases", "inference"};
 
 #define NO_SEQ UINT64_MAX
-
-static uint64_t hash_str(const char *s)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h == U64MAP_EMPTY ? 0 : h;
-}
 
 /* A device allocation whose category means something: not pinned host or managed memory. */
 static int is_device(const gm_alloc *a) { return a->kind != REC_HOST_ALLOC && a->kind != REC_MANAGED_ALLOC; }
@@ -160,7 +153,8 @@ typedef struct ctx {
                     every allocation is one (target k is allocation k: tgt) */
     size_t nt;
     u64map ranges; /* range id -> (step + 1) << 8 | phase */
-    u64map params, seen; /* hashes of X for every "grad.X" named; the names seen */
+    bytemap params; /* X for every "grad.X" named, by its bytes (two names of one hash: two) */
+    u64map seen;    /* the names seen (their string ids) */
     uint64_t last_birth;   /* the last target's birth */
     uint32_t *late;        /* targets freed after last_birth (the teardown), in birth order */
     size_t nlate, late_cap;
@@ -681,12 +675,12 @@ static inline __attribute__((always_inline)) int event_phase_memo(ctx *x, const 
 
 /* ------------------------------------------------------------------ the categories */
 
-static int by_name(const u64map *params, const char *n)
+static int by_name(const bytemap *params, const char *n)
 {
     if (!strncmp(n, "grad.", 5)) return GM_CAT_GRAD;
-    if (u64map_get(params, hash_str(n))) return GM_CAT_PARAM;
+    if (bytemap_get_str(params, n)) return GM_CAT_PARAM;
     const char *d1 = strchr(n, '.'), *d2 = d1 ? strchr(d1 + 1, '.') : NULL;
-    if (d2 && d2[1] && u64map_get(params, hash_str(d2 + 1))) return GM_CAT_OPT;
+    if (d2 && d2[1] && bytemap_get_str(params, d2 + 1)) return GM_CAT_OPT;
     if (!strncmp(n, "adam.", 5) || !strncmp(n, "adamw.", 6) || strstr(n, "exp_avg")) return GM_CAT_OPT;
     if (strcasestr(n, "workspace")) return GM_CAT_WORKSPACE;
     return GM_NCATS;
@@ -701,7 +695,7 @@ static int note_grad_name(ctx *x, uint32_t name)
     if (!n || strncmp(n, "grad.", 5)) return 0;
     n += 5;
     if (!strncmp(n, "shard.", 6) && n[6]) n += 6;
-    return *n && u64map_put(&x->params, hash_str(n), 1) ? -1 : 0;
+    return *n && !bytemap_get_str(&x->params, n) && bytemap_put_str(&x->params, n, 1) ? -1 : 0;
 }
 
 /* What category_decide reads of a target's birth and death (event_phase), worked out by
@@ -1089,7 +1083,7 @@ int gm_category_source(const gm_categories *c, int cat)
 static void ctx_free(ctx *x)
 {
     free(x->t), free(x->launches), free(x->late), free(x->unsure);
-    u64map_free(&x->ranges), u64map_free(&x->params), u64map_free(&x->seen), u64map_free(&x->step_idx);
+    u64map_free(&x->ranges), bytemap_free(&x->params), u64map_free(&x->seen), u64map_free(&x->step_idx);
     u64map_free(&x->param_sizes), u64map_free(&x->repeats);
 }
 

@@ -41,6 +41,7 @@
 #include "snapshot/record/rec_internal.h"
 #include "snapshot/record/addr_index.h"
 #include "snapshot/record/rec_rows.h"
+#include "snapshot/record/bytemap.h" /* bytemap_rekey */
 #include "snapshot/record/u64map.h"
 
 #include <elf.h>
@@ -810,9 +811,11 @@ static uint64_t frame_id(writer *w, uint64_t pc) {
  * strings were interned before the stack that names them, so they are known here). */
 static uint64_t py_frame_id(writer *w, const rec_pyframe *p) {
     uint64_t k = ((uint64_t)p->function * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)p->file << 32) ^ p->line;
-    k = u64map_hash(k) & ~1ull; /* never U64MAP_EMPTY */
-    uint64_t *v = u64map_get(&w->pyframes, k);
-    if (v && *v < w->npyf) {
+    k = GM_NARROW_HASH(u64map_hash(k)) & ~1ull; /* never U64MAP_EMPTY; narrowed by the test hook */
+    /* the triple decides: another triple of the same key takes the chain's next key (a frame
+     * written once, never a row each time it comes again) */
+    for (const uint64_t *v; (v = u64map_get(&w->pyframes, k)) != NULL; k = bytemap_rekey(k)) {
+        if (*v >= w->npyf) continue;
         const struct py_frame_ent *e = &w->pyf[*v];
         if (e->function == p->function && e->file == p->file && e->line == p->line) return e->id;
     }
@@ -823,16 +826,14 @@ static uint64_t py_frame_id(writer *w, const rec_pyframe *p) {
     bind_t(s, 3, str_of(w, p->file));
     bind_opt(s, 4, p->line);
     step(w, S_PYFRAME, "writing frames");
-    if (!v) { /* a hash collision keeps the first triple cached; the other gets rows as it comes */
-        if (w->npyf == w->pyf_cap) {
-            size_t c = w->pyf_cap ? w->pyf_cap * 2 : 256;
-            struct py_frame_ent *n = realloc(w->pyf, c * sizeof *n);
-            if (!n) return id;
-            w->pyf = n, w->pyf_cap = c;
-        }
-        w->pyf[w->npyf] = (struct py_frame_ent){p->function, p->file, p->line, id};
-        if (u64map_put(&w->pyframes, k, w->npyf) == 0) w->npyf++;
+    if (w->npyf == w->pyf_cap) {
+        size_t c = w->pyf_cap ? w->pyf_cap * 2 : 256;
+        struct py_frame_ent *n = realloc(w->pyf, c * sizeof *n);
+        if (!n) return id; /* no memory: the triple gets rows as it comes */
+        w->pyf = n, w->pyf_cap = c;
     }
+    w->pyf[w->npyf] = (struct py_frame_ent){p->function, p->file, p->line, id};
+    if (u64map_put(&w->pyframes, k, w->npyf) == 0) w->npyf++;
     return id;
 }
 
