@@ -9,8 +9,11 @@
 # requires_grad raises: one warning; a program that names its own phases: no ranges from the
 # hooks; a child's output dropped: freed at once, the C hooks holding its node no longer than the
 # output lives), and which gradients and optimizer state the optimizer hooks name again
-# (torch_hooks_ident.py: a new gradient at the old one's _cdata and data pointer is named; the
-# edge program's zero_grad(set_to_none=True) renames each gradient once), and that
+# (torch_hooks_ident.py, a table of changes each scanned by the hooks and by _Hooks' Python scan on
+# its own dictionaries: a new gradient at the old one's _cdata and data pointer is named, a state
+# key equal to the one named is that entry, 300 more parameters, a value without weak references,
+# an unhashable key's TypeError; the edge program's zero_grad(set_to_none=True) renames each
+# gradient once), and that
 # checkpointing's re-run forward is placed under its own block's backward. Each run says which
 # hooks PyTorch called, and inspect.signature of a module and of Module.__call__ is PyTorch's own
 # whichever runs them.
