@@ -395,6 +395,7 @@ static struct {
     int (*node_state)(PyObject *t, void *last_hook);
     void *(*add_pending)(void *paths);
     int (*grad_enabled)(void);
+    PyObject *(*grad)(PyObject *p); /* p.grad read in C++ (a new reference); NULL: ask Python */
     unsigned long long added, added_py;          /* node pre-hooks added in C++, through Python */
 } cxx;
 
@@ -952,6 +953,13 @@ GM_EXPORT void gpumem_torch_hooks_cxx_tensor(int (*node_state)(PyObject *, void 
     cxx.node_state = node_state, cxx.add_pending = add_pending, cxx.grad_enabled = grad_enabled;
 }
 
+/* A parameter's gradient read in C++ (torch_prehook.cpp, grad_of), handed over after
+ * gpumem_torch_hooks_cxx: for the optimizer hooks' scan. */
+GM_EXPORT void gpumem_torch_hooks_cxx_grad(PyObject *(*grad)(PyObject *))
+{
+    if (cxx.add) cxx.grad = grad;
+}
+
 /* How many node pre-hooks the forward hooks added in C++ and through Python (tests). */
 GM_EXPORT void gpumem_torch_prehooks(unsigned long long *in_cxx, unsigned long long *in_python)
 {
@@ -1193,7 +1201,8 @@ static PyObject *changed_grads(PyObject *self, PyObject *const *args, Py_ssize_t
         if (params) py.Py_DecRef(params);
         if (!it) goto fail;
         while ((p = py.PyIter_Next(it))) {
-            PyObject *g = py.PyObject_GetAttr(p, hk.s_grad);
+            PyObject *g = cxx.grad ? cxx.grad(p) : NULL; /* p.grad, or NULL: ask Python */
+            if (!g && !py.PyErr_Occurred()) g = py.PyObject_GetAttr(p, hk.s_grad);
             int r = -1;
             if (g && g == py.None) {
                 r = 1;

@@ -69,6 +69,11 @@ many = [Param("m%d" % i) for i in range(300)]  # the C table grows past its firs
 groups = [{"params": [p]}]
 state = {}
 keep = {}  # values the rows hold on to
+tname = {}  # id -> the name of a real parameter (a tensor's .name is its dimension names')
+
+
+def nm(x):
+    return tname.get(id(x)) or x.name
 
 
 def scan(h):
@@ -82,7 +87,7 @@ def scan(h):
             h._seen_value(x, k, v)
     except Exception as e:  # noqa: BLE001 - a row may expect the scan's exception
         return type(e).__name__
-    return [x.name for x in gs], [(x.name, k) for x, k, _ in st]
+    return [nm(x) for x in gs], [(nm(x), k) for x, k, _ in st]
 
 
 def r_grad():
@@ -150,6 +155,22 @@ def r_hashable_again():
     state[q] = keep.pop("q")
 
 
+def r_torch():
+    # real parameters (CPU tensors): their gradient read in C++ where the hooks are in C
+    keep["t"] = torch.nn.Parameter(torch.zeros(4))
+    tname[id(keep["t"])] = "t"
+    keep["t"].grad = torch.ones(4)
+    groups.append({"params": [keep["t"]]})
+
+
+def r_torch_regrad():
+    keep["t"].grad = torch.ones(4)  # a new gradient (set_to_none, then backward)
+
+
+def r_torch_none():
+    keep["t"].grad = None
+
+
 def nothing():
     pass
 
@@ -174,6 +195,10 @@ rows = [
     ("and again", nothing, ([], [("p", "step"), ("q", "max")])),
     ("an unhashable state key raises as the dict's lookup does", r_unhashable, "TypeError"),
     ("the scan goes on after it", r_hashable_again, ([], [("p", "step"), ("q", "max")])),
+    ("a torch.nn.Parameter's gradient named", r_torch, (["t"], [("p", "step"), ("q", "max")])),
+    ("and not again", nothing, ([], [("p", "step"), ("q", "max")])),
+    ("its new gradient named", r_torch_regrad, (["t"], [("p", "step"), ("q", "max")])),
+    ("no gradient: nothing", r_torch_none, ([], [("p", "step"), ("q", "max")])),
 ]
 for what, change, want in rows:
     change()
