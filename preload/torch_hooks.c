@@ -22,7 +22,8 @@
  *
  * Interface: gpumem_torch_hooks((resolve, warn, first_grad, grad_enabled, queue_callback,
  * gpumem, torch.Tensor)) returns (fwd_pre, fwd_post, opt_begin, opt_end, changed_grads, changed_state,
- * wrap_call), the _Hooks methods of those names (opt_begin, opt_end: _begin_opt, _end_opt) and
+ * remember, wrap_call), the _Hooks methods of those names (opt_begin, opt_end: _begin_opt,
+ * _end_opt; remember: what _seen_grad and _seen_value store, the values named) and
  * wrap_call(Module.__call__), the __call__ that runs fwd_pre's and fwd_post's work itself (an
  * exception when this Python lacks the functions it needs); _torch.py calls it
  * through ctypes.PyDLL(None) (restype py_object, which takes its own reference: the tuple returned
@@ -72,6 +73,7 @@ static struct {
     char *(*PyBytes_AsString)(PyObject *);
     PyObject *(*PyTuple_Pack)(Py_ssize_t, ...);
     Py_ssize_t (*PyTuple_Size)(PyObject *);
+    Py_ssize_t (*PyObject_Hash)(PyObject *);
     PyObject *(*PyTuple_GetItem)(PyObject *, Py_ssize_t);
     int (*PyErr_ExceptionMatches)(PyObject *);
     void (*PyErr_Fetch)(PyObject **, PyObject **, PyObject **);
@@ -85,7 +87,6 @@ static struct {
     PyObject *(*PyObject_GetIter)(PyObject *);
     PyObject *(*PyIter_Next)(PyObject *);
     int (*PyObject_RichCompareBool)(PyObject *, PyObject *, int);
-    PyObject *(*PyLong_FromVoidPtr)(void *);
     long long (*PyLong_AsLongLong)(PyObject *);
     PyObject *(*PyList_New)(Py_ssize_t);
     int (*PyList_Append)(PyObject *, PyObject *);
@@ -394,6 +395,7 @@ static struct {
     int (*node_state)(PyObject *t, void *last_hook);
     void *(*add_pending)(void *paths);
     int (*grad_enabled)(void);
+    PyObject *(*grad)(PyObject *p); /* p.grad read in C++ (a new reference); NULL: ask Python */
     unsigned long long added, added_py;          /* node pre-hooks added in C++, through Python */
 } cxx;
 
@@ -951,6 +953,13 @@ GM_EXPORT void gpumem_torch_hooks_cxx_tensor(int (*node_state)(PyObject *, void 
     cxx.node_state = node_state, cxx.add_pending = add_pending, cxx.grad_enabled = grad_enabled;
 }
 
+/* A parameter's gradient read in C++ (torch_prehook.cpp, grad_of), handed over after
+ * gpumem_torch_hooks_cxx: for the optimizer hooks' scan. */
+GM_EXPORT void gpumem_torch_hooks_cxx_grad(PyObject *(*grad)(PyObject *))
+{
+    if (cxx.add) cxx.grad = grad;
+}
+
 /* How many node pre-hooks the forward hooks added in C++ and through Python (tests). */
 GM_EXPORT void gpumem_torch_prehooks(unsigned long long *in_cxx, unsigned long long *in_python)
 {
@@ -992,8 +1001,8 @@ static PyObject *opt_end(PyObject *self, PyObject *unused)
 
 /* The optimizer hooks name every gradient and state value again each step, in case one is a new
  * allocation; these find the few that are (_Hooks._changed_grads and _changed_state are the
- * same in Python): a value that is the object its weak reference in `seen` answers, with the
- * data pointer it was last named with (key -> (weakref, data_ptr()), _Hooks._seen's), is
+ * same in Python): a value that is the object its weak reference answers, with the data pointer
+ * it was last named with (the table below, _Hooks.seen_grads' and seen_state's in Python), is
  * unchanged. The tiny GPT-2's AdamW asks this 112 times a step, so the scan keeps to calls that
  * make no objects where it can: the weak reference read in place, the state dictionaries walked
  * with PyDict_Next (not items(), a view and a tuple per entry) and data_ptr() called through
@@ -1033,46 +1042,154 @@ static PyObject *data_ptr(PyObject *v)
     return r;
 }
 
-/* 1, 0, or -1 with an exception. */
-static int unchanged(PyObject *seen, PyObject *key, PyObject *v)
+/* The values named so far (_Hooks.seen_grads' and seen_state's entries, here in one table):
+ * (id(p), None) -> p's gradient, (id(p), k) -> p's state value k, each with the weak reference
+ * and the data pointer it was named with. Python's dicts cost the scan a Python int made for
+ * id(p), a dict lookup and a tuple read per value; here the key is the parameter's address (never
+ * dereferenced, as id(p) is not) and the state key, found by identity first and by hash and ==
+ * after, as a dict finds it. Entries are replaced, never removed (the dicts' were not either). */
+typedef struct {
+    const void *p;              /* id(p); NULL: a free slot */
+    PyObject *k;                /* the state key (a reference); NULL: p's gradient */
+    Py_ssize_t kh;              /* hash(k) */
+    PyObject *ref, *named;      /* _ref(v) and v.data_ptr() when named (references) */
+    unsigned long long named_u; /* named as a C number, where named_ok */
+    int named_ok;
+} hk_seen;
+
+static struct {
+    hk_seen *tab;
+    size_t mask, count;
+} seen;
+
+static size_t seen_hash(const void *p, Py_ssize_t kh)
 {
-    PyObject *s = seen ? py.PyDict_GetItemWithError(seen, key) : NULL; /* borrowed */
-    if (!s) return py.PyErr_Occurred() ? -1 : 0;
-    PyObject *s0 = py.PyTuple_GetItem(s, 0), *s1 = py.PyTuple_GetItem(s, 1);
-    if (!s0 || !s1) return -1;
+    unsigned long long h = ((unsigned long long)(uintptr_t)p ^ (unsigned long long)kh * 0x9e3779b97f4a7c15ull) *
+                           0xff51afd7ed558ccdull;
+    return (size_t)(h ^ h >> 31);
+}
+
+/* (p, k)'s entry, or the free slot where it goes; NULL with an exception (k's ==). */
+static hk_seen *seen_find(const void *p, PyObject *k, Py_ssize_t kh)
+{
+    for (size_t i = seen_hash(p, kh) & seen.mask;; i = (i + 1) & seen.mask) {
+        hk_seen *e = &seen.tab[i];
+        if (!e->p || (e->p == p && e->k == k)) return e;
+        if (e->p != p || !e->k || !k || e->kh != kh) continue;
+        int eq = py.PyObject_RichCompareBool(e->k, k, PY_EQ);
+        if (eq < 0) return NULL;
+        if (eq) return e;
+    }
+}
+
+static int seen_grow(void)
+{
+    size_t n = seen.tab ? (seen.mask + 1) * 2 : 256;
+    hk_seen *old = seen.tab, *tab = calloc(n, sizeof *tab);
+    size_t oldn = old ? seen.mask + 1 : 0;
+    if (!tab) {
+        py.PyErr_NoMemory();
+        return -1;
+    }
+    seen.tab = tab, seen.mask = n - 1;
+    for (size_t i = 0; i < oldn; i++) {
+        if (!old[i].p) continue;
+        size_t j = seen_hash(old[i].p, old[i].kh) & seen.mask;
+        while (tab[j].p)
+            j = (j + 1) & seen.mask;
+        tab[j] = old[i];
+    }
+    free(old);
+    return 0;
+}
+
+/* v.data_ptr() as a C number where the C++ read serves v: 1, else 0 */
+static int data_ptr_cxx(PyObject *v, unsigned long long *dp)
+{
+    return cxx.data_ptr && cxx.data_ptr(v, dp) == 0;
+}
+
+/* 1 when v is the value (p, k) was last named with, 0 when not (or none was), -1 with an
+ * exception: _Hooks._unchanged. k NULL: p's gradient. */
+static int unchanged(const void *p, PyObject *k, PyObject *v)
+{
+    Py_ssize_t kh = k ? py.PyObject_Hash(k) : 0; /* an unhashable key raises, as dict.get does */
+    if (kh == -1 && py.PyErr_Occurred()) return -1;
+    if (!seen.tab) return 0;
+    hk_seen *e = seen_find(p, k, kh);
+    if (!e) return -1;
+    if (!e->p) return 0;
     /* the weak reference's object, or None; _ref's stand-in for an object that takes none is a
      * function, called */
-    PyObject *was = py.PyWeakref_GetObject(s0); /* borrowed */
+    PyObject *was = py.PyWeakref_GetObject(e->ref); /* borrowed */
     int same;
     if (was) {
         same = was == v;
     } else {
         py.PyErr_Clear();
-        if (!(was = py.PyObject_CallObject(s0, NULL))) return -1;
+        PyObject *ref = e->ref; /* the call may replace the entry */
+        py.Py_IncRef(ref);
+        was = py.PyObject_CallObject(ref, NULL);
+        py.Py_DecRef(ref);
+        if (!was) return -1;
         same = was == v;
         py.Py_DecRef(was);
+        if (same && !(e = seen_find(p, k, kh))) return -1;
+        if (same && !e->p) return 0;
     }
     if (!same) return 0;
-    unsigned long long dp, named;
-    if (cxx.data_ptr && cxx.data_ptr(v, &dp) == 0) { /* a Tensor's or Parameter's, read in C++ */
-        named = py.PyLong_AsUnsignedLong(s1);
-        if (!(named == (unsigned long long)-1 && py.PyErr_Occurred())) return named == dp;
-        py.PyErr_Clear(); /* not an int there: compared as Python compares */
-    }
-    PyObject *ptr = data_ptr(v);
-    if (!ptr) return -1;
-    int eq = py.PyObject_RichCompareBool(s1, ptr, PY_EQ);
-    py.Py_DecRef(ptr);
+    unsigned long long dp;
+    if (e->named_ok && data_ptr_cxx(v, &dp)) return e->named_u == dp; /* a Tensor's or Parameter's */
+    PyObject *named = e->named, *ptr; /* compared as Python compares */
+    py.Py_IncRef(named);
+    int eq = (ptr = data_ptr(v)) ? py.PyObject_RichCompareBool(named, ptr, PY_EQ) : -1;
+    if (ptr) py.Py_DecRef(ptr);
+    py.Py_DecRef(named);
     return eq;
 }
 
-/* (param_groups, seen_grads) -> [p for each group's params whose p.grad is not None and not
- * unchanged (key id(p))] */
+/* (p, ref, ptr) or (p, k, ref, ptr): p's gradient, or its state value k, named now, with _ref(v)
+ * and v.data_ptr() (_Hooks._seen_grad and _seen_value in C; the Python callers make the two,
+ * which happens once per new value). */
+static PyObject *remember(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 3 && nargs != 4) {
+        py.PyErr_SetString(*py.PyExc_TypeError, "remember(param, [key,] ref, data_ptr)");
+        return NULL;
+    }
+    PyObject *k = nargs == 4 ? args[1] : NULL, *ref = args[nargs - 2], *ptr = args[nargs - 1];
+    Py_ssize_t kh = k ? py.PyObject_Hash(k) : 0;
+    if (kh == -1 && py.PyErr_Occurred()) return NULL;
+    if ((seen.count + 1) * 2 > (seen.tab ? seen.mask + 1 : 0) && seen_grow() != 0) return NULL;
+    hk_seen *e = seen_find(args[0], k, kh);
+    if (!e) return NULL;
+    if (!e->p) {
+        if (k) py.Py_IncRef(k);
+        e->p = args[0], e->k = k, e->kh = kh, e->ref = e->named = NULL;
+        seen.count++;
+    }
+    PyObject *old_ref = e->ref, *old_named = e->named;
+    py.Py_IncRef(ref), py.Py_IncRef(ptr);
+    e->ref = ref, e->named = ptr;
+    e->named_ok = 0;
+    if (py.PyLong_AsUnsignedLong) {
+        e->named_u = py.PyLong_AsUnsignedLong(ptr);
+        e->named_ok = !(e->named_u == (unsigned long long)-1 && py.PyErr_Occurred());
+        if (!e->named_ok) py.PyErr_Clear(); /* not an int: compared as Python compares */
+    }
+    /* let go last: a weak reference's callback or a value's __del__ may run Python */
+    if (old_ref) py.Py_DecRef(old_ref);
+    if (old_named) py.Py_DecRef(old_named);
+    return none();
+}
+
+/* (param_groups) -> [p for each group's params whose p.grad is not None and not unchanged] */
 static PyObject *changed_grads(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 2) {
-        py.PyErr_SetString(*py.PyExc_TypeError, "changed_grads(param_groups, seen)");
+    if (nargs != 1) {
+        py.PyErr_SetString(*py.PyExc_TypeError, "changed_grads(param_groups)");
         return NULL;
     }
     PyObject *out = py.PyList_New(0), *groups = py.PyObject_GetIter(args[0]), *group, *p;
@@ -1084,16 +1201,16 @@ static PyObject *changed_grads(PyObject *self, PyObject *const *args, Py_ssize_t
         if (params) py.Py_DecRef(params);
         if (!it) goto fail;
         while ((p = py.PyIter_Next(it))) {
-            PyObject *g = py.PyObject_GetAttr(p, hk.s_grad), *key = NULL;
+            PyObject *g = cxx.grad ? cxx.grad(p) : NULL; /* p.grad, or NULL: ask Python */
+            if (!g && !py.PyErr_Occurred()) g = py.PyObject_GetAttr(p, hk.s_grad);
             int r = -1;
             if (g && g == py.None) {
                 r = 1;
-            } else if (g && (key = py.PyLong_FromVoidPtr(p))) {
-                r = unchanged(args[1], key, g);
+            } else if (g) {
+                r = unchanged(p, NULL, g);
                 if (r == 0) r = py.PyList_Append(out, p) == 0 ? 1 : -1;
             }
             if (g) py.Py_DecRef(g);
-            if (key) py.Py_DecRef(key);
             py.Py_DecRef(p);
             if (r < 0) {
                 py.Py_DecRef(it);
@@ -1173,13 +1290,12 @@ static void pairs_close(pairs *w)
     w->it = NULL;
 }
 
-/* (state, seen_state) -> [(p, k, v) for p, st in state.items() for k, v in st.items() if not
- * unchanged in seen_state.get(id(p))] */
+/* (state) -> [(p, k, v) for p, st in state.items() for k, v in st.items() if not unchanged] */
 static PyObject *changed_state(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 2) {
-        py.PyErr_SetString(*py.PyExc_TypeError, "changed_state(state, seen_state)");
+    if (nargs != 1) {
+        py.PyErr_SetString(*py.PyExc_TypeError, "changed_state(state)");
         return NULL;
     }
     PyObject *out = py.PyList_New(0), *p, *st, *k, *v;
@@ -1190,16 +1306,9 @@ static PyObject *changed_state(PyObject *self, PyObject *const *args, Py_ssize_t
             ok = 0;
             break;
         }
-        PyObject *key = py.PyLong_FromVoidPtr(p), *seen = NULL;
-        ok = key != NULL;
-        if (ok) {
-            seen = py.PyDict_GetItemWithError(args[1], key); /* borrowed; NULL: none seen */
-            ok = !(!seen && py.PyErr_Occurred());
-        }
-        if (seen) py.Py_IncRef(seen); /* held while the values' data_ptr() run */
-        ok = ok && pairs_open(&inner, st) == 0;
+        ok = pairs_open(&inner, st) == 0;
         while (ok && (n = pairs_next(&inner, &k, &v)) != 0) {
-            int r = n > 0 ? unchanged(seen, k, v) : -1;
+            int r = n > 0 ? unchanged(p, k, v) : -1;
             if (r == 0) {
                 PyObject *e = py.PyTuple_Pack(3, p, k, v);
                 r = e && py.PyList_Append(out, e) == 0 ? 1 : -1;
@@ -1210,8 +1319,6 @@ static PyObject *changed_state(PyObject *self, PyObject *const *args, Py_ssize_t
         }
         pairs_close(&inner);
         ok = ok && !py.PyErr_Occurred();
-        if (seen) py.Py_DecRef(seen);
-        if (key) py.Py_DecRef(key);
         py.Py_DecRef(p), py.Py_DecRef(st);
     }
     pairs_close(&outer);
@@ -1228,9 +1335,11 @@ static py_method_def defs[] = {
     {"opt_begin", (void *)opt_begin, PY_METH_NOARGS, "opens step N/opt"},
     {"opt_end", (void *)opt_end, PY_METH_NOARGS, "closes step N/opt; the next step is N+1"},
     {"changed_grads", (void *)changed_grads, PY_METH_FASTCALL,
-     "(param_groups, seen) -> the parameters whose gradient is not the one last named"},
+     "(param_groups) -> the parameters whose gradient is not the one last named"},
     {"changed_state", (void *)changed_state, PY_METH_FASTCALL,
-     "(state, seen_state) -> the (param, key, value) not the ones last named"},
+     "(state) -> the (param, key, value) not the ones last named"},
+    {"remember", (void *)remember, PY_METH_FASTCALL,
+     "(param, [key,] ref, data_ptr): param's gradient (or state value key) named now"},
     {"wrap_call", (void *)wrap_call, PY_METH_O,
      "(Module.__call__) -> the same with gpumem's forward ranges, in place of the global hooks"},
     {"bwd_end", (void *)bwd_end, PY_METH_NOARGS, "the end of the backward pass"},
@@ -1259,6 +1368,7 @@ static int find_python(void)
     HK_SYM(PyBytes_AsString);
     HK_SYM(PyTuple_Pack);
     HK_SYM(PyTuple_Size);
+    HK_SYM(PyObject_Hash);
     HK_SYM(PyTuple_GetItem);
     HK_SYM(PyErr_ExceptionMatches);
     HK_SYM(PyErr_Fetch);
@@ -1272,7 +1382,6 @@ static int find_python(void)
     HK_SYM(PyObject_GetIter);
     HK_SYM(PyIter_Next);
     HK_SYM(PyObject_RichCompareBool);
-    HK_SYM(PyLong_FromVoidPtr);
     HK_SYM(PyLong_AsLongLong);
     HK_SYM(PyList_New);
     HK_SYM(PyList_Append);
@@ -1323,7 +1432,7 @@ static PyObject *intern(const char *s, int *ok)
 }
 
 /* (resolve, warn, first_grad, grad_enabled, queue_callback, gpumem, torch.Tensor) -> (fwd_pre, fwd_post,
- * opt_begin, opt_end, changed_grads, changed_state, wrap_call), a reference this file keeps (ctypes' py_object
+ * opt_begin, opt_end, changed_grads, changed_state, remember, wrap_call), a reference this file keeps (ctypes' py_object
  * takes its own); NULL when the C API is not there, or with an exception. A second call gives the
  * same functions, calling back the new objects. */
 GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
@@ -1377,7 +1486,7 @@ GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
         if (!(f[i] = py.PyCFunction_NewEx(&defs[i], NULL, NULL))) return NULL;
     hk.bwd_end = f[N - 1];
     if (!(hk.out_gone = py.PyCFunction_NewEx(&out_gone_def, NULL, NULL))) return NULL;
-    hk.fns = py.PyTuple_Pack(N - 1, f[0], f[1], f[2], f[3], f[4], f[5], f[6]);
+    hk.fns = py.PyTuple_Pack(N - 1, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]);
     for (int i = 0; i < N - 1; i++)
         py.Py_DecRef(f[i]);
     return hk.fns;

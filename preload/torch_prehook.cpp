@@ -1,7 +1,7 @@
 // torch_prehook.cpp — the backward-start pre-hooks of `gpumem record`'s PyTorch hooks, added to
 // autograd's nodes in C++ (part of libgpumem_torch.so, beside torch_trace.cpp), and the one other
-// read of PyTorch's C++ objects the hooks make: a tensor's data pointer (data_ptr_of, for the
-// optimizer hooks' scan).
+// read of PyTorch's C++ objects the hooks make: a tensor's data pointer and a parameter's gradient
+// (data_ptr_of, grad_of, for the optimizer hooks' scan).
 //
 // The module hooks (preload/torch_hooks.c) open a module's backward range when autograd reaches
 // the node that made the module's output: a pre-hook on that node. Through Python
@@ -43,6 +43,7 @@ extern "C" void gpumem_torch_hooks_cxx(void *(*add)(PyObject *, void *), int (*i
                                        int (*data_ptr)(PyObject *, unsigned long long *));
 extern "C" void gpumem_torch_hooks_cxx_tensor(int (*node_state)(PyObject *, void *), void *(*add_pending)(void *),
                                               int (*grad_enabled)(void));
+extern "C" void gpumem_torch_hooks_cxx_grad(PyObject *(*grad)(PyObject *));
 
 namespace {
 
@@ -111,6 +112,24 @@ int data_ptr_of(PyObject *o, unsigned long long *out)
     }
 }
 
+// o.grad for a torch.Tensor or torch.nn.Parameter (exact types, no __torch_function__ mode: the
+// getter's own path) that is a leaf (a parameter is; the getter warns about another's missing
+// gradient, under its warning handler): a new reference, None for no gradient. NULL with no
+// exception for anything else (the caller asks Python), NULL with one where the wrap failed.
+// The optimizer hooks' scan asks this of every parameter each step (torch_hooks.c,
+// changed_grads): ~530 instructions through Python's attribute lookup and the getter.
+PyObject *grad_of(PyObject *o)
+{
+    if (!THPVariableClass || !THPVariable_CheckExact(o) || at::impl::torch_function_mode_enabled()) return nullptr;
+    try {
+        const at::Tensor &t = THPVariable_Unpack(o);
+        if (!t.is_leaf()) return nullptr;
+        return THPVariable_Wrap(t.grad());
+    } catch (const std::exception &) {
+        return nullptr;
+    }
+}
+
 // A module's output read in C++ (tensor_node_state, add_pending): its node reached from the tensor
 // itself, not through Python's `output.grad_fn`, which made the node a Python object (a
 // THPCppFunction, freed again when the hook let go of it) under a warning handler: ~1,300
@@ -174,4 +193,5 @@ void gm_torch_prehook_register()
 {
     gpumem_torch_hooks_cxx(add_prehook, is_last, data_ptr_of);
     gpumem_torch_hooks_cxx_tensor(tensor_node_state, add_pending, grad_enabled);
+    gpumem_torch_hooks_cxx_grad(grad_of);
 }

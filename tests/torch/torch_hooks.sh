@@ -9,9 +9,12 @@
 # requires_grad raises: one warning; a program that names its own phases: no ranges from the
 # hooks; a child's output dropped: freed at once, the C hooks holding its node no longer than the
 # output lives), and which gradients and optimizer state the optimizer hooks name again
-# (torch_hooks_ident.py: a new gradient at the old one's _cdata and data pointer is named; the
-# edge program's zero_grad(set_to_none=True) renames each gradient once), and that
-# checkpointing's re-run forward is placed under its own block's backward. Each run says which
+# (torch_hooks_ident.py, a table of changes each scanned by the hooks and by _Hooks' Python scan on
+# its own dictionaries: a new gradient at the old one's _cdata and data pointer is named, a state
+# key equal to the one named is that entry, 300 more parameters, a value without weak references,
+# an unhashable key's TypeError, a torch.nn.Parameter's gradients; the edge program's
+# zero_grad(set_to_none=True) renames each gradient once), and that checkpointing's re-run forward
+# is placed under its own block's backward. Each run says which
 # hooks PyTorch called, and inspect.signature of a module and of Module.__call__ is PyTorch's own
 # whichever runs them.
 set -uo pipefail
@@ -106,7 +109,7 @@ grep -q -E '^[0-9]+[|]0[|]step 3/bwd/Leaf$' "$tmp/edge0.c.ranges" && grep -q -E 
 for h in C PY; do
   rec "ident.$h" "$h" -- tests/torch/torch_hooks_ident.py
   grep -q -x "scan $([[ $h == C ]] && echo builtin_function_or_method || echo method)" "$tmp/ident.$h.log" &&
-    ! grep -q FAIL "$tmp/ident.$h.log" && [[ $(grep -c '^ok:' "$tmp/ident.$h.log") == 11 ]] \
+    ! grep -q FAIL "$tmp/ident.$h.log" && [[ $(grep -c '^ok:' "$tmp/ident.$h.log") == 22 ]] \
     && ok "ident $h: new gradients and state values named, the same ones not again" \
     || bad "ident $h: $(grep -E 'FAIL|Error' "$tmp/ident.$h.log" | head -2)"
   # set_to_none after the second of 3 steps: each gradient named at its first and its third step

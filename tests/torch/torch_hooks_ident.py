@@ -1,9 +1,15 @@
 """torch_hooks_ident.py — which gradients and optimizer state values gpumem's PyTorch hooks name
-again (gpumem/_torch.py's _changed_grads, _changed_state and _name; in C, preload/torch_hooks.c),
-for tests/torch/torch_hooks.sh. A new gradient after zero_grad(set_to_none=True) may reuse the old
-one's C++ object address (_cdata) and data pointer: it must still be named, as a new allocation.
-Stand-in tensors make that reuse certain here, where with real ones it depends on the heap.
-Prints "ok: ..." per check and exits 1 on the first that fails.
+again (gpumem/_torch.py's _changed_grads, _changed_state, _seen_grad, _seen_value and _name; in C,
+preload/torch_hooks.c with its table of the values named), for tests/torch/torch_hooks.sh. A new
+gradient after zero_grad(set_to_none=True) may reuse the old one's C++ object address (_cdata) and
+data pointer: it must still be named, as a new allocation. Stand-in tensors make that reuse certain
+here, where with real ones it depends on the heap.
+
+One table: each row changes the parameters, their gradients or the optimizer state, then scans as
+the optimizer hooks do (gradients, then state) and names what the scan lists. The hooks installed
+(C or Python, by GPUMEM_TORCH_C_HOOKS) must list what the row expects, and what _Hooks' Python scan
+lists on a second, Python-only instance with its own dictionaries (the reference). Prints
+"ok: ..." per row and exits 1 on the first that fails.
 """
 import collections
 import sys
@@ -28,8 +34,22 @@ class Fake:
         return 1
 
 
+class NoRef:
+    """A value with a data pointer that takes no weak reference: never taken for the one seen."""
+    __slots__ = ("_ptr",)
+
+    def __init__(self, ptr):
+        self._ptr = ptr
+
+    def data_ptr(self):
+        return self._ptr
+
+
 class Param:
     grad = None
+
+    def __init__(self, name):
+        self.name = name
 
 
 def check(what, cond):
@@ -41,44 +61,160 @@ def check(what, cond):
 
 hooks = next(h.__self__ for h in O._global_optimizer_pre_hooks.values())
 print("scan", type(hooks._changed_grads).__name__)
-p = Param()
-groups = [{"params": [p]}]
-seen = {}
-check("no gradient: nothing to name", hooks._changed_grads(groups, seen) == [])
-p.grad = Fake(0x5000, 0x7f0000001000)
-check("a first gradient is named", hooks._changed_grads(groups, seen) == [p])
-hooks._seen(seen, id(p), p.grad)
-check("the same gradient is not named again", hooks._changed_grads(groups, seen) == [])
-p.grad = Fake(0x5000, 0x7f0000001000)  # the old one is gone; its _cdata and pointer reused
-check("a new gradient at the old one's _cdata and pointer is named",
-      hooks._changed_grads(groups, seen) == [p])
-hooks._seen(seen, id(p), p.grad)
-p.grad._ptr = 0x7f0000002000
-check("the same object at another pointer is named", hooks._changed_grads(groups, seen) == [p])
+ref = _torch._Hooks.__new__(_torch._Hooks)  # the Python scan, its own dictionaries
+ref.seen_grads, ref.seen_state = {}, {}
 
-v = Fake(0x6000, 0x7f0000003000)
-state, seen_state = {p: {"exp_avg": v, "step": 3}}, {}
-check("first state named", [x[1] for x in hooks._changed_state(state, seen_state)] == ["exp_avg", "step"])
-for k, x in state[p].items():
-    hooks._seen(seen_state.setdefault(id(p), {}), k, x)
-check("the same state is not named again (a number is not a tensor)",
-      [x[1] for x in hooks._changed_state(state, seen_state)] == ["step"])
-del v
-state[p]["exp_avg"] = Fake(0x6000, 0x7f0000003000)
-check("a new state value at the old one's _cdata and pointer is named",
-      [x[1] for x in hooks._changed_state(state, seen_state)] == ["exp_avg", "step"])
+p, q = Param("p"), Param("q")
+many = [Param("m%d" % i) for i in range(300)]  # the C table grows past its first size
+groups = [{"params": [p]}]
+state = {}
+keep = {}  # values the rows hold on to
+tname = {}  # id -> the name of a real parameter (a tensor's .name is its dimension names')
+
+
+def nm(x):
+    return tname.get(id(x)) or x.name
+
+
+def scan(h):
+    """The optimizer hooks' two scans, naming what they list: (gradients' params, (param, key))."""
+    try:
+        gs = h._changed_grads(groups)
+        for x in gs:
+            h._seen_grad(x, x.grad)
+        st = h._changed_state(state)
+        for x, k, v in st:
+            h._seen_value(x, k, v)
+    except Exception as e:  # noqa: BLE001 - a row may expect the scan's exception
+        return type(e).__name__
+    return [nm(x) for x in gs], [(nm(x), k) for x, k, _ in st]
+
+
+def r_grad():
+    p.grad = Fake(0x5000, 0x7f0000001000)
+    state[p] = {"exp_avg": keep.setdefault("v", Fake(0x6000, 0x7f0000003000)), "step": 3}
+
+
+def r_regrad():
+    p.grad = Fake(0x5000, 0x7f0000001000)  # the old one is gone; its _cdata and pointer reused
+
+
+def r_move():
+    p.grad._ptr = 0x7f0000002000
+
+
+def r_restate():
+    del keep["v"]
+    state[p]["exp_avg"] = Fake(0x6000, 0x7f0000003000)
+    keep["v"] = state[p]["exp_avg"]
+
+
+def r_equal_key():
+    # a key equal to the one named, made anew (a state_dict loaded back): the same entry
+    state[p] = {"".join(["exp_", "avg"]): keep["v"], "step": 4}
+
+
+def r_q():
+    groups[0]["params"].append(q)
+    q.grad = Fake(0x5100, 0x7f0000001100)
+    state[q] = {"exp_avg": keep.setdefault("w", Fake(0x6100, 0x7f0000003100))}
+
+
+def r_many():
+    groups.append({"params": many})
+    for i, m in enumerate(many):
+        m.grad = Fake(0x9000 + i, 0x7f1000000000 + 256 * i)
+        state[m] = {"exp_avg": Fake(0xa000 + i, 0x7f2000000000 + 256 * i)}
+
+
+def r_one_of_many():
+    many[150].grad = Fake(0x9000 + 150, 0x7f1000000000 + 256 * 150)
+    state[many[151]]["exp_avg"]._ptr += 8
+
+
+def r_noref():
+    state[q]["max"] = keep.setdefault("n", NoRef(0x7f0000009000))
+
+
+class Pairs:
+    """A mapping of state as the scan sees one that is not a dict: its items() (any key)."""
+
+    def __init__(self, kv):
+        self.kv = kv
+
+    def items(self):
+        return list(self.kv)
+
+
+def r_unhashable():
+    keep["q"] = state[q]
+    state[q] = Pairs(list(state[q].items()) + [(["list"], Fake(0x6200, 0x7f0000003200))])
+
+
+def r_hashable_again():
+    state[q] = keep.pop("q")
+
+
+def r_torch():
+    # real parameters (CPU tensors): their gradient read in C++ where the hooks are in C
+    keep["t"] = torch.nn.Parameter(torch.zeros(4))
+    tname[id(keep["t"])] = "t"
+    keep["t"].grad = torch.ones(4)
+    groups.append({"params": [keep["t"]]})
+
+
+def r_torch_regrad():
+    keep["t"].grad = torch.ones(4)  # a new gradient (set_to_none, then backward)
+
+
+def r_torch_none():
+    keep["t"].grad = None
+
+
+def nothing():
+    pass
+
+
+M = ["m%d" % i for i in range(300)]
+rows = [
+    ("no gradient, no state: nothing to name", nothing, ([], [])),
+    ("a first gradient and state named", r_grad, (["p"], [("p", "exp_avg"), ("p", "step")])),
+    ("the same ones not again (a number is not a tensor)", nothing, ([], [("p", "step")])),
+    ("a new gradient at the old one's _cdata and pointer is named", r_regrad, (["p"], [("p", "step")])),
+    ("the same object at another pointer is named", r_move, (["p"], [("p", "step")])),
+    ("a new state value at the old one's _cdata and pointer is named", r_restate,
+     ([], [("p", "exp_avg"), ("p", "step")])),
+    ("a key equal to the one named, made anew, is that entry", r_equal_key, ([], [("p", "step")])),
+    ("another parameter's same key is its own entry", r_q, (["q"], [("p", "step"), ("q", "exp_avg")])),
+    ("300 more parameters named once", r_many, (M, [("p", "step")] + [(m, "exp_avg") for m in M])),
+    ("and not again", nothing, ([], [("p", "step")])),
+    ("one new gradient and one moved state value among them", r_one_of_many,
+     (["m150"], [("p", "step"), ("m151", "exp_avg")])),
+    ("a value that takes no weak reference is named each time", r_noref,
+     ([], [("p", "step"), ("q", "max")])),
+    ("and again", nothing, ([], [("p", "step"), ("q", "max")])),
+    ("an unhashable state key raises as the dict's lookup does", r_unhashable, "TypeError"),
+    ("the scan goes on after it", r_hashable_again, ([], [("p", "step"), ("q", "max")])),
+    ("a torch.nn.Parameter's gradient named", r_torch, (["t"], [("p", "step"), ("q", "max")])),
+    ("and not again", nothing, ([], [("p", "step"), ("q", "max")])),
+    ("its new gradient named", r_torch_regrad, (["t"], [("p", "step"), ("q", "max")])),
+    ("no gradient: nothing", r_torch_none, ([], [("p", "step"), ("q", "max")])),
+]
+for what, change, want in rows:
+    change()
+    got, py_got = scan(hooks), scan(ref)
+    check("%s (%s)" % (what, "as Python's" if got == py_got else "Python's: %r, here: %r" % (py_got, got)),
+          got == want and py_got == want)
 
 # the scan walks a plain dict (or defaultdict) in place and any other mapping through items(): the
 # same order either way, the one Python's scan gives (an OrderedDict moved keeps its own order)
-v, w = state[p]["exp_avg"], Fake(0x6100, 0x7f0000005000)
-hooks._seen(seen_state[id(p)], "exp_avg", v)
+v, w = keep["v"], Fake(0x6300, 0x7f0000005000)
 inner = collections.OrderedDict([("exp_avg", v), ("max_exp_avg_sq", w), ("step", 4)])
 inner.move_to_end("exp_avg")
-state = collections.defaultdict(dict, {p: inner, Param(): {"step": 5, "exp_avg": w}})
-want = _torch._Hooks._changed_state(hooks, state, seen_state)
+state = collections.defaultdict(dict, {p: inner, Param("r"): {"step": 5, "exp_avg": w}})
+got, want = hooks._changed_state(state), ref._changed_state(state)
 check("an OrderedDict and a defaultdict of state scanned in items() order",
-      hooks._changed_state(state, seen_state) == want and
-      [x[1] for x in want] == ["max_exp_avg_sq", "step", "step", "exp_avg"])
+      got == want and [x[1] for x in want] == ["max_exp_avg_sq", "step", "step", "exp_avg"])
 
 names = _torch._state["names"]
 n0 = len(names)

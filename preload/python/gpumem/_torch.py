@@ -646,7 +646,17 @@ class _Hooks:
         fast = self._c_hooks()
         if fast is not None:  # the module hooks in C; the optimizer's ranges and scans too
             (pre, post, self._begin_opt, self._end_opt, self._changed_grads,
-             self._changed_state, wrap_call) = fast
+             self._changed_state, remember, wrap_call) = fast
+
+            # the values named, in the C scan's table (seen_grads and seen_state stay empty)
+            def seen_grad(p, g):
+                if hasattr(g, "data_ptr"):  # _seen's test and values
+                    remember(p, _ref(g), g.data_ptr())
+
+            def seen_value(p, k, v):
+                if hasattr(v, "data_ptr"):
+                    remember(p, k, _ref(v), v.data_ptr())
+            self._seen_grad, self._seen_value = seen_grad, seen_value
             # Module.__call__ running them itself: a global hook would send every module call
             # through _call_impl's long path (torch_hooks.c, module_call)
             if _env("GPUMEM_TORCH_GLOBAL_HOOKS", "0") != "1":
@@ -879,35 +889,42 @@ class _Hooks:
             self._pop(t)
         self.step += 1
 
-    def _changed_grads(self, groups, seen):
+    def _changed_grads(self, groups):
+        seen = self.seen_grads
         return [p for group in groups for p in group["params"]
                 if p.grad is not None and not self._unchanged(seen, id(p), p.grad)]
 
-    def _changed_state(self, state, seen_state):
+    def _changed_state(self, state):
+        seen_state = self.seen_state
         return [(p, k, v) for p, st in state.items() for k, v in st.items()
                 if not self._unchanged(seen_state.get(id(p), {}), k, v)]
+
+    def _seen_grad(self, p, g):
+        self._seen(self.seen_grads, id(p), g)
+
+    def _seen_value(self, p, k, v):
+        self._seen(self.seen_state.setdefault(id(p), {}), k, v)
 
     def opt_pre(self, opt, args, kwargs):
         try:
             self._begin_opt()
-            seen = self.seen_grads
-            for p in self._changed_grads(opt.param_groups, seen):
+            for p in self._changed_grads(opt.param_groups):
                 g = p.grad
                 self._name(g, self._label(p, "grad."))
-                self._seen(seen, id(p), g)
+                self._seen_grad(p, g)
         except Exception as e:  # noqa: BLE001
             _warn("an optimizer hook", e)
 
     def opt_post(self, opt, args, kwargs):
         try:
             kind = None
-            for p, k, v in self._changed_state(opt.state, self.seen_state):
+            for p, k, v in self._changed_state(opt.state):
                 if getattr(v, "is_cuda", False) and v.numel() > 0:
                     if kind is None:
                         kind = type(opt).__name__.lower()
                         kind = "adam" if kind.startswith("adam") else kind
                     self._name(v, self._label(p, "%s.%s." % (kind, k)))
-                self._seen(self.seen_state.setdefault(id(p), {}), k, v)
+                self._seen_value(p, k, v)
             self._end_opt()
         except Exception as e:  # noqa: BLE001
             _warn("an optimizer hook", e)
