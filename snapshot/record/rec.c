@@ -36,6 +36,9 @@
 
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
 
 #define REC_TLS_DEPTH 48 /* small: initial-exec TLS must fit the static TLS surplus when libgpumem.so is dlopen()ed (PyTorch) */
 
@@ -438,6 +441,11 @@ static int open_now(const rec_options *opt) {
             return -1;
         }
         rec_mem_advise_huge(p, (g->stab_mask + 1) * sizeof *g->stab); /* 4 MiB, looked up at random */
+#if defined(__SANITIZE_ADDRESS__)
+        /* the table holds each stack's frames (malloc'd, stack_id_slow) until it is emptied:
+         * LeakSanitizer scans no mmap'd memory it was not told of, and would call them leaked */
+        __lsan_register_root_region(p, (g->stab_mask + 1) * sizeof *g->stab);
+#endif
         g->stab = p;
     }
     if (!g->strtab) {
