@@ -2893,8 +2893,8 @@ int alloc_set_memory_fraction(alloc_t *a, double fraction, size_t *cap)
     if (!a || !(fraction >= 0 && fraction <= 1)) return ALLOC_ERR_INVALID;
     LOCK(a);
     size_t c = (size_t)(fraction * (double)a->capacity); /* PyTorch's setMemoryFraction */
-    a->fraction_bound = fraction < 1 && c < a->conf_limit;
-    a->cfg.limit = a->fraction_bound ? c : a->conf_limit;
+    a->cfg.limit = alloc_fraction_limit(c, fraction >= 1, a->conf_limit);
+    a->fraction_bound = a->cfg.limit < a->conf_limit;
     a->cfg.memory_fraction = fraction;
     UNLOCK(a);
     if (cap) *cap = c;

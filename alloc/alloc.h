@@ -398,6 +398,16 @@ int alloc_set_limit(alloc_t *a, size_t limit);
  * allocator, a fraction outside [0, 1]). */
 int alloc_set_memory_fraction(alloc_t *a, double fraction, size_t *cap);
 
+/* The limit a per-process memory fraction leaves in force: its cap (bytes) where the fraction is
+ * under 1 (whole: false) and the cap is below the configured limit conf_limit, else conf_limit (a
+ * fraction of 1 gives the configured limit back). The one place of the rule:
+ * alloc_set_memory_fraction applies it, and so does a reader that replays a recording's fractions
+ * under the limit it ran with (gm_replay_trace_load_tap). */
+static inline size_t alloc_fraction_limit(size_t cap, bool whole, size_t conf_limit)
+{
+    return !whole && cap < conf_limit ? cap : conf_limit;
+}
+
 /* Raw code of the last backend failure (0 if none). */
 int alloc_last_backend_error(alloc_t *a);
 

@@ -135,12 +135,11 @@ int adv_add_limit(adv_model *m, uint64_t t, uint64_t cap, uint64_t millionths, s
 {
     /* a fraction of 1 caps nothing PyTorch could reserve; recordings before 0 meant 0 bytes
      * (alloc/README.md) noted it as cap 0, which now reads as "nothing may be reserved" */
-    if (millionths >= 1000000) cap = UINT64_MAX;
-    if (cap >> 48) cap = ((uint64_t)1 << 48) - 1; /* 256 TiB: more than any device has */
+    if (millionths >= 1000000) cap = ADV_LIMIT_MAX;
     uint32_t a = new_alloc(m, 0, 0, 0, 0, (uint32_t)m->nallocs);
     if (a == UINT32_MAX || gm_grow_fast((void **)&m->evs, evcap, m->nevs + 1, sizeof *m->evs)) return -1;
-    m->evs[m->nevs++] = (adv_ev){.a = a, .kind = ADV_EV_LIMIT, .step = -1, .t = t,
-                                 .stream = (uint32_t)cap, .pad = (uint16_t)(cap >> 32)};
+    m->evs[m->nevs] = (adv_ev){.a = a, .kind = ADV_EV_LIMIT, .step = -1, .t = t};
+    adv_ev_set_limit(&m->evs[m->nevs++], cap);
     return 1;
 }
 

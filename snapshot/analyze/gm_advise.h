@@ -62,6 +62,15 @@ typedef struct adv_ev {
 /* ADV_EV_LIMIT's cap in bytes, kept in stream (low 32 bits) and pad (high 16 bits): no other
  * event has a use for both, and a wider event would cost every model 8 bytes an event. */
 static inline uint64_t adv_ev_limit(const adv_ev *e) { return (uint64_t)e->pad << 32 | e->stream; }
+/* The largest cap an ADV_EV_LIMIT holds (256 TiB: more than any device has): a fraction of 1, which
+ * caps nothing (adv_add_limit), or a cap too wide to keep. */
+#define ADV_LIMIT_MAX (((uint64_t)1 << 48) - 1)
+/* ADV_EV_LIMIT's cap set to cap bytes (ADV_LIMIT_MAX where it is wider). */
+static inline void adv_ev_set_limit(adv_ev *e, uint64_t cap)
+{
+    if (cap > ADV_LIMIT_MAX) cap = ADV_LIMIT_MAX;
+    e->stream = (uint32_t)cap, e->pad = (uint16_t)(cap >> 32);
+}
 
 typedef struct adv_alloc {
     uint64_t size;   /* requested bytes */

@@ -179,13 +179,14 @@ int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *t
     gm_meta_text(d, "config", conf, sizeof conf);
     if (conf[0] && alloc_config_parse_recorded(&rc, conf, NULL, 0) == ALLOC_OK) am->cfg.limit = rc.limit;
     /* the per-process memory fractions gpumem's allocator applied (the load's ADV_EV_LIMIT events
-     * of a gpumem recording): each the lower of the fraction's cap and the configured limit, as
-     * alloc_set_memory_fraction makes it (a fraction of 1 gives back the configured limit) */
-    if (am->torch != 1 && rc.limit != ALLOC_NO_LIMIT)
+     * of a gpumem recording) under the configured limit, as alloc_set_memory_fraction applied
+     * them (alloc_fraction_limit; ADV_LIMIT_MAX: a fraction of 1) */
+    if (am->torch != 1)
         for (size_t i = 0; i < am->nevs; i++) {
             adv_ev *e = &am->evs[i];
             if (e->kind != ADV_EV_LIMIT) continue;
-            if (adv_ev_limit(e) > (uint64_t)rc.limit) e->stream = (uint32_t)rc.limit, e->pad = (uint16_t)((uint64_t)rc.limit >> 32);
+            uint64_t cap = adv_ev_limit(e);
+            adv_ev_set_limit(e, alloc_fraction_limit((size_t)cap, cap == ADV_LIMIT_MAX, rc.limit));
         }
     if (add_ooms(d, am) != 0) {
         adv_model_free(am);

@@ -660,6 +660,67 @@ static void test_replay_limit(void **state)
     assert_int_equal(r.oom_index, 2);
 }
 
+/* The limit in force on a (failed) request over the device: alloc_last_oom's, exact (no cap
+ * is ALLOC_NO_LIMIT, not the device's size), and whether the fraction set it. */
+static size_t oom_limit(alloc_t *a, bool *by_fraction)
+{
+    uint64_t p = 0;
+    alloc_oom_info_t o;
+    assert_int_not_equal(alloc_malloc(a, 2 * GiB, 0, &p), ALLOC_OK);
+    assert_true(alloc_last_oom(a, &o));
+    if (by_fraction) *by_fraction = o.limit_by_fraction;
+    return o.limit;
+}
+
+/* One rule for the limit a per-process memory fraction leaves (alloc_fraction_limit), as
+ * alloc_set_memory_fraction applies it on a 1 GiB device and as a replay of a recording's fractions
+ * reads it: the fraction's cap (fraction x total, truncated) where the fraction is under 1 and the
+ * cap is below the configured limit (the limit key, or the per_process_memory_fraction key's
+ * share), else the configured limit (a fraction of 1 gives it back, none included); a later call
+ * replaces an earlier one; the OOM says the fraction bound only where its cap is the limit. */
+static void test_fraction_limit(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *conf;
+        double first, fraction; /* first: a call before (< 0: none) */
+        size_t cap, limit;      /* the fraction's bytes, then the limit in force */
+        bool bound;             /* the fraction's cap is the limit (alloc_oom_info.limit_by_fraction) */
+    } rows[] = {
+        {"", -1, 0.5, 512 * MiB, 512 * MiB, true},
+        {"limit:256M", -1, 0.5, 512 * MiB, 256 * MiB, false},          /* the limit is lower */
+        {"limit:512M", -1, 0.25, 256 * MiB, 256 * MiB, true},          /* the fraction is lower */
+        {"limit:512M", -1, 0.5, 512 * MiB, 512 * MiB, false},          /* equal: the limit's */
+        {"limit:256M", -1, 1, GiB, 256 * MiB, false},                  /* 1: the limit back */
+        {"limit:2G", -1, 1, GiB, 2 * GiB, false},                      /* even above the device */
+        {"", -1, 1, GiB, ALLOC_NO_LIMIT, false},                       /* 1, no limit: none */
+        {"", -1, 0, 0, 0, true},                                       /* 0: nothing may be reserved */
+        {"limit:512M", 0.25, 1, GiB, 512 * MiB, false},                /* a later 1 lifts an earlier cap */
+        {"limit:512M", 0.25, 0.375, 384 * MiB, 384 * MiB, true},       /* a later one replaces it */
+        {"per_process_memory_fraction:0.5", -1, 0.75, 768 * MiB, 512 * MiB, false}, /* the key's share */
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        alloc_config_t cfg = conf(rows[i].conf);
+        alloc_mem_opts_t mo = {.capacity = GiB};
+        alloc_mem_backend_t *m = alloc_mem_backend_create(&mo);
+        alloc_t *a;
+        assert_non_null(m);
+        assert_int_equal(alloc_create(alloc_mem_backend(m), &cfg, &a), ALLOC_OK);
+        size_t conf_limit = oom_limit(a, NULL), cap = 1;
+        if (rows[i].first >= 0) assert_int_equal(alloc_set_memory_fraction(a, rows[i].first, NULL), ALLOC_OK);
+        assert_int_equal(alloc_set_memory_fraction(a, rows[i].fraction, &cap), ALLOC_OK);
+        bool bound;
+        size_t limit = oom_limit(a, &bound);
+        if (cap != rows[i].cap || limit != rows[i].limit || bound != rows[i].bound)
+            fail_msg("row %zu (%s, fraction %g): cap %zu limit %zu bound %d, want %zu %zu %d", i, rows[i].conf,
+                     rows[i].fraction, cap, limit, bound, rows[i].cap, rows[i].limit, rows[i].bound);
+        /* the rule itself, as a reader applies it to a recorded cap under the configured limit */
+        assert_int_equal(alloc_fraction_limit(cap, rows[i].fraction >= 1, conf_limit), rows[i].limit);
+        alloc_destroy(a);
+        alloc_mem_backend_destroy(m);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -680,6 +741,7 @@ int main(void)
         cmocka_unit_test(test_replay_free_completed),
         cmocka_unit_test(test_replay_other_allocator),
         cmocka_unit_test(test_replay_limit),
+        cmocka_unit_test(test_fraction_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
