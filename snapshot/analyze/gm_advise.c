@@ -1446,6 +1446,24 @@ int adv_add_pool_release(adv_model *m, int kind, uint64_t alloc_id, uint32_t str
     return added;
 }
 
+/* What a row of a gpumem recording (not a PyTorch history) beside its allocations and frees
+ * (kinds 1-4) is to the model: one of gpumem's own events it keeps, or OWN_NONE. The one list of
+ * them: the row filter (event_rows) keeps what this names, and load_event acts on its answer.
+ *   OWN_POOL_END: gpumem's allocator gave a capture's pool back (kinds 15 / 19 flagged
+ *     REC_F_PRIVATE_POOL, on the capture's stream: alloc_release_capture, once its graphs are
+ *     destroyed): the pool ends here;
+ *   OWN_EMPTY_CACHE: gpumem's allocator emptied its cache (kind 36 flagged REC_F_FRAMEWORK:
+ *     gpumem_empty_cache, PyTorch's torch.cuda.empty_cache() through it);
+ *   OWN_FRACTION: the program's per-process memory fraction, which gpumem's allocator applied
+ *     (kind 37 flagged REC_F_FRAMEWORK: the cap in bytes, the fraction in millionths). */
+enum { OWN_NONE = 0, OWN_POOL_END, OWN_EMPTY_CACHE, OWN_FRACTION };
+static inline int own_event_kept(int64_t kind, uint64_t flags)
+{
+    if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) return flags & REC_F_PRIVATE_POOL ? OWN_POOL_END : OWN_NONE;
+    if (!(flags & REC_F_FRAMEWORK)) return OWN_NONE;
+    return kind == REC_TORCH_EMPTY_CACHE ? OWN_EMPTY_CACHE : kind == REC_TORCH_MEMORY_FRACTION ? OWN_FRACTION : OWN_NONE;
+}
+
 static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint64_t requested, uint32_t stream,
                       uint64_t range, uint64_t t, uint32_t stack, uint64_t size, uint64_t flags, uint64_t alloc_id)
 {
@@ -1453,24 +1471,17 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
     adv_model *m = L->m;
     size_t had_evs = m->nevs, had_allocs = m->nallocs;
     if (m->torch != 1) {
-        /* gpumem's allocator gave a capture's pool back (kinds 15 / 19 flagged REC_F_PRIVATE_POOL,
-         * on the capture's stream: alloc_release_capture, once its graphs are destroyed): the
-         * pool ends here (one capture's run of segments ends it once) */
-        if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) {
+        switch (own_event_kept(kind, flags)) {
+        case OWN_POOL_END: /* one capture's run of segments ends its pool once */
             if (L->pool_end_stream == stream + 1) return 0;
             L->pool_end_stream = stream + 1;
-            int added = adv_add_pool_release(m, kind, 0, stream, t, &L->evcap, &L->pools);
-            return load_added(L, added, had_evs, had_allocs, seq);
-        }
-        /* gpumem's allocator emptied its cache (kind 36 flagged REC_F_FRAMEWORK: gpumem_empty_cache,
-         * PyTorch's torch.cuda.empty_cache() through it) */
-        if (kind == REC_TORCH_EMPTY_CACHE)
+            return load_added(L, adv_add_pool_release(m, kind, 0, stream, t, &L->evcap, &L->pools), had_evs,
+                              had_allocs, seq);
+        case OWN_EMPTY_CACHE:
             return load_added(L, adv_append_release(m, t, &L->evcap), had_evs, had_allocs, seq);
-        /* the program's per-process memory fraction, which gpumem's allocator applied (kind 37
-         * flagged REC_F_FRAMEWORK: the cap in bytes, the fraction in millionths); frag and tune
-         * take the lower of it and the configured limit (gm_replay_trace_load_tap) */
-        if (kind == REC_TORCH_MEMORY_FRACTION)
+        case OWN_FRACTION: /* frag and tune apply it under the configured limit (gm_replay_trace_load_tap) */
             return load_added(L, adv_add_limit(m, t, size, requested, &L->evcap), had_evs, had_allocs, seq);
+        }
         L->pool_end_stream = 0;
     }
     if (m->torch == 1) {
@@ -1589,11 +1600,8 @@ static int event_rows(void *ctx, const gm_event_row *rows, size_t n)
             L->found = k == 31 ? LOAD_AS_HISTORY : LOAD_AS_HOOKED;
             return 1;
         }
-        /* gpumem's recordings: also its capture pools' ends, its own empty_cache and the fractions it
-         * applied (load_event) */
-        if (torch ? k < 31 || k > 37
-                  : (k < 1 || k > 4) && !((k == REC_SEG_UNMAP || k == REC_DRIVER_FREE) && (w->flags & REC_F_PRIVATE_POOL)) &&
-                        !((k == REC_TORCH_EMPTY_CACHE || k == REC_TORCH_MEMORY_FRACTION) && (w->flags & REC_F_FRAMEWORK)))
+        /* gpumem's recordings: its allocations and frees, and its own events the model keeps */
+        if (torch ? k < 31 || k > 37 : (k < 1 || k > 4) && own_event_kept(k, (uint64_t)w->flags) == OWN_NONE)
             continue;
         if (load_event(L, (uint64_t)w->seq, (int)k, (uint64_t)w->addr, (uint64_t)w->requested, (uint32_t)w->stream,
                        (uint64_t)w->range, (uint64_t)w->t, (uint32_t)w->stack, (uint64_t)w->size, (uint64_t)w->flags,
