@@ -701,30 +701,26 @@ static __attribute__((noinline)) uint32_t stack_id_slow(uint64_t key, void **pcs
             break;
         }
         if (k == 0) {
+            /* one copy of the frames: the table's, which the writer's item borrows (the table
+             * lives to the end of the recording, rec_item_free) */
             rec_item *it = calloc(1, sizeof *it);
-            void *fr = malloc((size_t)(n ? n : 1) * sizeof(void *));
-            rec_pyframe *pf = npy ? malloc((size_t)npy * sizeof *pf) : NULL;
             struct rec_stack_frames *kept =
                 malloc(sizeof *kept + (size_t)n * sizeof(void *) + (size_t)npy * sizeof *py);
-            if (!it || !fr || (npy && !pf) || !kept) {
+            if (!it || !kept) {
                 free(it);
-                free(fr);
-                free(pf);
                 free(kept);
                 break;
             }
             kept->n = (uint32_t)n, kept->npy = (uint32_t)npy;
             memcpy(kept->pcs, pcs, (size_t)n * sizeof(void *));
             if (npy) memcpy(kept->pcs + n, py, (size_t)npy * sizeof *py);
-            memcpy(fr, pcs, (size_t)n * sizeof(void *));
-            if (npy) memcpy(pf, py, (size_t)npy * sizeof *pf);
             id = ++rec_g.nstacks;
             it->type = REC_I_STACK;
             it->id = id;
             it->n = (size_t)n;
-            it->p = fr;
+            it->p = kept->pcs;
             it->n2 = (size_t)npy;
-            it->p2 = pf;
+            it->p2 = npy ? (void *)(kept->pcs + n) : NULL;
             rec_item_push(it);
             rec_g.stab[i].frames = kept;
             atomic_store_explicit(&rec_g.stab[i].id, id, memory_order_relaxed);
@@ -1190,13 +1186,13 @@ static void forget_state(rec_state *g) {
     rec_item *it = g->items;
     while (it) {
         rec_item *n = it->next;
-        free(it->p), free(it->p2), free(it);
+        rec_item_free(it);
         it = n;
     }
     g->items = NULL;
     g->items_tail = &g->items;
     if (g->ring.slots) rec_ring_reset(&g->ring);
-    if (g->stab) {
+    if (g->stab) { /* after the items, which borrow the frames of their stacks */
         for (uint64_t i = 0; i <= g->stab_mask; i++) free((void *)g->stab[i].frames);
         memset(g->stab, 0, (g->stab_mask + 1) * sizeof *g->stab);
     }

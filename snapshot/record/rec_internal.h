@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sqlite3.h>
 
 #include "snapshot/record/rec.h"
@@ -61,11 +62,19 @@ typedef struct rec_item {
     uint64_t id;       /* string id, stack id, thread id, oom seq, snapshot seq */
     uint64_t a, b;     /* per type */
     size_t n, n2;      /* counts (frames; segments, blocks) */
-    void *p, *p2;      /* payloads (owned by the item) */
+    void *p, *p2;      /* payloads (owned by the item; a stack's are borrowed: rec_item_free) */
     char text[];       /* strings, meta key\0value */
 } rec_item;
 enum { REC_I_STRING = 1, REC_I_STACK, REC_I_THREAD, REC_I_OOM, REC_I_SNAPSHOT, REC_I_META,
        REC_I_THREAD_NAME };
+
+/* An item and the payloads it owns. A stack's frames (p: native, p2: Python) are the stack
+ * table's (stack_id_slow), which keeps them to the end of the recording: the writer is joined
+ * (rec_close) or absent (a forked child) before forget_state empties the table. */
+static inline void rec_item_free(rec_item *it) {
+    if (it->type != REC_I_STACK) free(it->p), free(it->p2);
+    free(it);
+}
 
 typedef struct rec_state {
     _Atomic int state;            /* REC_ST_* */

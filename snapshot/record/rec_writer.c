@@ -878,10 +878,6 @@ static void write_snapshot(writer *w, rec_item *it, int64_t id) {
     }
 }
 
-static void item_free(rec_item *it) {
-    free(it->p), free(it->p2), free(it);
-}
-
 /* The latest peak snapshot of a device replaces the one written before (at most once a
  * second; the last one is always written at close). */
 static void flush_peak(writer *w, int dev, int force) {
@@ -901,7 +897,7 @@ static void flush_peak(writer *w, int dev, int force) {
     w->peak_written_id[dev] = id;
     w->peak_written_ns[dev] = now;
     w->peak_pending[dev] = NULL;
-    item_free(it);
+    rec_item_free(it);
 }
 
 static void take_items(writer *w, rec_state *g) {
@@ -993,7 +989,7 @@ static void take_items(writer *w, rec_state *g) {
         case REC_I_SNAPSHOT: {
             int dev = it->n ? ((const rec_segment *)it->p)[0].device : 0;
             if (it->a == REC_SNAP_PEAK && dev >= 0 && dev < REC_MAX_DEVICES) {
-                if (w->peak_pending[dev]) item_free(w->peak_pending[dev]);
+                if (w->peak_pending[dev]) rec_item_free(w->peak_pending[dev]);
                 w->peak_pending[dev] = it;
                 keep = 1;
                 flush_peak(w, dev, 0);
@@ -1009,7 +1005,7 @@ static void take_items(writer *w, rec_state *g) {
             break;
         }
         }
-        if (!keep) item_free(it);
+        if (!keep) rec_item_free(it);
         it = next;
     }
 }
@@ -1650,7 +1646,7 @@ static void writer_cleanup(writer *w) {
     free(w->hits);
     free(w->tl);
     for (int d = 0; d < REC_MAX_DEVICES; d++)
-        if (w->peak_pending[d]) item_free(w->peak_pending[d]);
+        if (w->peak_pending[d]) rec_item_free(w->peak_pending[d]);
     memset(w, 0, sizeof *w);
 }
 
