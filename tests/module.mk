@@ -6,7 +6,8 @@ SCRIPT_TESTS += tests/integration/e2e_trainer.sh tests/integration/e2e_leak.sh \
                 tests/integration/e2e_output_review.sh tests/integration/record_diagnosis.sh \
                 tests/integration/cli_small_wrongs.sh tests/integration/readme_check.sh \
                 tests/integration/record_exec.sh tests/integration/rerun_argv.sh \
-                tests/integration/record_where.sh tests/integration/size_settings.sh
+                tests/integration/record_where.sh tests/integration/size_settings.sh \
+                tests/integration/idle_event_counts.sh
 # symbolizing through gm_sym.c's sorted symbol table names every frame as libdwfl does
 SCRIPT_TESTS += tests/integration/sym_table.sh
 # the README's text against the output of the commands it shows (e2e_* run those commands under

@@ -73,7 +73,7 @@ void gm_categories_print_text(FILE *out, const gm_categories *c, const char *tit
                 : " (name tensors, or mark phases with NVTX ranges \"step N\" > fwd / bwd / opt, or record a "
                   "PyTorch script with gpumem record's hooks)");
     if (!c->ntimeline) return;
-    fprintf(out, "  over time (%s):\n    %-11s %12s", c->nsteps ? "each step's highest moment" : "24 stretches of events",
+    fprintf(out, "  over time (%s):\n    %-11s %12s", c->nsteps ? "each step's highest moment" : "24 stretches of event numbers",
             c->nsteps ? "step" : "events", "total");
     static const char *const head[GM_NCATS] = {"params", "grads", "opt state", "activations", "temporaries",
                                                "workspaces", "other"};

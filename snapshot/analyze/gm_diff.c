@@ -22,6 +22,7 @@
 static const char *const usage_diff =
     "usage: gpumem diff A.db B.db [--json] [--top N] [--frames user|all] [--fail-if-peak-grows "
     "PCT]\n"
+    "                             [--device N]\n"
     "\n"
     "Compares two recordings (B against A): peaks, utilization, allocations per step, bytes\n"
     "alive at exit, and the tensor classes and call sites live at each peak, with deltas.\n"

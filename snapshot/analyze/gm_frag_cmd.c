@@ -347,7 +347,7 @@ static void print_text(gm_db *d, const gm_model *m, const gm_frag *f, int top, F
             uint64_t g = f->timeline[i].reserved - f->timeline[i].allocated;
             if (g > maxgap) maxgap = g;
         }
-        fprintf(out, "\nReserved - allocated over time (%s, at the widest gap)\n", f->by_step ? "per step" : "per 1/24 of the events");
+        fprintf(out, "\nReserved - allocated over time (%s, at the widest gap)\n", f->by_step ? "per step" : "per 1/24 of the event numbers");
         fprintf(out, "  %9s %12s %12s %12s\n", f->by_step ? "step" : "part", "reserved", "allocated", "gap");
         /* report's rule for per-step tables: alike neighbours are one row, a long run's middle
          * is left out (--json has every point) */

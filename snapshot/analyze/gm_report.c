@@ -347,7 +347,13 @@ typedef struct idle_group {
     const char *key;
     uint64_t bytes, count, never, not_again;
     int has_since, has_until;
-    uint64_t since_ns, until_ns, since_ev, until_ev;
+    uint64_t since_ns, until_ns;
+    uint64_t since_seq, until_seq; /* the median allocation's last use before / first use after */
+    /* the events (rows of `events`) after the last use up to the peak event, after the peak up to
+     * the next use: idle_count_events, for the groups printed; -1 where the count could not be
+     * read (a damaged file). Not the difference of the seqs: a launch's argument words take seqs
+     * of their own (rec_launch), and names have theirs, with no row in `events`. */
+    int64_t since_ev, until_ev;
     uint32_t last_kernel, next_kernel;
 } idle_group;
 
@@ -406,10 +412,10 @@ static size_t idle_groups(const gm_model *m, labels *l, const gm_idle *g, int by
             const gm_idle_alloc *ia = &g->allocs[med->rec];
             if (side == 0) {
                 x->has_since = 1, x->since_ns = med->gap, x->last_kernel = ia->last_kernel;
-                x->since_ev = g->peak_seq - ia->last_seq;
+                x->since_seq = ia->last_seq;
             } else {
                 x->has_until = 1, x->until_ns = med->gap, x->next_kernel = ia->next_kernel;
-                x->until_ev = ia->next_seq - g->peak_seq;
+                x->until_seq = ia->next_seq;
             }
         }
         for (size_t j = i; j < e; j++) {
@@ -425,6 +431,30 @@ static size_t idle_groups(const gm_model *m, labels *l, const gm_idle *g, int by
     free(k), free(gs);
     *out = gr;
     return n;
+}
+
+/* The events between each of the first `top` groups' median uses and the peak event (lo, hi]:
+ * one count over a range of `events`' rowids each (the primary key, so a walk of that range's
+ * leaves, for the few groups printed, not a pass over the table). */
+static void idle_count_events(gm_db *d, uint64_t peak_seq, idle_group *gr, size_t n, int top) {
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(d->db, "SELECT count(*) FROM events WHERE seq > ?1 AND seq <= ?2", -1, &s, NULL) != SQLITE_OK)
+        s = NULL;
+    for (size_t i = 0; i < n && (int)i < top; i++) {
+        for (int side = 0; side < 2; side++) {
+            int has = side == 0 ? gr[i].has_since : gr[i].has_until;
+            uint64_t lo = side == 0 ? gr[i].since_seq : peak_seq, hi = side == 0 ? peak_seq : gr[i].until_seq;
+            int64_t c = -1;
+            if (has && s) {
+                sqlite3_bind_int64(s, 1, (int64_t)lo);
+                sqlite3_bind_int64(s, 2, (int64_t)hi);
+                if (sqlite3_step(s) == SQLITE_ROW) c = sqlite3_column_int64(s, 0);
+                sqlite3_reset(s);
+            }
+            *(side == 0 ? &gr[i].since_ev : &gr[i].until_ev) = c;
+        }
+    }
+    sqlite3_finalize(s);
 }
 
 /* two steps the leaks section prints alike (one line for both) */
@@ -450,13 +480,21 @@ static void print_idle_groups_json(FILE *out, const gm_model *m, gm_demangler *d
         gm_json_str(out, x->key);
         fprintf(out, ",\"count\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"never_used\":%" PRIu64
                      ",\"not_used_again\":%" PRIu64, x->count, x->bytes, x->never, x->not_again);
-        if (x->has_since) fprintf(out, ",\"since_last_use_ns\":%" PRIu64 ",\"since_last_use_events\":%" PRIu64 ",\"last_kernel\":",
-                                  x->since_ns, x->since_ev);
-        else fputs(",\"since_last_use_ns\":null,\"since_last_use_events\":null,\"last_kernel\":", out);
+        if (x->has_since) fprintf(out, ",\"since_last_use_ns\":%" PRIu64 ",\"since_last_use_events\":", x->since_ns);
+        else fputs(",\"since_last_use_ns\":null,\"since_last_use_events\":", out);
+        if (x->has_since && x->since_ev >= 0) fprintf(out, "%" PRId64, x->since_ev);
+        else fputs("null", out);
+        if (x->has_since) fprintf(out, ",\"last_use_seq\":%" PRIu64, x->since_seq);
+        else fputs(",\"last_use_seq\":null", out);
+        fputs(",\"last_kernel\":", out);
         gm_json_str(out, x->has_since ? gm_demangle_id(dm, m, x->last_kernel) : NULL);
-        if (x->has_until) fprintf(out, ",\"until_next_use_ns\":%" PRIu64 ",\"until_next_use_events\":%" PRIu64 ",\"next_kernel\":",
-                                  x->until_ns, x->until_ev);
-        else fputs(",\"until_next_use_ns\":null,\"until_next_use_events\":null,\"next_kernel\":", out);
+        if (x->has_until) fprintf(out, ",\"until_next_use_ns\":%" PRIu64 ",\"until_next_use_events\":", x->until_ns);
+        else fputs(",\"until_next_use_ns\":null,\"until_next_use_events\":", out);
+        if (x->has_until && x->until_ev >= 0) fprintf(out, "%" PRId64, x->until_ev);
+        else fputs("null", out);
+        if (x->has_until) fprintf(out, ",\"next_use_seq\":%" PRIu64, x->until_seq);
+        else fputs(",\"next_use_seq\":null", out);
+        fputs(",\"next_kernel\":", out);
         gm_json_str(out, x->has_until ? gm_demangle_id(dm, m, x->next_kernel) : NULL);
         fputc('}', out);
     }
@@ -475,15 +513,21 @@ static void print_idle_groups_text(FILE *out, const gm_model *m, gm_demangler *d
         fputc('\n', out);
         if (x->has_since) {
             gm_fmt_ns(x->since_ns, t, sizeof t);
-            fprintf(out, "        last use %s / %" PRIu64 " event%s before: %s\n", t, x->since_ev,
-                    x->since_ev == 1 ? "" : "s", gm_demangle_id(dm, m, x->last_kernel));
+            if (x->since_ev >= 0)
+                fprintf(out, "        last use %s / %" PRId64 " event%s before: %s\n", t, x->since_ev,
+                        x->since_ev == 1 ? "" : "s", gm_demangle_id(dm, m, x->last_kernel));
+            else /* the events table could not be counted there (damaged): the time alone */
+                fprintf(out, "        last use %s before: %s\n", t, gm_demangle_id(dm, m, x->last_kernel));
         } else {
             fprintf(out, "        last use: none before the peak\n");
         }
         if (x->has_until) {
             gm_fmt_ns(x->until_ns, t, sizeof t);
-            fprintf(out, "        next use %s / %" PRIu64 " event%s after: %s\n", t, x->until_ev,
-                    x->until_ev == 1 ? "" : "s", gm_demangle_id(dm, m, x->next_kernel));
+            if (x->until_ev >= 0)
+                fprintf(out, "        next use %s / %" PRId64 " event%s after: %s\n", t, x->until_ev,
+                        x->until_ev == 1 ? "" : "s", gm_demangle_id(dm, m, x->next_kernel));
+            else
+                fprintf(out, "        next use %s after: %s\n", t, gm_demangle_id(dm, m, x->next_kernel));
         } else {
             fprintf(out, "        next use: none (not used again before its death or the end)\n");
         }
@@ -518,6 +562,8 @@ static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o,
     idle_group *gc = NULL, *gsite = NULL;
     size_t nc = idle_groups(m, l, &g, BY_NAME, &gc);
     size_t nsite = idle_groups(m, l, &g, BY_SITE, &gsite);
+    idle_count_events(d, g.peak_seq, gc, nc, o->top);
+    idle_count_events(d, g.peak_seq, gsite, nsite, o->top);
     int named = nc > 1 || (nc == 1 && strcmp(gc[0].key, "(unnamed)") != 0);
     /* launches whose argument words the full ring dropped have no uses rows: the tensors they
      * touched look idle longer than they were */
@@ -1316,6 +1362,22 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
     const gm_torch_view *tv = &m->torch;
     if (!tv->present) {
         if (o->json) fputs(",\"torch\":null", out);
+        return;
+    }
+    char absent[512];
+    int none = gm_torch_absent_on_asked(m, absent, sizeof absent);
+    if (none >= 0) { /* --device N where PyTorch held nothing: said, not another device's figures nor zeros */
+        if (o->json) {
+            fprintf(out, ",\"torch\":{\"allocator\":\"%s\",\"device\":%d,\"on_device\":false,\"tensor_devices\":[",
+                    tv->present == 2 ? "gpumem" : "pytorch", none);
+            for (int i = 0, j = 0; tv->devs && i < GM_DEVICES; i++)
+                if (tv->devs[i].peak_allocated || tv->devs[i].peak_reserved) fprintf(out, "%s%d", j++ ? "," : "", i);
+            fputs("],\"peak_requested\":null,\"peak_allocated\":null,\"peak_reserved\":null,\"note\":", out);
+            gm_json_str(out, absent);
+            fputc('}', out);
+        } else {
+            fprintf(out, "\n%s\n  %s\n", tv->present == 2 ? "PyTorch through gpumem" : "PyTorch's allocator", absent);
+        }
         return;
     }
     if (tv->present == 2) { /* gpumem was PyTorch's allocator: the hook's allocations */

@@ -20,8 +20,9 @@
  *   device time, death, for the few allocations shown: their uses in one statement (through
  *   the uses_birth index when the file has it, else one scan of `uses` for all of them).
  *
- * Gaps are given in time (events.t) and in events: the difference of seq numbers, i.e. every
- * record in between (allocations, frees, launches, NVTX records).
+ * Gaps are given in time (events.t) and in events: the rows of `events` in between, counted
+ * (gm_report.c, idle_count_events), not the difference of seq numbers (a launch's argument
+ * words and the names take seqs with no row in `events`).
  */
 #include "snapshot/analyze/gm_report.h"
 #include "snapshot/record/rec.h"

@@ -18,7 +18,7 @@
 #include <string.h>
 
 static const char *const usage_uses =
-    "usage: gpumem uses DB (--name PATTERN | --id N) [--step N] [--top N] [--json]\n"
+    "usage: gpumem uses DB (--name PATTERN | --id N) [--step N] [--device N] [--top N] [--json]\n"
     "\n"
     "One tensor's life: when it was born (size, phase, call site), every kernel, copy and\n"
     "memset that used it (time in ms since the recording started, event number, read/write,\n"
@@ -29,13 +29,17 @@ static const char *const usage_uses =
     "                  or a glob ('h*.mlp.fc', 'h[0-3].attn.*')\n"
     "  --id N          the allocation born at event N (its id, as in the allocations view)\n"
     "  --step N        only allocations born inside the NVTX range \"step N\"\n"
+    "  --device N      only allocations on device N (a program with memory on several devices;\n"
+    "                  a device it never used: exit 2, naming the ones it did)\n"
     "  --top N         allocations shown in full, in birth order (default 3; the rest are counted)\n"
     "  --json          one JSON object instead of text\n"
-    "Exit code: 0, 1 no allocation matches, 2 usage, 3 unreadable database.\n";
+    "Exit code: 0, 1 no allocation matches, 2 usage (or --device of a device the program never\n"
+    "used), 3 unreadable database.\n";
 
 typedef struct uses_opts {
     const char *db, *name;
     int64_t id, step; /* -1: not given */
+    int device;       /* -1: every device */
     long top;
     int json;
 } uses_opts;
@@ -55,9 +59,14 @@ static int64_t number(const char *v, int64_t min) {
 }
 
 static int parse(int argc, char **argv, uses_opts *o) {
-    *o = (uses_opts){.id = -1, .step = -1, .top = 3};
+    *o = (uses_opts){.id = -1, .step = -1, .device = -1, .top = 3};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (gm_opt_is_device(a)) {
+            int rc = gm_arg_device("uses", argc, argv, &i, &o->device);
+            if (rc) return rc;
+            continue;
+        }
         const char *eq = strchr(a, '=');
         size_t klen = a[0] == '-' && a[1] == '-' && eq ? (size_t)(eq - a) : strlen(a);
         int takes = (klen == 6 && strncmp(a, "--name", 6) == 0) || (klen == 4 && strncmp(a, "--id", 4) == 0) ||
@@ -90,6 +99,7 @@ static int parse(int argc, char **argv, uses_opts *o) {
 
 static int matches(const gm_model *m, const gm_alloc *a, const uses_opts *o) {
     if (o->id >= 0 && a->birth != (uint64_t)o->id) return 0;
+    if (o->device >= 0 && a->device != o->device) return 0;
     if (o->name) {
         const char *n = a->name ? gm_str(m, a->name) : NULL;
         /* exact first: a name may hold glob characters ("w[0]") that fnmatch reads as a set */
@@ -240,6 +250,15 @@ int gm_cmd_uses(int argc, char **argv) {
         gm_db_close(&d);
         return rc;
     }
+    /* --device N: a device the program held memory on (else exit 2, naming those), and the
+     * allocations on it alone (matches). The reading is not scoped to it: a use is a launch,
+     * which may run on another device (peer access) and still has its time */
+    if (gm_model_pick_device(&d, &m, o.device, err, sizeof err) != 0) {
+        rc = gm_scope_fail("uses", GM_SCOPE_NO_DEVICE, err);
+        gm_model_free(&m);
+        gm_db_close(&d);
+        return rc;
+    }
     gm_lossy_say(&d, o.json ? stderr : stdout); /* events lost: said first */
     gm_ending_say(&d, o.json ? stderr : stdout); /* cut short: "still alive" is when it ended */
     int state = gm_uses_state(&d, mode, sizeof mode);
@@ -252,6 +271,7 @@ int gm_cmd_uses(int argc, char **argv) {
         if (o.name) snprintf(what, sizeof what, "named '%s'", o.name);
         else snprintf(what, sizeof what, "born at event %" PRId64, o.id);
         if (o.step >= 0) snprintf(what + strlen(what), sizeof what - strlen(what), " in step %" PRId64, o.step);
+        if (o.device >= 0) snprintf(what + strlen(what), sizeof what - strlen(what), " on device %d", o.device);
         fprintf(stderr, "gpumem: no allocation %s in %s\n", what, o.db);
         if (m.torch.present == 1)
             /* PyTorch's tensors are named and numbered in its view (report's tensor tables), but a

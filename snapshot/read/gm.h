@@ -428,6 +428,11 @@ int gm_model_devices(const gm_model *m, int *lo, int *hi);
 int gm_busiest_device(const gm_model *m);
 /* The device whose figures lead: the one asked for (gm_model_pick_device), else the busiest. */
 int gm_lead_device(const gm_model *m);
+/* The device asked for (--device N: gm_model_pick_device) where PyTorch's history (torch.present)
+ * holds nothing on it: its tensors were on other devices, and PyTorch's view of device N is
+ * empty, not zeros to print. -1 otherwise (nothing asked, no history, or tensors on N). With
+ * line (room for n): the sentence that says so, naming the devices its tensors were on. */
+int gm_torch_absent_on_asked(const gm_model *m, char *line, size_t n);
 /* The model (or a view of it) restricted to device dev: its allocations that device's (a new
  * array), its figures that device's; ooms, steps and tables shared. 0, or -1 out of memory (*v
  * untouched). Free it with gm_model_device_view_free, never gm_model_free. */

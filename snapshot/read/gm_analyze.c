@@ -1138,6 +1138,27 @@ int gm_model_device_view(const gm_model *m, int dev, gm_model *v) {
 
 int gm_lead_device(const gm_model *m) { return m->device_asked ? m->device_asked - 1 : gm_busiest_device(m); }
 
+int gm_torch_absent_on_asked(const gm_model *m, char *line, size_t n) {
+    if (!m->device_asked || !m->torch.present || !m->torch.devs) return -1;
+    int want = m->device_asked - 1;
+    const gm_dev_figs *f = &m->torch.devs[want];
+    if (f->peak_allocated || f->peak_reserved) return -1;
+    if (line && n) {
+        int k = snprintf(line, n, "PyTorch's memory history has nothing on device %d: its tensors were on device", want);
+        int nd = 0;
+        for (int i = 0; i < GM_DEVICES; i++) nd += m->torch.devs[i].peak_allocated || m->torch.devs[i].peak_reserved;
+        if (nd != 1 && k > 0 && (size_t)k < n) k += snprintf(line + k, n - (size_t)k, "s");
+        for (int i = 0, j = 0; i < GM_DEVICES && k > 0 && (size_t)k < n; i++)
+            if (m->torch.devs[i].peak_allocated || m->torch.devs[i].peak_reserved)
+                k += snprintf(line + k, n - (size_t)k, "%s%d", j++ ? (j == nd ? " and " : ", ") : " ", i);
+        if (!nd && k > 0 && (size_t)k < n) k += snprintf(line + k, n - (size_t)k, " none");
+        if (k > 0 && (size_t)k < n)
+            snprintf(line + k, n - (size_t)k, " (the figures of device %d above are the device's: gpumem's account; "
+                                              "leave --device out, or give one of those, for PyTorch's view)", want);
+    }
+    return want;
+}
+
 /* --device's refusal: the devices the program did hold memory on, in words a person can act on. */
 static int device_unused(const char *path, int want, const int *devs, int n, char *err, size_t errsz) {
     char held[512] = "", give[512] = "";

@@ -110,7 +110,7 @@ static const struct {
     {"leaks", 0, {"--top", "--frames", "--device"}},
     {"sql", 0, {"-c"}},
     {"export", 0, {"--format|-f", "--at", "--what", "--view", "-o", "--device"}},
-    {"uses", 0, {"--name", "--id", "--step", "--top"}},
+    {"uses", 0, {"--name", "--id", "--step", "--top", "--device"}},
     {"import", 0, {"-o"}},
     {"flamegraph", 0, {"--countname", "--title", "--width"}},
     {"diff", 0, {"--top", "--frames", "--fail-if-peak-grows", "--device"}},

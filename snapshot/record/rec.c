@@ -975,13 +975,17 @@ void rec_set_timing_resolver(rec_timing_fn fn) {
     atomic_store_explicit(&rec_g.timing_fn, fn, memory_order_release);
 }
 
+/* Observations, not events: they never open the recording (ready() would, lazily). Nothing
+ * recorded yet is seq 0 and no clock; and a forked child where gpumem is off (preload/core.c's
+ * gm_forked_child) but the recorder waits to open (GPUMEM_FORK on: REC_ST_NEW) must open
+ * nothing when PyTorch's trace hook or _torch.py asks (preload/torch_trace.c). */
 uint64_t rec_time_ns(void) {
-    if (!ready()) return 0;
+    if (!rec_enabled()) return 0;
     return rec_ticks_to_ns(&rec_g, rec_ticks());
 }
 
 uint64_t rec_last_seq(void) {
-    if (!ready()) return 0;
+    if (!rec_enabled()) return 0;
     return rec_ring_last_seq(&rec_g.ring);
 }
 

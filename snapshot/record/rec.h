@@ -376,7 +376,8 @@ uint32_t rec_string(const char *s);
  * no resolver set are asked once one is set, and given up at close). */
 typedef int (*rec_timing_fn)(void *token, int final, uint64_t *start_ns, uint64_t *end_ns);
 void rec_set_timing_resolver(rec_timing_fn fn);
-/* The recorder's clock: ns since the recording started (the clock of events.t). */
+/* The recorder's clock: ns since the recording started (the clock of events.t); 0 when not
+ * recording. Never opens the recording (nor does rec_last_seq): an observation is no event. */
 uint64_t rec_time_ns(void);
 /* The seq of the last record claimed so far, by any thread (0: none, or not recording): an
  * observation made now comes after every event with this seq or below (gm_torch's exact

@@ -19,9 +19,12 @@
  * 1 MiB (dev0_leak), then a 16 MiB temporary made and freed (dev0_alloc); device 1 leaks 4 MiB a
  * step (dev1_alloc). Device 0 is the busiest (peak 84 MiB against 16 MiB); its leaks are 4 MiB,
  * 1 MiB a step, device 1's 16 MiB, 4 MiB a step: the sum (20 MiB, 5 MiB a step) is no device's.
- * Prints "LEAKED <device> <bytes> <bytes a step>" for each device.
+ * Prints "LEAKED <device> <bytes> <bytes a step>" for each device. Each step's leak is named
+ * "leak.<step>" on both devices (gpumem_name, found with dlsym: absent without gpumem), so one
+ * name matches on two devices (`gpumem uses --name 'leak.*' --device N`).
  */
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
 #include <stdio.h>
 #include <string.h>
@@ -69,16 +72,20 @@ static __attribute__((noinline)) void *dev0_leak(size_t n) {
 static int steps(void) {
     const int nsteps = 4;
     const size_t leak0 = 1u << 20, leak1 = 4u << 20;
+    int (*name_fn)(const void *, const char *) =
+        (int (*)(const void *, const char *))dlsym(RTLD_DEFAULT, "gpumem_name");
     void *base = dev0_alloc(64u << 20);
     for (int s = 0; s < nsteps; s++) {
-        char name[32];
+        char name[32], leak[32];
         snprintf(name, sizeof name, "step %d", s);
+        snprintf(leak, sizeof leak, "leak.%d", s);
         nvtxRangePushA(name);
-        (void)dev0_leak(leak0);
+        void *l0 = dev0_leak(leak0);
         void *t = dev0_alloc(16u << 20);
         cudaSetDevice(0);
         check(cudaFree(t) == cudaSuccess, "cudaFree on device 0");
-        (void)dev1_alloc(leak1);
+        void *l1 = dev1_alloc(leak1);
+        if (name_fn) name_fn(l0, leak), name_fn(l1, leak);
         nvtxRangePop();
     }
     cudaSetDevice(0);

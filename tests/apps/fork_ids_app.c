@@ -11,7 +11,11 @@
  *                        k_parent and k_child, copies host to device and sets memory.
  *   fork_ids_app after   the parent allocates, launches k_parent, copies and sets memory, then
  *                        forks; the child does the same and launches k_child too (gpumem is off
- *                        in it: nothing recorded)
+ *                        in it: nothing recorded), then makes the calls PyTorch's trace hook and
+ *                        _torch.py make (gpumem_torch_trace_entry, _seq, _time: they read the
+ *                        recorder's seq and clock) and prints "CHILD_TRACE <seq> <time> <db fds>",
+ *                        the last the descriptors on a file named *.db* it holds that the parent
+ *                        did not (the parent's connection stays in the child, left alone)
  *   fork_ids_app trace   a thread hands PyTorch-style trace entries to gpumem and copies them
  *                        out, over and over (gpumem_torch_trace_entry / _copy, the calls
  *                        preload/torch_trace.cpp and _torch.py make); once some are kept, the
@@ -25,6 +29,7 @@
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
 #include <pthread.h>
@@ -126,6 +131,56 @@ static int before(void)
     return bad != 0;
 }
 
+/* The descriptors this process holds open on a file whose name has ".db" in it (a database, its
+ * -wal, -shm or lock file): each "fd target" into have (room for max), counted; with known
+ * (n of them, or NULL), only those not among known are counted and kept. */
+enum { DB_FDS_MAX = 64 };
+static char db_fd_names[DB_FDS_MAX][600];
+static int db_fds(char (*have)[600], int max, char (*known)[600], int nknown)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char p[300], t[256], name[sizeof e->d_name + sizeof t + 2];
+        snprintf(p, sizeof p, "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(p, t, sizeof t - 1);
+        if (k <= 0)
+            continue;
+        t[k] = 0;
+        if (!strstr(t, ".db"))
+            continue;
+        snprintf(name, sizeof name, "%s %s", e->d_name, t);
+        int old = 0;
+        for (int i = 0; known && i < nknown; i++)
+            old |= strcmp(known[i], name) == 0;
+        if (old)
+            continue;
+        if (have && n < max)
+            snprintf(have[n], sizeof have[n], "%s", name);
+        n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* what PyTorch's trace hook (preload/torch_trace.cpp) and _torch.py call, in this process */
+static void trace_calls(int inherited)
+{
+    char fresh[1][600];
+    typedef void (*entry_t)(int, int, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
+    typedef uint64_t (*u64_t)(void);
+    entry_t e = (entry_t)dlsym(RTLD_DEFAULT, "gpumem_torch_trace_entry");
+    u64_t seq = (u64_t)dlsym(RTLD_DEFAULT, "gpumem_torch_trace_seq");
+    u64_t t = (u64_t)dlsym(RTLD_DEFAULT, "gpumem_torch_trace_time");
+    check(e && seq && t, "gpumem_torch_trace_entry/_seq/_time found");
+    if (!e || !seq || !t)
+        return;
+    e(0, 0, 0x7f0000000000ull, 4096, 0, 0, 0);
+    uint64_t s = seq(), ns = t();
+    printf("CHILD_TRACE %llu %llu %d\n", (unsigned long long)s, (unsigned long long)ns, db_fds(fresh, 1, db_fd_names, inherited));
+}
+
 static int after(void)
 {
     CUfunction kp = kernel("k_parent");
@@ -133,11 +188,13 @@ static int after(void)
     use_gpu(kp, NULL);
     nvtxRangePop();
     fflush(stdout);
+    int inherited = db_fds(db_fd_names, DB_FDS_MAX, NULL, 0);
     pid_t pid = fork();
     if (pid == 0) {
         nvtxRangePushA(shared_name);
         use_gpu(kp, kernel("k_child"));
         nvtxRangePop();
+        trace_calls(inherited);
         fflush(stdout);
         _exit(bad != 0);
     }
@@ -175,7 +232,7 @@ static int trace(void)
     pthread_t t;
     pthread_create(&t, NULL, trace_thread, NULL);
     uint64_t seen = 0;
-    while (!seen) /* the first entry opens the recording: fork once there are entries */
+    while (!seen) /* fork once there are entries (seq 0: an entry never opens the recording) */
         copy(NULL, 0, &seen);
     int hung = 0, inherited = 0;
     int forks = 0;

@@ -11,7 +11,8 @@
 # (memory on device 0 only), no JSON gains the new keys: one device's output keeps its bytes.
 # tune --check's re-run is read the same way (the busiest device's), as its prediction is.
 # viz of two ranks: each lane's peaks are its busiest device's too (they were the devices' sum).
-# --device 1 (not the busiest) in every command: a row per command and figure against device 1's
+# --device 1 (not the busiest) in every command (uses: the allocations on device 1 alone, where
+# without it a name matches on both): a row per command and figure against device 1's
 # truth (its LEAKED line, report's .summary.devices[] entry for device 1), each command's exit code
 # 0; a device the recording never used (3 here, 1 on `stream`) and a value that is no device are
 # exit 2 with the devices it did use named; on `stream`, --device 0 changes no byte of any output.
@@ -77,6 +78,10 @@ sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/vr1.html" > "$TMP/d1-vizranks.json" 2>
 d1 folded "$GPUMEM" export "$db" --format folded --device 1
 d1 trace "$GPUMEM" export "$db" --format trace --device 1
 d1 diff "$GPUMEM" diff --json --device 1 "$db" "$TMP/s2.db"
+# uses: each step's leak is named leak.N on both devices (devices_app steps)
+"$GPUMEM" uses --json --top 10 --name 'leak.*' "$db" > "$TMP/uses.json" 2> /dev/null
+d1 uses "$GPUMEM" uses --json --top 10 --name 'leak.*' --device 1 "$db"
+d1 usestxt "$GPUMEM" uses --top 10 --name 'leak.*' --device=1 "$db"
 j1() { jq -r "$2" "$TMP/d1-$1.out" 2> /dev/null; }
 rc1() { cat "$TMP/d1-$1.rc"; }
 
@@ -147,6 +152,13 @@ rows=(
   "diff -d1|exit code|0|$(rc1 diff)"
   "diff -d1|a.peak_reserved|$pr1|$(j1 diff .a.peak_reserved)"
   "diff -d1|b.peak_allocated|$pa1|$(j1 diff .b.peak_allocated)"
+  "uses|leak.* on both devices|$((leaked + leaked1))|$(jq -r '[.allocations[].size] | add' "$TMP/uses.json")"
+  "uses -d1|exit code|0|$(rc1 uses)"
+  "uses -d1|leak.* bytes|$leaked1|$(j1 uses '[.allocations[].size] | add')"
+  "uses -d1|devices of those shown|[1]|$(j1 uses '[.allocations[].device] | unique | tostring')"
+  "uses -d1|matched|4|$(j1 uses .matched)"
+  "uses -d1 text|exit code|0|$(rc1 usestxt)"
+  "uses -d1 text|4 allocations match|1|$(grep -c '^  4 allocations match' "$TMP/d1-usestxt.out")"
 )
 bad=0
 printf '%-18s %-32s %12s %12s\n' command figure truth command >&2
@@ -192,6 +204,9 @@ erows=(
   "export --format trace|$db|3|held memory on devices 0 and 1"
   "export --format csv|$db|3|held memory on devices 0 and 1"
   "diff|$db $TMP/s2.db|3|held memory on devices 0 and 1"
+  "uses --name leak.*|$db|3|held memory on devices 0 and 1"
+  "uses --id 1|$TMP/one.db|1|held memory on device 0:"
+  "uses --id 1|$db|-1|--device needs a device number from 0 to 127"
   "report|$db $TMP/s2.db|3|held memory on devices 0 and 1"
   "leaks|$TMP/one.db|1|held memory on device 0:"
   "frag|$TMP/one.db|1|held memory on device 0:"

@@ -13,6 +13,10 @@
 #   after init            a child forked after gpumem started in the parent records nothing
 #                         (gpumem is off there): why uses.c's and python.c's ids, filled only
 #                         once gpumem started, never reach a child's recording
+#   after: trace calls    in that child, the calls PyTorch's trace hook and _torch.py make
+#                         (gpumem_torch_trace_entry, _seq, _time: rec_last_seq, rec_time_ns)
+#                         answer 0 and open nothing: no database file, no descriptor on one,
+#                         the parent's the only database
 #   torch trace           torch_trace.c's entries (the parent's seqs and string ids) and its
 #                         spin lock: a child starts with none, and never inherits the lock held
 #   torch hooks           nvtx.c's kept ids of PyTorch module paths (where PyTorch is, no
@@ -61,6 +65,11 @@ child=$(sed -n 's/^CHILD //p' "$TMP/after.out")
   fail "after: the child (${child:-?}) wrote a database, or did not run"
 check_eq "after: kernel and copy/memset names in the parent" "$(q "$TMP/after.db" "$LAUNCH_NAMES")" \
   "k_parent,memcpy HtoD,memset"
+# the child's trace calls (rec_last_seq, rec_time_ns): no lazy open where gpumem is off
+check_eq "after: the child's trace seq, clock and descriptors on a database" \
+  "$(sed -n 's/^CHILD_TRACE //p' "$TMP/after.out")" "0 0 0"
+check_eq "after: databases written (the parent's only)" \
+  "$(find "$TMP" -maxdepth 1 -name 'after*.db' | wc -l | tr -d ' ')" 1
 
 # ---- PyTorch's trace entries: the child has none, and its lock is free ----
 GPUMEM_DB=$TMP/trace.db LD_PRELOAD=$LIB timeout 120 "$APPS/fork_ids_app" trace >"$TMP/trace.out" 2>"$TMP/trace.err"

@@ -141,22 +141,25 @@ expect '[.idle_at_peak.buckets[] | .until_bytes] | add' $((43 * MiB / 4))
 expect '[.idle_at_peak.classes[].name]' '["grad_buf","h*.mlp.fc","attn.scores","wte","(unnamed)","late"]'
 expect '.idle_at_peak.classes[0] | [.count, .bytes, .never_used, .since_last_use_ns, .until_next_use_ns, .last_kernel]' \
   "[1,$((4 * MiB)),1,null,null,null]"
-# h*.mlp.fc = h0 (B: 98 ms / 20 events before, 300 ms / 15 after) and h1 (C: 0.5 ms / 1 event
-# before, 200 ms / 10 after): the lower medians are C's on both sides
+# Gaps in events count the rows of `events` between (not the seq difference: the name records'
+# seqs have none). h*.mlp.fc = h0 (B: 98 ms / 3 events before (30, 39, 40), 300 ms / 3 after
+# (45, 50, 55)) and h1 (C: 0.5 ms / 1 event before, 200 ms / 2 after (45, 50)): the lower
+# medians are C's on both sides
 expect '.idle_at_peak.classes[1] | [.count, .bytes, .since_last_use_ns, .since_last_use_events, .until_next_use_ns, .until_next_use_events]' \
-  "[2,$((4 * MiB)),500000,1,200000000,10]"
+  "[2,$((4 * MiB)),500000,1,200000000,2]"
 expect '.idle_at_peak.classes[1].last_kernel' '"matmul(float*, float const*, float const*, int, int)"'
 expect '.idle_at_peak.classes[1].next_kernel' '"matmul_backward(float*, float*, float const*, int, int)"'
-expect '.idle_at_peak.classes[2] | [.since_last_use_ns, .until_next_use_ns, .until_next_use_events]' '[null,5000000,5]'
+expect '.idle_at_peak.classes[2] | [.since_last_use_ns, .until_next_use_ns, .until_next_use_events, .next_use_seq]' '[null,5000000,1,45]'
 expect '.idle_at_peak.classes[3] | [.since_last_use_ns, .since_last_use_events, .until_next_use_ns, .until_next_use_events]' \
-  '[98000000,20,1900000000,20]'
+  '[98000000,3,1900000000,5]'
+expect '.idle_at_peak.classes[3] | [.last_use_seq, .next_use_seq]' '[20,60]'
 expect '.idle_at_peak.classes[4] | [.not_used_again, .since_last_use_ns, .until_next_use_ns]' '[1,50000000,null]'
 # call sites: activations (B, C, E, H, I) then parameters (A, D)
 expect '[.idle_at_peak.sites[] | [.site, .count, .bytes]]' \
   "[[\"alloc_act (model.c:10) < forward (model.c:50)\",5,$((23 * MiB / 4))],[\"alloc_param (model.c:20) < init (model.c:5)\",2,$((5 * MiB))]]"
 # activations: since B 98, C 0.5, E 50 ms -> E's 50 ms; until I 5, C 200, B 300, H 310 ms -> C's
 expect '.idle_at_peak.sites[0] | [.since_last_use_ns, .since_last_use_events, .until_next_use_ns, .until_next_use_events, .never_used, .not_used_again]' \
-  '[50000000,10,200000000,10,0,1]'
+  '[50000000,2,200000000,2,0,1]'
 expect '.idle_at_peak.sites[1] | [.since_last_use_ns, .until_next_use_ns, .never_used]' '[98000000,1900000000,1]'
 expect '[(.idle_at_peak.classes | length), (.idle_at_peak.sites | length)]' '[6,2]'
 "$GPUMEM" report --json --top 2 "$DB" | jq -e '.idle_at_peak.classes | length == 2' > /dev/null || fail "--top 2 limits the classes"
@@ -185,7 +188,7 @@ grep -Eq '^  not used again +512\.00 KiB in 1 allocation \(' "$TMP/idle.txt" || 
 grep -A2 -E 'x  h\*\.mlp\.fc$' "$TMP/idle.txt" > "$TMP/h.txt"
 grep -qx '        last use 500.0 us / 1 event before: matmul(float\*, float const\*, float const\*, int, int)' "$TMP/h.txt" \
   || fail "h*.mlp.fc last use: $(cat "$TMP/h.txt")"
-grep -qx '        next use 200.00 ms / 10 events after: matmul_backward(float\*, float\*, float const\*, int, int)' "$TMP/h.txt" \
+grep -qx '        next use 200.00 ms / 2 events after: matmul_backward(float\*, float\*, float const\*, int, int)' "$TMP/h.txt" \
   || fail "h*.mlp.fc next use: $(cat "$TMP/h.txt")"
 grep -A2 -E 'x  grad_buf  \(1 never used\)$' "$TMP/idle.txt" | grepq 'next use: none' || fail "grad_buf never used: $(cat "$TMP/idle.txt")"
 expect '.idle_at_peak.launch_words_lost' 0

@@ -20,7 +20,12 @@
 #     max_memory_*(1) on device 1), the ranks report's torch_peak_allocated is max_memory_allocated(1)
 #     with the reset said, and diff's gate compares the whole-run peak reserved, named so, its
 #     line of the reset naming the device (max_memory_allocated(1) since);
-#   - the figures of one device where they are compared (the table below, devices_figs.py).
+#   - the figures of one device where they are compared (the table below, devices_figs.py);
+#   - --device N where PyTorch's history has nothing on N (tests/torch/devices_one.py: tensors on
+#     cuda:0 only, 8 MiB on device 1 outside PyTorch): report says so in PyTorch's block (text:
+#     "has nothing on device 1 ... on device 0"; JSON .torch.on_device false, its peaks null,
+#     .tensor_devices [0]), never device 0's figures or zeros as device 1's; --device 0 keeps
+#     PyTorch's own max_memory_allocated(0).
 set -euo pipefail
 source "$(dirname "$0")/common.bash"
 GPUMEM_SIM_DEVICES=2 GPUMEM_SIM_BACKING=memory "$G" record -q -o "$tmp/t.db" -- "$torch_py" tests/torch/devices_mlp.py \
@@ -237,5 +242,27 @@ for db in t c; do
       && ok "$db: $cmd says its figures are device $lead's" \
       || bad "$db: $cmd does not say its figures are device $lead's: $(grep -F devices "$tmp/o" | head -n 2)"
   done
+done
+# --device N where PyTorch held nothing: said, not another device's figures nor zeros
+GPUMEM_SIM_DEVICES=2 GPUMEM_SIM_BACKING=memory "$G" record -q -o "$tmp/one.db" -- "$torch_py" tests/torch/devices_one.py \
+  > "$tmp/one.out" 2>&1 || bad "devices_one.py under gpumem record failed: $(tail -n 3 "$tmp/one.out")"
+max0=$(sed -n 's/^MAX0 //p' "$tmp/one.out")
+"$G" report --json --device 1 "$tmp/one.db" > "$tmp/one1.json" 2>/dev/null || bad "report --json --device 1 failed on devices_one"
+"$G" report --device 1 "$tmp/one.db" > "$tmp/one1.txt" 2>&1 || bad "report --device 1 failed on devices_one"
+"$G" report --json --device 0 "$tmp/one.db" > "$tmp/one0.json" 2>/dev/null || bad "report --json --device 0 failed on devices_one"
+# figure | want | got
+orows=(
+  "report -d1 .summary.peak_allocated (the ctypes 8 MiB)|8388608|$(jq -r .summary.peak_allocated "$tmp/one1.json")"
+  "report -d1 .torch.on_device|false|$(jq -r .torch.on_device "$tmp/one1.json")"
+  "report -d1 .torch.device|1|$(jq -r .torch.device "$tmp/one1.json")"
+  "report -d1 .torch.tensor_devices|[0]|$(jq -c .torch.tensor_devices "$tmp/one1.json")"
+  "report -d1 .torch peaks|null null null|$(jq -r '[.torch.peak_requested, .torch.peak_allocated, .torch.peak_reserved] | map(tostring) | join(" ")' "$tmp/one1.json")"
+  "report -d1 text: PyTorch's block says it|1|$(grep -c "^  PyTorch's memory history has nothing on device 1: its tensors were on device 0 " "$tmp/one1.txt")"
+  "report -d1 text: no tensors by category of PyTorch|0|$(grep -c "PyTorch's tensors by category" "$tmp/one1.txt")"
+  "report -d0 .torch.peak_allocated = max_memory_allocated(0)|$max0|$(jq -r .torch.peak_allocated "$tmp/one0.json")"
+)
+for row in "${orows[@]}"; do
+  IFS='|' read -r fig want got <<< "$row"
+  [[ $got == "$want" ]] && ok "devices_one: $fig ($got)" || bad "devices_one: $fig: '$got', want '$want'"
 done
 exit $fail
