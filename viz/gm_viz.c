@@ -240,7 +240,8 @@ static const char *const usage_viz =
     "    run to its end (killed, still running, ended by a signal) the note report and leaks\n"
     "    give, in the summary and over those allocations: alive then, not necessarily leaked.\n"
     "  --with LIST  the analyses to run and show in a panel (comma-separated), instead of the\n"
-    "               default: frag (`gpumem frag --json`), advise (`gpumem advise --json`), tune\n"
+    "               default: frag (`gpumem frag --json`, with --search when tune runs too: one\n"
+    "               recommendation on the page), advise (`gpumem advise --json`), tune\n"
     "               (`gpumem tune --json`), or none (alone). By default each runs when the recording is\n"
     "               small enough for it to take under about 2 s: frag up to 500000 events, tune\n"
     "               up to 200000, advise up to 10000 (the page says which did not, and how to\n"
@@ -269,8 +270,8 @@ static const uint64_t analysis_auto_events[3] = {500000, 10000, 200000};
 
 /* Runs `gpumem NAME DB --json` (the command's own main) in a child process, so that a failing
  * analysis can only lose its panel, and embeds its JSON as "NAME":{...}, or "NAME":{"error":
- * "..."} with the first line it printed on stderr. */
-static void write_analysis(FILE *o, const char *name, const char *db, int device)
+ * "..."} with the first line it printed on stderr. search: frag with --search. */
+static void write_analysis(FILE *o, const char *name, const char *db, int device, int search)
 {
     FILE *out = tmpfile(), *err = tmpfile();
     int status = -1;
@@ -282,8 +283,10 @@ static void write_analysis(FILE *o, const char *name, const char *db, int device
         /* the page's device: --device's, passed on (else each finds the same busiest one) */
         char dev[32];
         snprintf(dev, sizeof dev, "--device=%d", device);
-        char *args[] = {(char *)name, (char *)db, (char *)"--json", device >= 0 ? dev : NULL, NULL};
-        int nargs = device >= 0 ? 4 : 3;
+        char *args[5] = {(char *)name, (char *)db, (char *)"--json", NULL, NULL};
+        int nargs = 3;
+        if (device >= 0) args[nargs++] = dev;
+        if (search) args[nargs++] = (char *)"--search";
         int rc = !strcmp(name, "frag")     ? gm_frag_main(nargs, args)
                  : !strcmp(name, "advise") ? gm_advise_main(nargs, args)
                                            : gm_tune_main(nargs, args);
@@ -469,7 +472,9 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     for (int k = 0, first = 1; k < 3; k++) {
         if (!(with & (1 << k))) continue;
         if (!first) fputc(',', o);
-        write_analysis(o, analysis_name[k], db, vo->device);
+        /* frag beside tune: tune's answer (frag --search), so the page's panels name one
+         * configuration */
+        write_analysis(o, analysis_name[k], db, vo->device, k == 0 && (with & VIZ_TUNE));
         first = 0;
     }
     fprintf(o, "},\"analyses_how\":{\"asked\":%s,\"events\":%llu,\"skipped\":[",

@@ -786,8 +786,43 @@ static void tune_answer(gm_frag *f, gm_db *d, const adv_model *am) {
     if (gpumem[0]) f->best_gpumem = fix_find(f, gpumem);
 }
 
-/* The fixes, replayed on fm's trace (freed here). */
-static void find_fixes(gm_frag *f, gm_db *d, fix_model *fm) {
+/* The recommendation among frag's own fixes (without --search): the first of them in tune's
+ * final ranking (gm_tune_rank: the cost rule, then peak reserved in 1% steps, then driver time)
+ * that ranks before the recorded configuration's replay (res[0]); on PyTorch's allocator the
+ * first PyTorch's allocator runs, gpumem's allocator apart. res: the replays (res[0] the
+ * baseline; a candidate stopped at its peak is not a fix and not ranked). The fixes are sorted
+ * here. */
+static void own_answer(gm_frag *f, const gm_replay_result *res, size_t nres) {
+    gm_replay_result *r = calloc(nres ? nres : 1, sizeof *r);
+    char base[512], best[512] = "", gpumem[512] = "";
+    if (f->nfixes > 1) gm_sort(f->fixes, f->nfixes, sizeof *f->fixes, fix_cmp);
+    if (!r || !nres) {
+        free(r);
+        return; /* out of memory: the fixes without a recommendation */
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < nres; i++) {
+        r[n] = res[i];
+        gm_conf_short(&r[n].cfg, r[n].conf, sizeof r[n].conf);
+        if (i && fix_find(f, r[n].conf) == SIZE_MAX) continue; /* not a fix */
+        r[n].has_pytorch = gm_conf_pytorch(&r[n].cfg, r[n].pytorch, sizeof r[n].pytorch);
+        n++;
+    }
+    snprintf(base, sizeof base, "%s", r[0].conf);
+    gm_tune_rank(r, n, GM_TUNE_RESERVED);
+    for (size_t i = 0; i < n && strcmp(r[i].conf, base); i++) {
+        int pytorch = r[i].has_pytorch && r[i].cfg.policy == ALLOC_POLICY_PYTORCH;
+        if (!best[0] && (!f->torch || pytorch)) snprintf(best, sizeof best, "%s", r[i].conf);
+        if (f->torch && !gpumem[0] && r[i].cfg.policy == ALLOC_POLICY_GPUMEM) snprintf(gpumem, sizeof gpumem, "%s", r[i].conf);
+    }
+    free(r);
+    if (best[0]) f->best = fix_find(f, best);
+    if (gpumem[0]) f->best_gpumem = fix_find(f, gpumem);
+}
+
+/* The fixes, replayed on fm's trace (freed here); search: the recommendation is gpumem tune's
+ * (tune_answer), else the best of the fixes (own_answer). */
+static void find_fixes(gm_frag *f, gm_db *d, fix_model *fm, int search) {
     if (!fm->ok) {
         snprintf(f->fix_note, sizeof f->fix_note, "no replay: %s", fm->err);
         return;
@@ -857,7 +892,11 @@ static void find_fixes(gm_frag *f, gm_db *d, fix_model *fm) {
             fx->peak_reserved = x->peak_reserved;
             fx->peak_allocated = x->peak_allocated;
         }
-        tune_answer(f, d, &am);
+        f->searched = search;
+        if (search)
+            tune_answer(f, d, &am);
+        else
+            own_answer(f, res, nres);
         if (!f->nfixes)
             snprintf(f->fix_note, sizeof f->fix_note, "%s",
                      f->replay_oom ? "no candidate configuration avoids the OOM under the recorded limit: the live "
@@ -1012,7 +1051,7 @@ static int snap_cmp(const void *a, const void *b) {
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t errsz) {
+int gm_frag_analyze(gm_db *d, const gm_model *m, int search, gm_frag *f, char *err, size_t errsz) {
     memset(f, 0, sizeof *f);
     f->best = f->best_gpumem = SIZE_MAX;
     fix_model fm = {.ok = 0};
@@ -1124,7 +1163,7 @@ int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t e
             f->ooms[f->nooms++] = o;
         }
     }
-    find_fixes(f, d, &fm);
+    find_fixes(f, d, &fm, search);
     if (f->torch) gm_torch_peak_reset(d, GM_TORCH_ALL_DEVICES, &f->reset);
     if (!f->torch) f->pytorch_recorded = gm_meta_pytorch_conf(d, f->torch_conf, sizeof f->torch_conf);
     rc = 0;

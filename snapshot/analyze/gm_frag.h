@@ -128,6 +128,7 @@ typedef struct gm_frag {
      * it. So there `best` is the best fix PyTorch's allocator runs, as tune's recommendation is,
      * and gpumem's own allocator (gpumem record --allocator gpumem) is said apart: best_gpumem. */
     size_t best;
+    int searched; /* best (and best_gpumem) are gpumem tune's search's answer (--search) */
     int torch;
     char torch_conf[512]; /* torch: the PYTORCH_CUDA_ALLOC_CONF it ran with ("" its defaults) */
     int pytorch_recorded; /* PyTorch's allocator ran it, its trace gpumem's events (an imported
@@ -138,7 +139,10 @@ typedef struct gm_frag {
 } gm_frag;
 
 /* Runs the whole analysis. m: the loaded model (gm_model_load). Returns 0, or -1 with err. */
-int gm_frag_analyze(gm_db *d, const gm_model *m, gm_frag *f, char *err, size_t errsz);
+/* search: the recommendation is gpumem tune's search's (gm_tune_search on the same trace, as
+ * `frag --search`), else the best of frag's own fixes (each one change on top of the recorded
+ * configuration, ranked by tune's final ranking). */
+int gm_frag_analyze(gm_db *d, const gm_model *m, int search, gm_frag *f, char *err, size_t errsz);
 /* m: the tables only (gm_model_load_tables) are enough: frag sweeps the events itself. */
 void gm_frag_free(gm_frag *f);
 

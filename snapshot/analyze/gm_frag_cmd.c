@@ -9,7 +9,7 @@
 #include <string.h>
 
 static const char *const usage_frag =
-    "usage: gpumem frag DB [--top N] [--json] [--check] [--device N] [--lossy-ok]\n"
+    "usage: gpumem frag DB [--top N] [--json] [--search] [--check] [--device N] [--lossy-ok]\n"
     "\n"
     "Where the memory the allocator reserved but the program did not hold went, and which\n"
     "allocator setting gives it back:\n"
@@ -23,8 +23,11 @@ static const char *const usage_frag =
     "    mismatch, cache kept), with the allocations that pin segments;\n"
     "  - fixes: GPUMEM_CONF changes that reserve less, each predicted by replaying the\n"
     "    recorded trace through the allocator, with the PYTORCH_CUDA_ALLOC_CONF that says the\n"
-    "    same when there is one. The recommendation is gpumem tune's (its search, run on the\n"
-    "    same trace): frag, tune and viz name one configuration for a recording.\n"
+    "    same when there is one. Each fix is one change on top of the recorded configuration;\n"
+    "    the recommendation is the best of them, ranked as gpumem tune ranks (its cost rule\n"
+    "    too). gpumem tune searches combinations of keys and may find one that reserves less:\n"
+    "    --search runs its search here and recommends its answer (tune's time: tens of seconds\n"
+    "    on 10 M events, where frag alone takes a few).\n"
     "  - a program on several devices: the busiest device's events, replayed as its own heap\n"
     "    (each device has its own allocator; said first, JSON \"device\", \"devices\"; --device N\n"
     "    for another's).\n"
@@ -36,6 +39,8 @@ static const char *const usage_frag =
     "            the same (a device the program held no memory on: exit 2, naming the ones it\n"
     "            did; memory on N alone: the output is the same as without it)\n"
     "  --json    one JSON object (contract in snapshot/README.md)\n"
+    "  --search  recommend gpumem tune's answer (its search, run on the same trace), so that\n"
+    "            frag, tune and viz name one configuration; it joins the fixes\n"
     "  --check   re-run the recorded command under `gpumem record` with the recommended\n"
     "            GPUMEM_CONF (the rest of this environment is the re-run's: GPUMEM_SIM_*,\n"
     "            GPUMEM_LIMIT) and print predicted against measured peak reserved; a\n"
@@ -290,14 +295,26 @@ static void print_state_text(gm_db *d, const gm_model *m, const gm_frag_state *s
     }
 }
 
+/* Without --search the recommendation is the best single change: where tune's answer may be
+ * another, the reader is told how to get it. */
+static void search_hint(const gm_frag *f, FILE *out) {
+    if (!f->searched)
+        fputs("  (the best single change; gpumem tune searches combinations of keys and may reserve less:\n"
+              "   frag --search names its answer)\n",
+              out);
+}
+
 /* The one recommendation (f->best). A PyTorch program on PyTorch's allocator is told the
  * PYTORCH_CUDA_ALLOC_CONF (what tune tells it), and gpumem's allocator apart, as tune says it. */
 static void print_recommendation(const gm_frag *f, FILE *out) {
     char r[32];
     if (!f->nfixes) return;
     if (!f->torch) {
-        if (f->best == SIZE_MAX) { /* tune's search found nothing better than the recording */
-            fprintf(out, "\n  recommended: the recorded configuration (no configuration gpumem tune tries reserves less)\n");
+        if (f->best == SIZE_MAX) { /* nothing better than the recording */
+            fprintf(out, "\n  recommended: the recorded configuration (%s)\n",
+                    f->searched ? "no configuration gpumem tune tries reserves less"
+                                : "each fix above saves too little for its driver calls: tune's cost rule");
+            search_hint(f, out);
             return;
         }
         const gm_frag_fix *b = &f->fixes[f->best];
@@ -309,10 +326,12 @@ static void print_recommendation(const gm_frag *f, FILE *out) {
                 if (i) fprintf(out, "  under PyTorch: PYTORCH_CUDA_ALLOC_CONF=%s (%s)\n", f->fixes[i].pytorch[0] ? f->fixes[i].pytorch : "", r);
                 break;
             }
+        search_hint(f, out);
         return;
     }
     if (f->best == SIZE_MAX) {
-        fprintf(out, "\n  for PyTorch's allocator: no PYTORCH_CUDA_ALLOC_CONF gpumem tune tries reserves less than the recorded one\n");
+        fprintf(out, "\n  for PyTorch's allocator: no PYTORCH_CUDA_ALLOC_CONF %s reserves less than the recorded one\n",
+                f->searched ? "gpumem tune tries" : "of the fixes above");
     } else {
         const gm_frag_fix *b = &f->fixes[f->best];
         bytes(b->peak_reserved, r, sizeof r);
@@ -327,6 +346,7 @@ static void print_recommendation(const gm_frag *f, FILE *out) {
                      "               would reserve %s for the same tensors\n",
                 g->conf, r);
     }
+    search_hint(f, out);
 }
 
 static void print_text(gm_db *d, const gm_model *m, const gm_frag *f, int top, FILE *out) {
@@ -523,6 +543,8 @@ static void print_json(gm_db *d, const gm_model *m, const gm_frag *f, const uint
         gm_json_str(out, b->has_pytorch ? b->pytorch : NULL);
         fprintf(out, ",\"predicted_peak_reserved\":%" PRIu64 "}", b->peak_reserved);
     }
+    fputs(",\"searched\":", out);
+    fputs(f->searched ? "true" : "false", out);
     fputs(",\"torch\":", out);
     if (!f->torch) {
         fputs("null", out);
@@ -562,7 +584,7 @@ static void print_json(gm_db *d, const gm_model *m, const gm_frag *f, const uint
 
 int gm_frag_main(int argc, char **argv) {
     const char *db = NULL;
-    int json = 0, check = 0, lossy_ok = 0, device = -1;
+    int json = 0, check = 0, search = 0, lossy_ok = 0, device = -1;
     int top = 8;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -573,6 +595,8 @@ int gm_frag_main(int argc, char **argv) {
             json = 1;
         } else if (!strcmp(a, "--check")) {
             check = 1;
+        } else if (!strcmp(a, "--search")) {
+            search = 1;
         } else if (!strcmp(a, "--lossy-ok")) {
             lossy_ok = 1;
         } else if (!strcmp(a, "--top")) {
@@ -623,7 +647,7 @@ int gm_frag_main(int argc, char **argv) {
         return GM_EXIT_BADDB;
     }
     gm_frag f;
-    if (gm_frag_analyze(&d, &m, &f, err, sizeof err) != 0) {
+    if (gm_frag_analyze(&d, &m, search, &f, err, sizeof err) != 0) {
         fprintf(stderr, "gpumem: %s\n", err);
         gm_model_free(&m);
         gm_db_close(&d);

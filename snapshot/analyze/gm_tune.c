@@ -24,7 +24,11 @@
  * peak reserved, or under 2 MiB, for 10 times its driver calls or more (preset:nocache saved
  * 1.06 MiB of the demo's 6 MiB at 7,808 times the calls) ranks after every one that is not passed over so, whatever its
  * peak. The rule is decided against the whole set of results, not pair by pair, so the order
- * stays total.
+ * stays total. It orders the final ranking (gm_tune_rank; frag's own fixes too), not the
+ * descent: a round's best (best_of) is by peak and driver time alone. Steered by the rule, the
+ * descent walked away from passed-over configurations round after round and replayed 60
+ * configurations of rec_bench's 10 M-event trace instead of 37 (tests/bench/README.md,
+ * tune.10m_s).
  */
 #include "snapshot/analyze/gm_tune.h"
 
@@ -73,6 +77,7 @@ static long find(const search *s, const alloc_config_t *c) {
  * total order. */
 typedef struct rank_ctx {
     int objective;
+    int costly; /* the cost rule's marks are read (the final ranking), not in the descent */
     uint64_t least;   /* least peak reserved of the results that do not OOM */
     uint64_t quantum; /* 1% of it */
 } rank_ctx;
@@ -84,7 +89,7 @@ static uint64_t bucket(const rank_ctx *c, uint64_t reserved) {
 /* 1 when a ranks before b */
 static int better(const rank_ctx *c, const gm_replay_result *a, const gm_replay_result *b) {
     if (a->oom != b->oom) return !a->oom;
-    if (a->costly != b->costly) return !a->costly; /* only ever set on the reserved objective */
+    if (c->costly && a->costly != b->costly) return !a->costly; /* only ever set on the reserved objective */
     if (c->objective == GM_TUNE_TIME) {
         if (a->driver_time_s != b->driver_time_s) return a->driver_time_s < b->driver_time_s;
         if (a->peak_reserved != b->peak_reserved) return a->peak_reserved < b->peak_reserved;
@@ -135,9 +140,9 @@ static void mark_costly(gm_tune *t, int objective) {
     }
 }
 
-static rank_ctx ranking(gm_tune *t, int objective) {
-    mark_costly(t, objective);
-    rank_ctx c = {objective, UINT64_MAX, 0};
+static rank_ctx ranking(gm_tune *t, int objective, int costly) {
+    if (costly) mark_costly(t, objective);
+    rank_ctx c = {objective, costly, UINT64_MAX, 0};
     for (size_t i = 0; i < t->nresults; i++)
         if (t->results[i].ok && !t->results[i].oom && t->results[i].peak_reserved < c.least)
             c.least = t->results[i].peak_reserved;
@@ -273,7 +278,7 @@ static size_t neighbours(const search *s, const alloc_config_t *base, alloc_conf
 }
 
 static size_t best_of(const search *s, const size_t *idx, size_t n) {
-    rank_ctx c = ranking(s->t, s->o->objective);
+    rank_ctx c = ranking(s->t, s->o->objective, 0);
     size_t b = idx[0];
     for (size_t i = 1; i < n; i++)
         if (better(&c, &s->t->results[idx[i]], &s->t->results[b])) b = idx[i];
@@ -286,6 +291,13 @@ static int rank_cmp(const void *x, const void *y, void *arg) {
     if (better(c, a, b)) return -1;
     if (better(c, b, a)) return 1;
     return 0;
+}
+
+void gm_tune_rank(gm_replay_result *r, size_t n, int objective) {
+    gm_tune t = {.results = r, .nresults = n};
+    rank_ctx c = ranking(&t, objective, 1);
+    qsort_r(r, n, sizeof *r, rank_cmp, &c);
+    mark_costly(&t, objective); /* the same marks, their indices in the ranked results */
 }
 
 int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t errsz) {
@@ -404,9 +416,7 @@ int gm_tune_search(gm_db *d, const adv_model *model, const gm_tune_opts *o, gm_t
     /* rank; keep where the recorded configuration went */
     char rk[1024];
     conf_key(&recorded, rk, sizeof rk);
-    rank_ctx rc_final = ranking(t, o->objective);
-    qsort_r(t->results, t->nresults, sizeof *t->results, rank_cmp, &rc_final);
-    mark_costly(t, o->objective); /* the same marks, their indices in the ranked results */
+    gm_tune_rank(t->results, t->nresults, o->objective);
     for (size_t i = 0; i < t->nresults; i++) {
         char x[1024];
         conf_key(&t->results[i].cfg, x, sizeof x);

@@ -71,9 +71,13 @@ typedef struct gm_tune {
 /* Loads the trace (gm_replay_trace_load), replays the presets and searches the keys. 0, or -1 with
  * err (an unreadable trace). */
 int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t errsz);
+/* Ranks n results in place as tune's final ranking does (objective GM_TUNE_RESERVED or
+ * GM_TUNE_TIME): the cost rule's marks (costly, cheaper: indices in the ranked order) on the
+ * reserved objective, then the order of gm_tune.c's header. frag ranks its own fixes with it. */
+void gm_tune_rank(gm_replay_result *r, size_t n, int objective);
 /* The same search on a trace model already loaded (gm_replay_trace_load's, left as it is): what
- * `gpumem frag` recommends is this search's answer, so frag, tune and viz name one configuration
- * for a recording. t->seconds is left 0. 0, or -1 with err. */
+ * `gpumem frag --search` recommends is this search's answer, so that frag, tune and viz name one
+ * configuration for a recording. t->seconds is left 0. 0, or -1 with err. */
 int gm_tune_search(gm_db *d, const adv_model *am, const gm_tune_opts *o, gm_tune *t, char *err, size_t errsz);
 void gm_tune_free(gm_tune *t);
 

@@ -170,8 +170,8 @@ echo "ok: framework allocations 'a', a library's own 'ag' in the trace"
 # steps) preset:nocache saved 1.06 MiB of 6 MiB at 7,808x the driver calls and was tune's, frag's
 # and viz's recommendation; on GPT-2 it saves 0.3% at 58x and the recommendation (64% below the
 # recording, section 1) stays. Row: recording, a configuration the rule must pass over; checked:
-# tune (text and JSON), frag and viz
-# name one configuration, every result passed over obeys the rule and ranks after the others, and
+# tune (text and JSON), frag --search and viz
+# name one configuration (frag alone: never one the rule passes over), every result passed over obeys the rule and ranks after the others, and
 # the one named is in passed_over and said in the text.
 cat alloc/*.[ch] README.md > "$TMP/text.txt"
 GPUMEM_SIM_BACKING=memory "$GM" record -q -o "$TMP/demo.db" -- "$TRAIN" --model tiny --data "$TMP/text.txt" --steps 200 -B 4 -T 64 > "$TMP/demo.txt" 2>&1 \
@@ -182,9 +182,14 @@ while read -r db over <&3; do
   "$GM" viz "$TMP/$db" -o "$TMP/c.html" > /dev/null 2>&1 || fail "$db: viz exited $?"
   sed -n 's/^const D = \(.*\);$/\1/p' "$TMP/c.html" > "$TMP/c.viz.json"
   t=$(jq -r '.recommended.conf' "$TMP/c.json")
-  f=$("$GM" frag --json "$TMP/$db" | jq -r '.recommended.conf')
+  f=$("$GM" frag --json --search "$TMP/$db" | jq -r '.recommended.conf')
   v=$(jq -r '.analyses.tune.recommended.conf' "$TMP/c.viz.json") vf=$(jq -r '.analyses.frag.recommended.conf' "$TMP/c.viz.json")
-  [[ $t == "$f" && $t == "$v" && $vf == "$f" ]] || fail "$db: tune recommends $t, frag $f, viz $v (its frag $vf)"
+  [[ $t == "$f" && $t == "$v" && $vf == "$f" ]] || fail "$db: tune recommends $t, frag --search $f, viz $v (its frag $vf)"
+  # frag alone ranks its own fixes by tune's rule: never one the rule passes over
+  fo=$("$GM" frag --json "$TMP/$db" | jq -r '.recommended.conf // "none"')
+  [[ $fo != "$over" ]] || fail "$db: frag alone recommends $over, which the cost rule passes over"
+  jq -e --arg f "$fo" '[.results[] | select(.conf == $f)] | all(.not_recommended == null)' "$TMP/c.json" > /dev/null \
+    || fail "$db: frag alone recommends $fo, which tune's rule passes over"
   grepq -F "recommended: GPUMEM_CONF=$t" "$TMP/c.txt" || fail "$db: the text recommends otherwise than the JSON ($t)"
   jq -e '.cost_rule as $c | [.results[] | select(.not_recommended) | .peak_reserved as $p | .not_recommended as $n
       | ($n.calls_ratio >= $c.min_calls_ratio and $n.saves > 0
@@ -197,7 +202,7 @@ while read -r db over <&3; do
   read -r saves ratio < <(jq -r --arg o "$over" '.passed_over[] | select(.conf == $o) | [.not_recommended.saves, .not_recommended.calls_ratio] | @tsv' "$TMP/c.json")
   [[ -n $saves && $t != "$over" ]] || fail "$db: $over is not passed over (recommended: $t; passed over: $(jq -c '[.passed_over[].conf]' "$TMP/c.json"))"
   grepq -F "$over saves " "$TMP/c.txt" || fail "$db: the text does not say what $over saves at what cost"
-  echo "ok: $db: $t recommended by tune, frag and viz; $over passed over (saves $saves bytes at ${ratio}x the driver calls)"
+  echo "ok: $db: $t recommended by tune, frag --search and viz (frag alone: $fo); $over passed over (saves $saves bytes at ${ratio}x the driver calls)"
 done 3<<'EOF'
 demo.db preset:nocache
 pt.db preset:nocache

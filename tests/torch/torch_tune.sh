@@ -47,12 +47,12 @@ grep -qF "PYTORCH_CUDA_ALLOC_CONF=$pconf" "$tmp/t.txt" && [[ $(j .recommended.py
   && ok "text and --json recommend the same: '$pconf' ($(j .recommended.conf))" \
   || bad "text and --json differ: json recommended $(j -c .recommended), torch.recommended '$pconf'; text: $(grep recommended "$tmp/t.txt")"
 
-# One recommendation for the file across frag, tune and viz: frag on the same recording recommends
-# tune's PYTORCH_CUDA_ALLOC_CONF (GPUMEM_CONF does nothing to a program on PyTorch's allocator),
+# One recommendation for the file across frag --search, tune and viz: frag --search on the same
+# recording recommends tune's PYTORCH_CUDA_ALLOC_CONF (GPUMEM_CONF does nothing to a program on PyTorch's allocator),
 # lists gpumem's allocator apart, and its --check re-runs under that PYTORCH_CUDA_ALLOC_CONF and
 # compares PyTorch's own max_memory_reserved() with the prediction (it once re-ran under
 # GPUMEM_CONF=preset:gpumem and compared the device's peak with gpumem's replay: +79%).
-GPUMEM_SIM_BACKING=virtual PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:20 "$G" frag --json --check "$tmp/run.db" \
+GPUMEM_SIM_BACKING=virtual PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:20 "$G" frag --json --search --check "$tmp/run.db" \
   > "$tmp/f.json" 2> "$tmp/f.err" || bad "frag --check failed: $(cat "$tmp/f.err")"
 fj() { jq -r "$1" "$tmp/f.json"; }
 [[ $(fj .recommended.pytorch_conf) == "$pconf" && $(fj .torch.gpumem.conf) == preset:gpumem* ]] \
@@ -62,7 +62,7 @@ fj() { jq -r "$1" "$tmp/f.json"; }
    $(fj .check.measured_peak_reserved) == $(fj .check.predicted_peak_reserved) ]] \
   && ok "frag --check: re-run under PYTORCH_CUDA_ALLOC_CONF='$pconf', max_memory_reserved() $(fj .check.measured_peak_reserved) = predicted" \
   || bad "frag --check: $(fj -c .check)"
-"$G" frag "$tmp/run.db" > "$tmp/f.txt" 2>&1
+"$G" frag --search "$tmp/run.db" > "$tmp/f.txt" 2>&1
 grep -q "recommended for PyTorch's allocator: PYTORCH_CUDA_ALLOC_CONF=$pconf\$" "$tmp/f.txt" && ! grep -q "recommended: GPUMEM_CONF" "$tmp/f.txt" \
   && ok "frag's text recommends the same, never a GPUMEM_CONF" || bad "frag's text: $(grep -A3 recommended "$tmp/f.txt")"
 "$G" viz "$tmp/run.db" -o "$tmp/run.html" --force > /dev/null 2>&1 || bad "viz failed"
@@ -70,11 +70,12 @@ vrec=$(grep -o '"frag":{.*' "$tmp/run.html" | grep -o '"recommended":{[^}]*}' | 
 [[ $vrec == "$pconf" ]] && ok "viz's frag panel recommends the same" || bad "viz's frag panel recommends '$vrec'"
 
 # One search, one recommendation, on recordings made under a user's PYTORCH_CUDA_ALLOC_CONF: frag
-# (text and --json) and viz's frag and tune panels recommend tune's PYTORCH_CUDA_ALLOC_CONF with
-# its prediction, and a run under it measures that max_memory_reserved(). frag once searched only
-# single changes on top of the recorded keys: under the row's configuration it recommended
-# max_split_size_mb:128,... (546 MiB, measured so) while tune's search found expandable_segments:True
-# (522 MiB, measured so). Row: name, the configuration it is recorded under.
+# --search (text and --json) and viz's frag and tune panels recommend tune's PYTORCH_CUDA_ALLOC_CONF
+# with its prediction, and a run under it measures that max_memory_reserved(). frag alone ranks
+# single changes on top of the recorded keys: under the row's configuration it recommends
+# max_split_size_mb:128,... (546 MiB, measured so) while tune's search finds expandable_segments:True
+# (522 MiB, measured so); it says it is the best single change, that tune may reserve less, and
+# that --search names tune's answer. Row: name, the configuration it is recorded under.
 cat > "$tmp/hist.py" <<'PY'
 import torch
 torch.manual_seed(0)
@@ -93,12 +94,20 @@ while read -r name conf; do
   GPUMEM_SIM_BACKING=memory PYTORCH_CUDA_ALLOC_CONF=$conf "$G" record -q -o "$db" -- "$torch_py" "$tmp/hist.py" \
     > /dev/null 2> "$tmp/$name.err" || { bad "$name: gpumem record failed: $(tail -3 "$tmp/$name.err")"; continue; }
   read -r tconf tpred < <("$G" tune --json "$db" | jq -r '[.recommended.pytorch_conf, .recommended.predicted.peak_reserved] | @tsv')
-  read -r fconf fpred < <("$G" frag --json "$db" | jq -r '[.recommended.pytorch_conf, .recommended.predicted_peak_reserved] | @tsv')
-  [[ -n $tconf && $fconf == "$tconf" && $fpred == "$tpred" ]] \
-    && ok "$name: frag recommends tune's PYTORCH_CUDA_ALLOC_CONF=$tconf, predicted $tpred" \
-    || bad "$name: frag recommends '$fconf' ($fpred), tune '$tconf' ($tpred)"
-  "$G" frag "$db" | grepq "recommended for PyTorch's allocator: PYTORCH_CUDA_ALLOC_CONF=$tconf\$" \
-    && ok "$name: frag's text says the same" || bad "$name: frag's text: $("$G" frag "$db" | grep -A1 'recommended')"
+  read -r fconf fpred fs < <("$G" frag --json --search "$db" | jq -r '[.recommended.pytorch_conf, .recommended.predicted_peak_reserved, .searched] | @tsv')
+  [[ -n $tconf && $fconf == "$tconf" && $fpred == "$tpred" && $fs == true ]] \
+    && ok "$name: frag --search recommends tune's PYTORCH_CUDA_ALLOC_CONF=$tconf, predicted $tpred" \
+    || bad "$name: frag --search recommends '$fconf' ($fpred, searched $fs), tune '$tconf' ($tpred)"
+  "$G" frag --search "$db" | grepq "recommended for PyTorch's allocator: PYTORCH_CUDA_ALLOC_CONF=$tconf\$" \
+    && ok "$name: frag --search's text says the same" || bad "$name: frag --search's text: $("$G" frag --search "$db" | grep -A1 'recommended')"
+  # frag alone: the best of its own fixes, one of them, no more than the recording's replay,
+  # and it says where tune's answer is
+  "$G" frag --json "$db" > "$tmp/$name.f.json" && "$G" frag "$db" > "$tmp/$name.f.txt" || bad "$name: frag failed"
+  jq -e '.searched == false and (.recommended == null or (.recommended.conf as $c | [.fixes[].conf] | index($c) != null))
+         and (.recommended == null or .recommended.predicted_peak_reserved <= .recorded.replayed_peak_reserved)' \
+    "$tmp/$name.f.json" > /dev/null && grepq "frag --search names its answer" "$tmp/$name.f.txt" \
+    && ok "$name: frag alone recommends its best fix ($(jq -r .recommended.pytorch_conf "$tmp/$name.f.json")) and points to tune's search" \
+    || bad "$name: frag alone: $(jq -c '[.searched, .recommended]' "$tmp/$name.f.json"); $(grep -A2 recommended "$tmp/$name.f.txt")"
   "$G" viz "$db" -o "$tmp/$name.html" --force > /dev/null 2>&1 || bad "$name: viz failed"
   v=""
   for a in frag tune; do
