@@ -124,7 +124,9 @@ static int load_side(const char *path, side *s, int frames_all, int json, int de
         return gm_scope_fail("diff", GM_SCOPE_NO_DEVICE, err);
     gm_symbolize(&s->d, &s->full);
     s->full.frames_all = frames_all;
-    s->torch = s->full.torch.present == 1;
+    /* --device N where PyTorch held nothing on N: N's memory is compared as the device's, said
+     * (gm_torch_absent), never PyTorch's view of another device */
+    s->torch = s->full.torch.present == 1 && gm_torch_absent(&s->d, NULL, 0) < 0;
     s->m = s->torch ? gm_model_torch_view(&s->full) : s->full;
     /* several devices: the busiest device's figures (as report's; or --device's), never their
      * sum, which no device held; said first */
@@ -321,6 +323,8 @@ static void json_side(FILE *out, const side *s)
     fprintf(out, ",\"alive_at_exit\":%" PRIu64 ",\"alive_at_exit_count\":%" PRIu64, s->leaked, s->nleaked);
     if (s->device >= 0) fprintf(out, ",\"device\":%d", s->device);
     else fputs(",\"device\":null", out);
+    fputs(",\"torch_absent\":", out);
+    gm_torch_absent_json(&s->d, out);
     fputc(',', out);
     gm_torch_reset_json(out, &s->reset);
     char ending[256]; /* null, or why the program did not run to its end (gm_ending_line) */
@@ -460,6 +464,10 @@ int gm_cmd_diff(int argc, char **argv)
                                                   "(max_memory_allocated/_reserved), its tensors alive at exit")
                                        : "views differ: A is in PyTorch's view (its tensors), B the device's, or the "
                                          "other way round: the figures compare different things");
+        for (const side *x = &A; x; x = x == &A ? &B : NULL) { /* PyTorch held nothing on --device's */
+            char absent[1024];
+            if (gm_torch_absent(&x->d, absent, sizeof absent) >= 0) fprintf(out, "  %s: %s\n", x == &A ? "A" : "B", absent);
+        }
         for (const side *x = &A; x; x = x == &A ? &B : NULL) /* its max_memory_*() are not the peaks here */
             if (x->reset.count) {
                 char ra[32], rr[32];

@@ -547,7 +547,7 @@ static void print_json(gm_db *d, const gm_model *m, const gm_frag *f, const uint
     fputs(f->searched ? "true" : "false", out);
     fputs(",\"torch\":", out);
     if (!f->torch) {
-        fputs("null", out);
+        gm_torch_absent_json(d, out); /* null, or --device N where PyTorch held nothing on N */
     } else {
         fputs("{\"recorded_conf\":", out);
         gm_json_str(out, f->torch_conf);

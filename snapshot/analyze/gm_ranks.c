@@ -53,6 +53,8 @@ typedef struct rk_rank {
     uint64_t torch_whole_run;            /* its whole-run peak allocated on that device */
     int torch_device;                    /* d (-1: one device) */
     gm_torch_reset torch_reset;          /* the program's reset of d's peak stats (count 0: none) */
+    char torch_absent[1024];             /* --device's where PyTorch held nothing (gm_torch_absent), "" */
+    char *torch_absent_json;             /* its JSON object (gm_torch_absent_json), NULL */
     rk_group *groups;
     size_t ngroups;
     rk_step *steps;
@@ -63,7 +65,7 @@ static void rank_free(rk_rank *r)
 {
     for (size_t i = 0; i < r->ngroups; i++)
         free(r->groups[i].cls);
-    free(r->groups), free(r->steps), free(r->path), free(r->peak_phase), free(r->ending);
+    free(r->groups), free(r->steps), free(r->path), free(r->peak_phase), free(r->ending), free(r->torch_absent_json);
 }
 
 static const char *phase_name(const char *path)
@@ -264,7 +266,12 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, i
     /* PyTorch's own figure: its busiest device's max_memory_allocated(d), which counts from the
      * program's last reset of d (reset_peak_memory_stats(d)) */
     r->torch_device = -1;
-    if (m.torch.present) {
+    r->torch_absent[0] = 0; /* --device N where PyTorch held nothing: none of its figures, said */
+    if (gm_torch_absent(&d, r->torch_absent, sizeof r->torch_absent) >= 0) {
+        size_t len;
+        FILE *mf = open_memstream(&r->torch_absent_json, &len);
+        if (mf) gm_torch_absent_json(&d, mf), fclose(mf);
+    } else if (m.torch.present) {
         gm_model tw = gm_model_torch_view(&m);
         r->torch_whole_run = m.torch.peak_allocated;
         if (gm_model_devices(&tw, NULL, NULL) > 1) {
@@ -276,7 +283,7 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, i
             gm_torch_peak_reset(&d, r->torch_device >= 0 ? r->torch_device : GM_TORCH_ALL_DEVICES, &r->torch_reset))
             r->torch_peak_allocated = r->torch_reset.max_allocated;
     }
-    rc = !r->path || !r->peak_phase || rank_steps(pm, r) || rank_groups(&d, pm, r) ? -1 : 0;
+    rc = !r->path || !r->peak_phase || (r->torch_absent[0] && !r->torch_absent_json) || rank_steps(pm, r) || rank_groups(&d, pm, r) ? -1 : 0;
     if (pm == &dv) gm_model_device_view_free(&dv);
     gm_model_free(&m);
     gm_db_close(&d);
@@ -414,6 +421,7 @@ static void json_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const r
                     r->torch_reset.count, r->torch_reset.seq, r->torch_reset.t_ns);
         else
             fputs(",\"torch_peak_reset\":null", out);
+        fprintf(out, ",\"torch_absent\":%s", r->torch_absent_json ? r->torch_absent_json : "null");
         fprintf(out, ",\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64 ",\"steps\":[",
                 r->leaked_bytes, r->leaked_count);
         for (size_t k = 0; k < r->nsteps; k++)
@@ -495,6 +503,8 @@ static void text_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const r
     int torch = 0;
     for (size_t i = 0; i < n; i++)
         torch |= rs[i].torch_peak_allocated != 0;
+    for (size_t i = 0, said = 0; i < n; i++) /* --device N where PyTorch held nothing: none of its figures */
+        if (rs[i].torch_absent[0]) fprintf(out, "%s  rank %" PRId64 ": %s\n", said++ ? "" : "\n", rs[i].rank, rs[i].torch_absent);
     if (torch) {
         fputs("\nPyTorch's own peak allocated (max_memory_allocated; leaked: its tensors alive at the end, "
               "its cached segments are not leaks):", out);

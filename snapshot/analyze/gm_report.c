@@ -1364,17 +1364,11 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         if (o->json) fputs(",\"torch\":null", out);
         return;
     }
-    char absent[512];
-    int none = gm_torch_absent_on_asked(m, absent, sizeof absent);
-    if (none >= 0) { /* --device N where PyTorch held nothing: said, not another device's figures nor zeros */
+    char absent[1024];
+    if (gm_torch_absent(d, absent, sizeof absent) >= 0) { /* --device N where PyTorch held nothing: said, not another device's figures nor zeros */
         if (o->json) {
-            fprintf(out, ",\"torch\":{\"allocator\":\"%s\",\"device\":%d,\"on_device\":false,\"tensor_devices\":[",
-                    tv->present == 2 ? "gpumem" : "pytorch", none);
-            for (int i = 0, j = 0; tv->devs && i < GM_DEVICES; i++)
-                if (tv->devs[i].peak_allocated || tv->devs[i].peak_reserved) fprintf(out, "%s%d", j++ ? "," : "", i);
-            fputs("],\"peak_requested\":null,\"peak_allocated\":null,\"peak_reserved\":null,\"note\":", out);
-            gm_json_str(out, absent);
-            fputc('}', out);
+            fputs(",\"torch\":", out);
+            gm_torch_absent_json(d, out);
         } else {
             fprintf(out, "\n%s\n  %s\n", tv->present == 2 ? "PyTorch through gpumem" : "PyTorch's allocator", absent);
         }

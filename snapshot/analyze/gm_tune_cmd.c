@@ -339,7 +339,7 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
                 t->results[t->recorded].peak_reserved, t->results[t->runaway].peak_reserved);
     fputs(",\"torch\":", out);
     if (!t->torch) {
-        fputs("null", out);
+        gm_torch_absent_json(d, out); /* null, or --device N where PyTorch held nothing on N */
     } else {
         fputs("{\"recorded_conf\":", out);
         gm_json_str(out, t->torch_conf);

@@ -499,6 +499,13 @@ static int has_torch_history(gm_db *d, const gm_model *m)
 int gm_export_format(gm_db *d, gm_model *m, const char *format, int what, int view, FILE *out)
 {
     int torch = has_torch_history(d, m);
+    char absent[1024]; /* --device N where PyTorch held nothing on N: its view there is empty */
+    int none = gm_torch_absent(d, absent, sizeof absent);
+    if (view == GM_VIEW_TORCH && none >= 0) {
+        fprintf(stderr, "gpumem export: --view torch: %s: %s; leave --view out for device %d's allocations\n", d->path,
+                absent, none);
+        return GM_EXIT_USAGE;
+    }
     if (view == GM_VIEW_TORCH && !torch) {
         fprintf(stderr,
                 "gpumem export: --view torch: %s has no PyTorch memory history (a PyTorch program "

@@ -78,6 +78,13 @@ typedef struct gm_db {
     /* D + 1: the device was asked for (--device D; gm_db_scope_one), scoped or, on a recording
      * with memory on D alone, read whole; 0: the busiest device's, or one device's */
     int device_asked;
+    /* D + 1 where --device D was asked (gm_model_pick_device, gm_db_scope_one) of a recording
+     * whose PyTorch history holds nothing on D (its tensors were on other devices: the memory on D
+     * was not PyTorch's); 0 otherwise. torch_devs[0 .. ntorch_devs): the devices its tensors were
+     * on; torch_absent_allocator: 1 PyTorch's own allocator, 2 gpumem through its hook. Read it
+     * through gm_torch_absent, every command the same way. */
+    int torch_absent, torch_absent_allocator, ntorch_devs;
+    int torch_devs[128];
 } gm_db;
 
 /* Opens and validates. On failure returns -1 with a message for a person in err (what is wrong
@@ -428,11 +435,17 @@ int gm_model_devices(const gm_model *m, int *lo, int *hi);
 int gm_busiest_device(const gm_model *m);
 /* The device whose figures lead: the one asked for (gm_model_pick_device), else the busiest. */
 int gm_lead_device(const gm_model *m);
-/* The device asked for (--device N: gm_model_pick_device) where PyTorch's history (torch.present)
- * holds nothing on it: its tensors were on other devices, and PyTorch's view of device N is
- * empty, not zeros to print. -1 otherwise (nothing asked, no history, or tensors on N). With
- * line (room for n): the sentence that says so, naming the devices its tensors were on. */
-int gm_torch_absent_on_asked(const gm_model *m, char *line, size_t n);
+/* The device asked for (--device N: gm_model_pick_device, gm_db_scope_one, which note it in d)
+ * where PyTorch's history holds nothing on it: its tensors were on other devices, and PyTorch's
+ * view of device N is empty, not another device's figures nor zeros to print. -1 otherwise
+ * (nothing asked, no history, or tensors on N). With line (room for n): the sentence every
+ * command says it with, naming the devices its tensors were on. */
+int gm_torch_absent(const gm_db *d, char *line, size_t n);
+/* Where gm_torch_absent says so: the JSON object of PyTorch's view on that device, one shape
+ * for every command (report's and frag's and tune's .torch, the others' .torch_absent):
+ * {"allocator","device","on_device":false,"tensor_devices":[...],"peak_requested":null,
+ * "peak_allocated":null,"peak_reserved":null,"note"}; "null" otherwise. */
+void gm_torch_absent_json(const gm_db *d, FILE *out);
 /* The model (or a view of it) restricted to device dev: its allocations that device's (a new
  * array), its figures that device's; ooms, steps and tables shared. 0, or -1 out of memory (*v
  * untouched). Free it with gm_model_device_view_free, never gm_model_free. */
@@ -468,12 +481,16 @@ int gm_scope_fail(const char *cmd, int sc, const char *err);
  * none asked, nothing done) leads instead of the busiest (gm_lead_device), in m and every view
  * made of it. 0, or GM_SCOPE_NO_DEVICE where the program held no memory on it (err lists the
  * devices it did use; PATH is d's). */
-int gm_model_pick_device(const gm_db *d, gm_model *m, int want, char *err, size_t errsz);
+int gm_model_pick_device(gm_db *d, gm_model *m, int want, char *err, size_t errsz);
 /* On a scoped d: "gpumem: note: PATH: the program held memory on N devices (lo to hi): FIGURES
- * are device D's, the busiest ..." (or "..., as --device asked") on out; nothing otherwise. */
+ * are device D's, the busiest ..." (or "..., as --device asked") on out, then, where PyTorch's
+ * history has nothing on D, "gpumem: note: PATH: " and gm_torch_absent's sentence; nothing
+ * otherwise. */
 void gm_scope_say(gm_db *d, const char *figures, FILE *out);
 /* On a scoped d: `BEFORE"device":D,"devices":NAFTER` on out (whose figures a JSON output's are,
- * and how many devices held memory); nothing otherwise, so one device's JSON keeps its bytes. */
+ * and how many devices held memory), with `,"torch_absent":{...}` (gm_torch_absent_json) before
+ * AFTER where PyTorch's history has nothing on D; nothing otherwise, so one device's JSON keeps
+ * its bytes. gm_scope_say says the same sentence in text. */
 void gm_scope_json(const gm_db *d, FILE *out, const char *before, const char *after);
 
 /* The model as PyTorch's allocator saw it: a shallow copy of m whose allocations, peaks and

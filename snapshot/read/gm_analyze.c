@@ -1138,25 +1138,75 @@ int gm_model_device_view(const gm_model *m, int dev, gm_model *v) {
 
 int gm_lead_device(const gm_model *m) { return m->device_asked ? m->device_asked - 1 : gm_busiest_device(m); }
 
-int gm_torch_absent_on_asked(const gm_model *m, char *line, size_t n) {
-    if (!m->device_asked || !m->torch.present || !m->torch.devs) return -1;
-    int want = m->device_asked - 1;
-    const gm_dev_figs *f = &m->torch.devs[want];
-    if (f->peak_allocated || f->peak_reserved) return -1;
+_Static_assert(sizeof ((gm_db *)0)->torch_devs / sizeof(int) == GM_DEVICES, "gm_db.torch_devs: one per device");
+
+/* Notes in d that PyTorch's history holds nothing on the device asked for (want), from the
+ * devices its tensors were on (on[i]: PyTorch held memory on device i), by gm_torch_absent's rule. */
+static void torch_note_absent(gm_db *d, int want, const unsigned char *on, int allocator) {
+    d->torch_absent = 0, d->ntorch_devs = 0;
+    if (want < 0 || want >= GM_DEVICES || on[want]) return;
+    for (int i = 0; i < GM_DEVICES; i++)
+        if (on[i]) d->torch_devs[d->ntorch_devs++] = i;
+    if (!d->ntorch_devs) return; /* no history at all: nothing of PyTorch's to say */
+    d->torch_absent = want + 1, d->torch_absent_allocator = allocator;
+}
+
+/* The model's rule for "PyTorch held memory on device i": its view's figures there. */
+static void torch_note_model(gm_db *d, const gm_model *m, int want) {
+    unsigned char on[GM_DEVICES] = {0};
+    if (!m->torch.present || !m->torch.devs) return;
+    for (int i = 0; i < GM_DEVICES; i++) on[i] = m->torch.devs[i].peak_allocated || m->torch.devs[i].peak_reserved;
+    torch_note_absent(d, want, on, m->torch.present);
+}
+
+/* The same from the file's events (before a scope hides the other devices'), for the commands
+ * that read no model first: PyTorch's tensors (31) and segments (34) on each device. Only where
+ * PyTorch's history was merged (meta torch_history): a recording without it costs no scan. */
+static void torch_note_events(gm_db *d, const int *devs, int n, int want) {
+    unsigned char on[GM_DEVICES] = {0};
+    if (gm_meta_int(d, "torch_history", 0) <= 0) return;
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(d->db, "SELECT 1 FROM main.events WHERE device = ?1 AND kind IN (31, 34) LIMIT 1", -1,
+                           &s, NULL) != SQLITE_OK)
+        return;
+    for (int i = 0; i < n; i++) {
+        if (devs[i] < 0 || devs[i] >= GM_DEVICES) continue;
+        sqlite3_bind_int(s, 1, devs[i]);
+        on[devs[i]] = sqlite3_step(s) == SQLITE_ROW;
+        sqlite3_reset(s);
+    }
+    sqlite3_finalize(s);
+    torch_note_absent(d, want, on, 1);
+}
+
+int gm_torch_absent(const gm_db *d, char *line, size_t n) {
+    if (!d->torch_absent) return -1;
+    int want = d->torch_absent - 1, nd = d->ntorch_devs;
     if (line && n) {
-        int k = snprintf(line, n, "PyTorch's memory history has nothing on device %d: its tensors were on device", want);
-        int nd = 0;
-        for (int i = 0; i < GM_DEVICES; i++) nd += m->torch.devs[i].peak_allocated || m->torch.devs[i].peak_reserved;
-        if (nd != 1 && k > 0 && (size_t)k < n) k += snprintf(line + k, n - (size_t)k, "s");
-        for (int i = 0, j = 0; i < GM_DEVICES && k > 0 && (size_t)k < n; i++)
-            if (m->torch.devs[i].peak_allocated || m->torch.devs[i].peak_reserved)
-                k += snprintf(line + k, n - (size_t)k, "%s%d", j++ ? (j == nd ? " and " : ", ") : " ", i);
-        if (!nd && k > 0 && (size_t)k < n) k += snprintf(line + k, n - (size_t)k, " none");
+        int k = snprintf(line, n, "PyTorch's memory history has nothing on device %d: its tensors were on device%s", want,
+                         nd == 1 ? "" : "s");
+        for (int j = 0; j < nd && k > 0 && (size_t)k < n; j++)
+            k += snprintf(line + k, n - (size_t)k, "%s%d", !j ? " " : j == nd - 1 ? " and " : ", ", d->torch_devs[j]);
         if (k > 0 && (size_t)k < n)
-            snprintf(line + k, n - (size_t)k, " (the figures of device %d above are the device's: gpumem's account; "
+            snprintf(line + k, n - (size_t)k, " (device %d's figures here are the device's: gpumem's account; "
                                               "leave --device out, or give one of those, for PyTorch's view)", want);
     }
     return want;
+}
+
+void gm_torch_absent_json(const gm_db *d, FILE *out) {
+    char line[1024];
+    int dev = gm_torch_absent(d, line, sizeof line);
+    if (dev < 0) {
+        fputs("null", out);
+        return;
+    }
+    fprintf(out, "{\"allocator\":\"%s\",\"device\":%d,\"on_device\":false,\"tensor_devices\":[",
+            d->torch_absent_allocator == 2 ? "gpumem" : "pytorch", dev);
+    for (int j = 0; j < d->ntorch_devs; j++) fprintf(out, "%s%d", j ? "," : "", d->torch_devs[j]);
+    fputs("],\"peak_requested\":null,\"peak_allocated\":null,\"peak_reserved\":null,\"note\":", out);
+    gm_json_str(out, line);
+    fputc('}', out);
 }
 
 /* --device's refusal: the devices the program did hold memory on, in words a person can act on. */
@@ -1186,13 +1236,14 @@ static int model_device_list(const gm_model *m, int *devs) {
     return n;
 }
 
-int gm_model_pick_device(const gm_db *d, gm_model *m, int want, char *err, size_t errsz) {
+int gm_model_pick_device(gm_db *d, gm_model *m, int want, char *err, size_t errsz) {
     if (want < 0) return 0;
     int devs[GM_DEVICES], n = model_device_list(m, devs);
     int used = 0;
     for (int i = 0; i < n; i++) used |= devs[i] == want;
     if (!used) return device_unused(d->path, want, devs, n, err, errsz);
     m->device_asked = want + 1;
+    torch_note_model(d, m, want);
     return 0;
 }
 
@@ -1215,6 +1266,10 @@ int gm_db_scope_one(gm_db *d, const gm_model *have, int want, char *err, size_t 
         if (!used) return device_unused(d->path, want, devs, n < GM_DEVICES ? n : GM_DEVICES, err, errsz);
         d->device_asked = want + 1;
         if (n <= 1 || d->scoped) return 0; /* memory on that device alone: the whole recording is its */
+        /* PyTorch's tensors elsewhere: said by every command (gm_torch_absent), noted before the
+         * scope hides the other devices' events */
+        if (have) torch_note_model(d, have, want);
+        else torch_note_events(d, devs, n < GM_DEVICES ? n : GM_DEVICES, want);
         if (gm_db_scope_device(d, want) != 0) {
             snprintf(err, errsz, "%s: cannot read device %d's events alone (%s)", d->path, want, sqlite3_errmsg(d->db));
             return -1;
@@ -1438,6 +1493,11 @@ long gm_step_index(const gm_model *m, const gm_alloc *a) {
 }
 
 gm_model gm_model_leak_view(const gm_model *m) {
+    /* --device N where PyTorch held nothing on N (gm_torch_absent): N's memory is not its cache,
+     * and its allocations are what N leaked, as gpumem leaks --device N reads them */
+    int asked = m->device_asked - 1;
+    if (asked >= 0 && m->torch.devs && !m->torch.devs[asked].peak_allocated && !m->torch.devs[asked].peak_reserved)
+        return *m;
     return m->torch.present == 1 ? gm_model_torch_view(m) : *m;
 }
 

@@ -170,9 +170,12 @@ void gm_meta_text(gm_db *d, const char *key, char *out, size_t outsz) {
 }
 
 int gm_meta_pytorch_conf(gm_db *d, char *out, size_t outsz) {
+    out[0] = 0;
+    /* --device N where PyTorch held nothing on N (gm_torch_absent): N's memory was not served by
+     * PyTorch's allocator, whatever it served on the other devices */
+    if (d->torch_absent) return 0;
     sqlite3_stmt *s = lookup(d, &d->meta_st, "SELECT value FROM meta WHERE key = ?");
     int has = 0;
-    out[0] = 0;
     if (!s) return 0;
     sqlite3_bind_text(s, 1, "torch_conf", -1, SQLITE_STATIC);
     if (sqlite3_step(s) == SQLITE_ROW) {
@@ -808,10 +811,18 @@ void gm_scope_say(gm_db *d, const char *figures, FILE *out) {
                  "gpumem report gives each device's peaks\n",
             d->path, d->scope_devices, d->scope_lo, d->scope_hi, figures, d->scoped - 1,
             d->device_asked ? "as --device asked" : "the busiest; --device N gives another's");
+    char absent[1024]; /* and PyTorch's view there, where its history has nothing on that device */
+    if (gm_torch_absent(d, absent, sizeof absent) >= 0) fprintf(out, "gpumem: note: %s: %s\n", d->path, absent);
 }
 
 void gm_scope_json(const gm_db *d, FILE *out, const char *before, const char *after) {
-    if (d->scoped) fprintf(out, "%s\"device\":%d,\"devices\":%d%s", before, d->scoped - 1, d->scope_devices, after);
+    if (!d->scoped) return;
+    fprintf(out, "%s\"device\":%d,\"devices\":%d", before, d->scoped - 1, d->scope_devices);
+    if (d->torch_absent) { /* --device N where PyTorch held nothing on N: said (gm_torch_absent) */
+        fputs(",\"torch_absent\":", out);
+        gm_torch_absent_json(d, out);
+    }
+    fputs(after, out);
 }
 
 void gm_lossy_say(gm_db *d, FILE *out) {
