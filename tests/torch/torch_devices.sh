@@ -25,7 +25,8 @@
 #     cuda:0 only, 8 MiB on device 1 outside PyTorch): report says so in PyTorch's block (text:
 #     "has nothing on device 1 ... on device 0"; JSON .torch.on_device false, its peaks null,
 #     .tensor_devices [0]), never device 0's figures or zeros as device 1's; --device 0 keeps
-#     PyTorch's own max_memory_allocated(0).
+#     PyTorch's own max_memory_allocated(0); and so does every other command that shows PyTorch's
+#     view (diff, the ranks report, export --view torch, leaks, frag, tune, advise, viz): a row each.
 set -euo pipefail
 source "$(dirname "$0")/common.bash"
 GPUMEM_SIM_DEVICES=2 GPUMEM_SIM_BACKING=memory "$G" record -q -o "$tmp/t.db" -- "$torch_py" tests/torch/devices_mlp.py \
@@ -260,6 +261,41 @@ orows=(
   "report -d1 text: PyTorch's block says it|1|$(grep -c "^  PyTorch's memory history has nothing on device 1: its tensors were on device 0 " "$tmp/one1.txt")"
   "report -d1 text: no tensors by category of PyTorch|0|$(grep -c "PyTorch's tensors by category" "$tmp/one1.txt")"
   "report -d0 .torch.peak_allocated = max_memory_allocated(0)|$max0|$(jq -r .torch.peak_allocated "$tmp/one0.json")"
+)
+# every other command that shows PyTorch's view, under --device 1 (each row failed before: diff and
+# the ranks report gave device 0's PyTorch figures as device 1's, export --view torch said there was
+# no history, the others said nothing of PyTorch, frag and tune called device 1 PyTorch's allocator)
+say="PyTorch's memory history has nothing on device 1: its tensors were on device 0 "
+"$G" diff --json --device 1 "$tmp/one.db" "$tmp/one.db" > "$tmp/d1.json" 2>/dev/null || bad "diff --json --device 1 failed"
+"$G" diff --device 1 "$tmp/one.db" "$tmp/one.db" > "$tmp/d1.txt" 2>&1 || bad "diff --device 1 failed"
+cp "$tmp/one.db" "$tmp/one-b.db" # the ranks report reads each file once
+"$G" report --json --device 1 "$tmp/one.db" "$tmp/one-b.db" > "$tmp/r1.json" 2>/dev/null || bad "ranks report --json --device 1 failed"
+"$G" report --device 1 "$tmp/one.db" "$tmp/one-b.db" > "$tmp/r1.txt" 2>&1 || bad "ranks report --device 1 failed"
+erc=0; "$G" export --format chrome --view torch --device 1 "$tmp/one.db" -o "$tmp/e1.json" 2> "$tmp/e1.err" || erc=$?
+for c in leaks frag tune advise; do
+  "$G" $c --json --device 1 "$tmp/one.db" > "$tmp/$c.json" 2>/dev/null || bad "$c --json --device 1 failed"
+  "$G" $c --device 1 "$tmp/one.db" > "$tmp/$c.txt" 2>&1 || bad "$c --device 1 failed"
+done
+"$G" viz --device 1 "$tmp/one.db" -o "$tmp/v1.html" 2> "$tmp/v1.err" || bad "viz --device 1 failed"
+orows+=(
+  "diff -d1 .a.view (device 1's memory is not PyTorch's)|device|$(jq -r .a.view "$tmp/d1.json")"
+  "diff -d1 .a.peak_allocated (the ctypes 8 MiB, not max_memory_allocated(0))|8388608|$(jq -r .a.peak_allocated "$tmp/d1.json")"
+  "diff -d1 .b.torch_absent.tensor_devices|[0]|$(jq -c .b.torch_absent.tensor_devices "$tmp/d1.json")"
+  "diff -d1 text: A's line says it|1|$(grep -c "^  A: $say" "$tmp/d1.txt")"
+  "ranks -d1 .ranks[0].torch_peak_allocated|null|$(jq -r '.ranks[0].torch_peak_allocated' "$tmp/r1.json")"
+  "ranks -d1 .ranks[0].torch_absent.on_device|false|$(jq -r '.ranks[0].torch_absent.on_device' "$tmp/r1.json")"
+  "ranks -d1 .ranks[0].leaked_bytes (as leaks -d1)|8388608|$(jq -r '.ranks[0].leaked_bytes' "$tmp/r1.json")"
+  "ranks -d1 text: rank 0's line says it, no PyTorch peak|1 0|$(grep -c "^  rank 0: $say" "$tmp/r1.txt") $(grep -c "^PyTorch's own peak allocated" "$tmp/r1.txt")"
+  "export --view torch -d1: exit 2 saying it|2 1|$erc $(grep -c "^gpumem export: --view torch: .*$say" "$tmp/e1.err")"
+  "leaks -d1 .torch_absent.tensor_devices|[0]|$(jq -c .torch_absent.tensor_devices "$tmp/leaks.json")"
+  "leaks -d1 text says it|1|$(grep -c "^gpumem: note: .*: $say" "$tmp/leaks.txt")"
+  "frag -d1 .torch.on_device|false|$(jq -r .torch.on_device "$tmp/frag.json")"
+  "frag -d1 text: configuration is gpumem's, said|1 1|$(grep -c '^  configuration  GPUMEM_CONF=' "$tmp/frag.txt") $(grep -c "^gpumem: note: .*: $say" "$tmp/frag.txt")"
+  "tune -d1 .torch.tensor_devices|[0]|$(jq -c .torch.tensor_devices "$tmp/tune.json")"
+  "tune -d1 text: recorded is gpumem's, said|1 1|$(grep -c '^  recorded   GPUMEM_CONF=' "$tmp/tune.txt") $(grep -c "^gpumem: note: .*: $say" "$tmp/tune.txt")"
+  "advise -d1 .torch_absent.device|1|$(jq -r .torch_absent.device "$tmp/advise.json")"
+  "advise -d1 text says it|1|$(grep -c "^gpumem: note: .*: $say" "$tmp/advise.txt")"
+  "viz -d1 page: summary.torch_absent, stderr says it|1 1|$(grep -c '"torch_absent":{"allocator":"pytorch","device":1,"on_device":false' "$tmp/v1.html") $(grep -c "^gpumem: note: .*: $say" "$tmp/v1.err")"
 )
 for row in "${orows[@]}"; do
   IFS='|' read -r fig want got <<< "$row"
