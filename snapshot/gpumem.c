@@ -383,7 +383,7 @@ static int cmd_report(int argc, char **argv, int leaks) {
     m.frames_all = frames_all;
     char err[8192];
     if (!leaks && gm_model_pick_device(&d, &m, device, err, sizeof err) != 0) { /* --device N leads */
-        rc = gm_scope_fail("report", GM_SCOPE_NO_DEVICE, err);
+        rc = gm_scope_fail("report", GM_SCOPE_NO_DEVICE, err, "the busiest device leading, each device's peaks said");
         gm_model_free(&m);
         gm_db_close(&d);
         return rc;
@@ -398,7 +398,7 @@ static int cmd_report(int argc, char **argv, int leaks) {
             if (sc == 1) gm_symbolize(&d, &m), m.frames_all = frames_all;
         }
         if (sc < 0) {
-            rc = gm_scope_fail("leaks", sc, err);
+            rc = gm_scope_fail("leaks", sc, err, "the busiest");
             gm_model_free(&m);
             gm_db_close(&d);
             return rc;
@@ -504,7 +504,7 @@ static int cmd_export(int argc, char **argv) {
     int sc = one_heap || device >= 0 ? gm_db_scope_one(&d, NULL, device, err, sizeof err) : 0;
     if (sc < 0) {
         gm_db_close(&d);
-        return gm_scope_fail("export", sc, err);
+        return gm_scope_fail("export", sc, err, one_heap ? "the busiest" : "every device, each apart");
     }
     gm_scope_say(&d, !strcmp(format, "trace") ? "the trace's events" : one_heap ? "the bytes live at the peak" : "the exported events", stderr);
     gm_model m;

@@ -352,7 +352,7 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     int sc = gm_db_scope_one(&d, NULL, vo->device, err, sizeof err);
     if (sc < 0) {
         gm_db_close(&d);
-        return gm_scope_fail("viz", sc, err);
+        return gm_scope_fail("viz", sc, err, "the busiest");
     }
     gm_scope_say(&d, "the page's timeline and peaks", stderr);
     gm_model m;
@@ -586,7 +586,7 @@ static int load_rank(rank_db *r, int device)
     int sc = gm_db_scope_one(&d, NULL, device, err, sizeof err);
     if (sc < 0) {
         gm_db_close(&d);
-        return gm_scope_fail("viz", sc, err);
+        return gm_scope_fail("viz", sc, err, "each rank's busiest");
     }
     gm_scope_say(&d, "its lane and peaks", stderr);
     gm_model m;

@@ -1369,7 +1369,7 @@ int gm_advise_main(int argc, char **argv)
     int sc = gm_db_scope_one(&d, NULL, device, err, sizeof err);
     if (sc < 0) {
         gm_db_close(&d);
-        return gm_scope_fail("advise", sc, err);
+        return gm_scope_fail("advise", sc, err, "the busiest");
     }
     gm_scope_say(&d, "the baseline and predicted peaks", json ? stderr : stdout);
     ctx c;

@@ -121,7 +121,7 @@ static int load_side(const char *path, side *s, int frames_all, int json, int de
     int damaged = gm_damage_gate(&s->d, "diff", 0, 0, stderr); /* pages overwritten: refused */
     if (damaged) return damaged;
     if (gm_model_pick_device(&s->d, &s->full, device, err, sizeof err) != 0) /* --device N leads */
-        return gm_scope_fail("diff", GM_SCOPE_NO_DEVICE, err);
+        return gm_scope_fail("diff", GM_SCOPE_NO_DEVICE, err, "each side's busiest");
     gm_symbolize(&s->d, &s->full);
     s->full.frames_all = frames_all;
     /* --device N where PyTorch held nothing on N: N's memory is compared as the device's, said

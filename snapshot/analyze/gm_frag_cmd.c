@@ -637,7 +637,7 @@ int gm_frag_main(int argc, char **argv) {
     int sc = gm_db_scope_one(&d, NULL, device, err, sizeof err);
     if (sc < 0) {
         gm_db_close(&d);
-        return gm_scope_fail("frag", sc, err);
+        return gm_scope_fail("frag", sc, err, "the busiest");
     }
     gm_scope_say(&d, "the peaks, the fragmentation and the replays", json ? stderr : stdout);
     if (gm_model_load_tables(&d, &m, err, sizeof err) != 0) {

@@ -228,7 +228,7 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, i
     if (gm_model_pick_device(&d, &m, device, err, sizeof err) != 0) { /* --device N leads */
         gm_model_free(&m);
         gm_db_close(&d);
-        return gm_scope_fail("report", GM_SCOPE_NO_DEVICE, err);
+        return gm_scope_fail("report", GM_SCOPE_NO_DEVICE, err, "each rank's busiest");
     }
     /* --frames: the call site an unnamed allocation is grouped under, as in one rank's report */
     m.frames_all = frames_all;

@@ -451,7 +451,7 @@ int gm_tune_main(int argc, char **argv) {
     int sc = gm_db_scope_one(&d, NULL, device, err, sizeof err);
     if (sc < 0) {
         gm_db_close(&d);
-        return gm_scope_fail("tune", sc, err);
+        return gm_scope_fail("tune", sc, err, "the busiest");
     }
     gm_scope_say(&d, "the recorded and replayed peaks", json ? stderr : stdout);
     o.progress = isatty(2);

@@ -254,7 +254,7 @@ int gm_cmd_uses(int argc, char **argv) {
      * allocations on it alone (matches). The reading is not scoped to it: a use is a launch,
      * which may run on another device (peer access) and still has its time */
     if (gm_model_pick_device(&d, &m, o.device, err, sizeof err) != 0) {
-        rc = gm_scope_fail("uses", GM_SCOPE_NO_DEVICE, err);
+        rc = gm_scope_fail("uses", GM_SCOPE_NO_DEVICE, err, "every device");
         gm_model_free(&m);
         gm_db_close(&d);
         return rc;

@@ -474,9 +474,11 @@ int gm_db_scope_device(gm_db *d, int dev);
  * lists the devices it did use), or -1 with a message for a person in err. */
 enum { GM_SCOPE_NO_DEVICE = -2 };
 int gm_db_scope_one(gm_db *d, const gm_model *have, int want, char *err, size_t errsz);
-/* gm_db_scope_one's failure, said: "gpumem CMD: ERR" on stderr; its exit code, GM_EXIT_USAGE for
- * a device the recording never used, GM_EXIT_BADDB otherwise. */
-int gm_scope_fail(const char *cmd, int sc, const char *err);
+/* gm_db_scope_one's (or gm_model_pick_device's) failure, said: "gpumem CMD: ERR" on stderr, and
+ * where ERR names devices to give, " (or leave it out for WITHOUT)": what the command shows without
+ * --device ("the busiest", "every device", ...: each command's own); its exit code, GM_EXIT_USAGE
+ * for a device the recording never used, GM_EXIT_BADDB otherwise. */
+int gm_scope_fail(const char *cmd, int sc, const char *err, const char *without);
 /* For a command that reads the model (report, diff, ranks): the device `want` (--device; -1:
  * none asked, nothing done) leads instead of the busiest (gm_lead_device), in m and every view
  * made of it. 0, or GM_SCOPE_NO_DEVICE where the program held no memory on it (err lists the

@@ -1223,7 +1223,7 @@ static int device_unused(const char *path, int want, const int *devs, int n, cha
                              "leave --device out", path, want);
     else
         snprintf(err, errsz, "%s: the program held no memory on device %d; it held memory on device%s %s: "
-                             "give --device %s (or leave it out for the busiest)",
+                             "give --device %s",
                  path, want, n == 1 ? "" : "s", held, give);
     return GM_SCOPE_NO_DEVICE;
 }
@@ -1247,8 +1247,11 @@ int gm_model_pick_device(gm_db *d, gm_model *m, int want, char *err, size_t errs
     return 0;
 }
 
-int gm_scope_fail(const char *cmd, int sc, const char *err) {
-    fprintf(stderr, "gpumem %s: %s\n", cmd, err);
+int gm_scope_fail(const char *cmd, int sc, const char *err, const char *without) {
+    /* a device to give: and what leaving --device out gives, which is each command's own */
+    int give = sc == GM_SCOPE_NO_DEVICE && without && strstr(err, ": give --device ");
+    fprintf(stderr, "gpumem %s: %s%s%s%s\n", cmd, err, give ? " (or leave it out for " : "", give ? without : "",
+            give ? ")" : "");
     if (sc == GM_SCOPE_NO_DEVICE) {
         fprintf(stderr, GM_HELP("%s"), cmd);
         return GM_EXIT_USAGE;

@@ -191,23 +191,24 @@ for c in leaks frag tune advise; do
 done
 
 # --device errors, the same in every command: a device the recording never used (exit 2, the ones it
-# used named), a value that is no device number (exit 2)
+# used named, and what leaving --device out gives in that command: "the busiest" was wrong for uses,
+# export's chrome/csv/torch, diff and the ranks report), a value that is no device number (exit 2)
 # command words | the database(s) | --device value | what the message must say
 erows=(
-  "report|$db|3|held memory on devices 0 and 1"
-  "leaks|$db|3|held memory on devices 0 and 1"
-  "frag|$db|3|held memory on devices 0 and 1"
-  "tune|$db|3|held memory on devices 0 and 1"
-  "advise|$db|3|held memory on devices 0 and 1"
-  "viz|-o $TMP/e.html $db|3|held memory on devices 0 and 1"
-  "viz|-o $TMP/e.html $db $TMP/s2.db|3|held memory on devices 0 and 1"
-  "export --format trace|$db|3|held memory on devices 0 and 1"
-  "export --format csv|$db|3|held memory on devices 0 and 1"
-  "diff|$db $TMP/s2.db|3|held memory on devices 0 and 1"
-  "uses --name leak.*|$db|3|held memory on devices 0 and 1"
-  "uses --id 1|$TMP/one.db|1|held memory on device 0:"
+  "report|$db|3|held memory on devices 0 and 1: give --device 0 or 1 (or leave it out for the busiest device leading, each device's peaks said)"
+  "leaks|$db|3|held memory on devices 0 and 1: give --device 0 or 1 (or leave it out for the busiest)"
+  "frag|$db|3|held memory on devices 0 and 1: give --device 0 or 1 (or leave it out for the busiest)"
+  "tune|$db|3|held memory on devices 0 and 1: give --device 0 or 1 (or leave it out for the busiest)"
+  "advise|$db|3|held memory on devices 0 and 1: give --device 0 or 1 (or leave it out for the busiest)"
+  "viz|-o $TMP/e.html $db|3|held memory on devices 0 and 1: give --device 0 or 1 (or leave it out for the busiest)"
+  "viz|-o $TMP/e.html $db $TMP/s2.db|3|held memory on devices 0 and 1: give --device 0 or 1 (or leave it out for each rank's busiest)"
+  "export --format trace|$db|3|held memory on devices 0 and 1: give --device 0 or 1 (or leave it out for the busiest)"
+  "export --format csv|$db|3|held memory on devices 0 and 1: give --device 0 or 1 (or leave it out for every device, each apart)"
+  "diff|$db $TMP/s2.db|3|held memory on devices 0 and 1: give --device 0 or 1 (or leave it out for each side's busiest)"
+  "uses --name leak.*|$db|3|held memory on devices 0 and 1: give --device 0 or 1 (or leave it out for every device)"
+  "uses --id 1|$TMP/one.db|1|held memory on device 0: give --device 0 (or leave it out for every device)"
   "uses --id 1|$db|-1|--device needs a device number from 0 to 127"
-  "report|$db $TMP/s2.db|3|held memory on devices 0 and 1"
+  "report|$db $TMP/s2.db|3|held memory on devices 0 and 1: give --device 0 or 1 (or leave it out for each rank's busiest)"
   "leaks|$TMP/one.db|1|held memory on device 0:"
   "frag|$TMP/one.db|1|held memory on device 0:"
   "export --format folded|$TMP/one.db|1|held memory on device 0:"
