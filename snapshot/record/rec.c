@@ -432,6 +432,7 @@ static int open_now(const rec_options *opt) {
         rec_warn("cannot allocate the event ring (%llu events); not recording", (unsigned long long)ring);
         return -1;
     }
+    g->ring.aux_kind = REC_R_WORDS; /* a dropped launch's words are no events (meta dropped_word_records) */
     if (!g->stab) {
         g->stab_mask = (1u << 18) - 1;
         void *p = mmap(NULL, (g->stab_mask + 1) * sizeof *g->stab, PROT_READ | PROT_WRITE,

@@ -29,8 +29,9 @@
  *     not end: no writer, a fork in preparation, a writer stuck for 10 s — rec_ring.h). With
  *     GPUMEM_RING_FULL=drop the first thread to find it full waits up to GPUMEM_RING_WAIT_US
  *     (200 us), then drops and counts; while it stays full, later events drop at once (no
- *     wait) until a quarter is free again. Drops are stored in meta (dropped_events) and
- *     every analysis says so first.
+ *     wait) until a quarter is free again. Drops are stored in meta (dropped_events: events;
+ *     dropped_word_records: a launch's argument-word records, no events) and every analysis
+ *     says so first.
  */
 #ifndef GPUMEM_SNAPSHOT_REC_H
 #define GPUMEM_SNAPSHOT_REC_H

@@ -44,6 +44,7 @@ void rec_ring_reset(rec_ring *q) {
     atomic_store_explicit(&q->head, 0, memory_order_relaxed);
     q->tail = 0;
     atomic_store_explicit(&q->dropped, 0, memory_order_release);
+    atomic_store_explicit(&q->dropped_aux, 0, memory_order_release);
     atomic_store_explicit(&q->dropping, 0, memory_order_relaxed);
     atomic_store_explicit(&q->waiters, 0, memory_order_relaxed);
     atomic_store_explicit(&q->no_wait, REC_RING_NO_CONSUMER, memory_order_release); /* until one starts */
@@ -80,6 +81,12 @@ static int wait_for_room(rec_ring *q, uint64_t pos, uint64_t *since, uint32_t *r
     return 0;
 }
 
+/* r was dropped: counted, and apart where it is a record of aux_kind */
+static void count_drop(rec_ring *q, const rec_rec *r) {
+    if (q->aux_kind && r->kind == q->aux_kind) atomic_fetch_add_explicit(&q->dropped_aux, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
+}
+
 uint64_t rec_ring_push(rec_ring *q, const rec_rec *r) {
     uint64_t deadline = 0, since = 0;
     uint32_t room0 = 0;
@@ -93,21 +100,21 @@ uint64_t rec_ring_push(rec_ring *q, const rec_rec *r) {
         /* Full at pos: the writer is behind by a whole ring. Lossless: wait for room. */
         if (q->wait_ns == REC_RING_WAIT_FOREVER) {
             if (wait_for_room(q, pos, &since, &room0) != 0) {
-                atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
+                count_drop(q, r);
                 return 0;
             }
             continue;
         }
         /* Bounded: wait a little, once. */
         if (atomic_load_explicit(&q->dropping, memory_order_relaxed)) {
-            atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
+            count_drop(q, r);
             return 0;
         }
         uint64_t now = ring_now_ns();
         if (deadline == 0) deadline = now + q->wait_ns;
         else if (now >= deadline) {
             atomic_store_explicit(&q->dropping, 1, memory_order_relaxed);
-            atomic_fetch_add_explicit(&q->dropped, 1, memory_order_relaxed);
+            count_drop(q, r);
             return 0;
         }
         rec_ring_wake(q);

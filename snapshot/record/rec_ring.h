@@ -70,6 +70,11 @@ typedef struct rec_ring {
     alignas(64) _Atomic uint64_t head; /* next claim position (producers) */
     alignas(64) uint64_t tail;         /* next read position (the one consumer) */
     alignas(64) _Atomic uint64_t dropped;
+    /* of those, records of kind aux_kind (0: none set): records that carry part of another (a
+     * launch's argument words, REC_R_WORDS), so that what was lost can be counted as events and
+     * word records apart. Set aux_kind after rec_ring_init. */
+    _Atomic uint64_t dropped_aux;
+    uint16_t aux_kind;
     _Atomic int dropping;       /* drop mode: full producers do not wait (see above) */
     _Atomic uint32_t wake_word; /* futex: bumped to wake the consumer (rec_ring_wake) */
     _Atomic uint32_t room_word; /* futex: bumped by the consumer when it made room for waiters */

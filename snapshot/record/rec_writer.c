@@ -277,6 +277,15 @@ static void release_reserve(writer *w, int half) {
 
 /* Once, at the first failure: roll back what was not committed, free the reserve, and commit
  * state = failed with the reason (errno named: ENOSPC, EIO) and the last event that made it. */
+
+/* The events the ring dropped: its dropped records but a launch's argument-word records (the
+ * ring's aux_kind, REC_R_WORDS), which are no events: they are meta dropped_word_records, and
+ * their launches' uses unknown (launch_words_lost). Read quiescent at the end; while producers
+ * drop, the two counters may be one apart (never below 0). */
+static uint64_t ring_dropped_events(const rec_ring *q) {
+    uint64_t aux = atomic_load(&q->dropped_aux), all = atomic_load(&q->dropped);
+    return all > aux ? all - aux : 0;
+}
 static void write_failure(writer *w, const char *what) {
     if (!w->db) return;
     int code = sqlite3_extended_errcode(w->db), sys = sqlite3_system_errno(w->db);
@@ -301,10 +310,12 @@ static void write_failure(writer *w, const char *what) {
     uint64_t at = w->g ? atomic_load(&w->g->committed_seq) : 0;
     /* the records of the rolled-back transaction are lost too: count them with the dropped */
     w->lost += w->last_seq > at ? w->last_seq - at : 0;
-    uint64_t dropped = (w->g ? atomic_load(&w->g->ring.dropped) : 0) + w->lost;
+    uint64_t dropped = (w->g ? ring_dropped_events(&w->g->ring) : 0) + w->lost;
+    uint64_t words = w->g ? atomic_load(&w->g->ring.dropped_aux) : 0;
     char *sql = sqlite3_mprintf("BEGIN; INSERT OR REPLACE INTO meta VALUES ('state', 'failed'), "
-                                "('failure', %Q), ('failed_after_seq', %llu), ('dropped_events', %llu); "
-                                "COMMIT;", why, (unsigned long long)at, (unsigned long long)dropped);
+                                "('failure', %Q), ('failed_after_seq', %llu), ('dropped_events', %llu), "
+                                "('dropped_word_records', %llu); COMMIT;",
+                                why, (unsigned long long)at, (unsigned long long)dropped, (unsigned long long)words);
     if (sql && sqlite3_exec(w->db, sql, NULL, NULL, NULL) != SQLITE_OK)
         sqlite3_exec(w->db, "ROLLBACK", NULL, NULL, NULL);
     sqlite3_free(sql);
@@ -662,6 +673,7 @@ int rec_writer_open_db(rec_state *g) {
     meta_text(w, "ring_full", g->ring.wait_ns == REC_RING_WAIT_FOREVER ? "wait" : "drop");
     meta_text(w, "state", "recording");
     meta_int(w, "dropped_events", 0);
+    meta_int(w, "dropped_word_records", 0);
     rec_rank rk; /* a launcher's rank (mpirun, torchrun, srun): gpumem report merges ranks */
     if (rec_launch_rank(&rk) && rk.rank >= 0) {
         meta_int(w, "rank", rk.rank);
@@ -1564,11 +1576,12 @@ static void commit(writer *w, rec_state *g) {
     rb_flush(w, &w->launches); /* before retimed: a row is replaced only once it is in */
     rb_flush(w, &w->uses);
     rb_flush(w, &w->retimed);
-    uint64_t dropped = atomic_load(&g->ring.dropped);
+    uint64_t dropped = atomic_load(&g->ring.dropped); /* events and word records: either changed */
     if (dropped != w->dropped_written || w->words_lost != w->lost_written ||
         w->unread != w->unread_written) {
         if (!w->in_txn && exec(w, "BEGIN") == 0) w->in_txn = 1;
-        meta_int(w, "dropped_events", (int64_t)dropped);
+        meta_int(w, "dropped_events", (int64_t)ring_dropped_events(&g->ring));
+        meta_int(w, "dropped_word_records", (int64_t)atomic_load(&g->ring.dropped_aux));
         meta_int(w, "launch_words_lost", (int64_t)w->words_lost);
         meta_int(w, "launches_unread", (int64_t)w->unread);
         w->dropped_written = dropped;
@@ -1594,7 +1607,8 @@ static void finish(writer *w, rec_state *g) {
     meta_int(w, "launch_words_lost", (int64_t)w->words_lost);
     meta_int(w, "launches_unread", (int64_t)w->unread);
     meta_int(w, "launches_untimed", (int64_t)w->untimed);
-    meta_int(w, "dropped_events", (int64_t)atomic_load(&g->ring.dropped));
+    meta_int(w, "dropped_events", (int64_t)ring_dropped_events(&g->ring));
+    meta_int(w, "dropped_word_records", (int64_t)atomic_load(&g->ring.dropped_aux));
     double app_sum = (double)atomic_load(&g->app_ns_sum) * (g->use_tsc ? g->ns_per_tick : 1.0);
     /* sampled every 64th event of a thread: a run with fewer on every thread (a PyTorch program
      * under its own allocator makes a few segment events) has no figure, which readers say */
@@ -1704,8 +1718,10 @@ static void *writer_main(void *arg) {
             } else if (w->db) {
                 /* how much was thrown away, in the second reserve's room */
                 release_reserve(w, 1);
-                char *sql = sqlite3_mprintf("INSERT OR REPLACE INTO meta VALUES ('dropped_events', %llu)",
-                                            (unsigned long long)(atomic_load(&g->ring.dropped) + w->lost));
+                char *sql = sqlite3_mprintf("INSERT OR REPLACE INTO meta VALUES ('dropped_events', %llu), "
+                                            "('dropped_word_records', %llu)",
+                                            (unsigned long long)(ring_dropped_events(&g->ring) + w->lost),
+                                            (unsigned long long)atomic_load(&g->ring.dropped_aux));
                 if (sql) sqlite3_exec(w->db, sql, NULL, NULL, NULL);
                 sqlite3_free(sql);
                 /* no checkpoint at close on a disk that failed: a checkpoint cut short by ENOSPC

@@ -380,7 +380,10 @@ static void concurrent_launches(void **state) {
 }
 
 /* A ring of 8 records drops plenty: a launch then has all its uses or none, never a wrong or a
- * partial set; every launch without uses is counted in meta.launch_words_lost. */
+ * partial set; every launch without uses is counted in meta.launch_words_lost. meta.dropped_events
+ * counts events: the launches that were not recorded, exactly (only launches are made while it
+ * drops), never their argument-word records, which meta.dropped_word_records counts apart (it
+ * counted both as events). */
 static void drops_never_misattach(void **state) {
     (void)state;
     worker_arg args[2];
@@ -388,6 +391,8 @@ static void drops_never_misattach(void **state) {
     assert_int_equal(snap_q(path, "SELECT count(*) FROM events WHERE kind=1"), 2 * NA);
     long long dropped = snap_q(path, "SELECT value FROM meta WHERE key='dropped_events'");
     assert_true(dropped > 0); /* the test must really drop records to mean anything */
+    assert_int_equal(dropped, 2 * (NL / 5) - (long long)(args[0].recorded + args[1].recorded));
+    assert_true(snap_q(path, "SELECT value FROM meta WHERE key='dropped_word_records'") > 0);
     assert_int_equal(snap_q(path, "SELECT count(*) FROM launches"), args[0].recorded + args[1].recorded);
     assert_int_equal(snap_q(path, bad_uses_sql), 0);
     assert_int_equal(snap_q(path, "SELECT count(*) FROM (SELECT seq FROM uses GROUP BY seq "
