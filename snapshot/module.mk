@@ -107,7 +107,7 @@ TSAN_UNIT_TESTS += $(BUILD)/tests/unit/snapshot_ring $(BUILD)/tests/unit/snapsho
 $(BUILD)/tests/integration/snapshot_app: $(BUILD)/tests/integration/snapshot_app.o $(REC_LIB) $(REC_ALLOC_LIB) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(REC_LIB) $(REC_ALLOC_LIB) $(REC_LDLIBS)
 ALL_TARGETS += $(BUILD)/tests/integration/snapshot_app
-SCRIPT_TESTS += tests/integration/devices_cmds.sh
+SCRIPT_TESTS += tests/integration/devices_cmds.sh tests/integration/devices_pages.sh
 SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_kill.sh \
                 tests/integration/snapshot_fork.sh tests/integration/snapshot_record.sh \
                 tests/integration/snapshot_cli.sh tests/integration/snapshot_export.sh \
