@@ -23,7 +23,8 @@
  * as -1) below 0 or D. Taken only where the connection's temp schema holds exactly that view
  * under the name events (its text the one gm_db_scope_view makes); on a reading that is not
  * scoped, only where nothing there shadows the table. So every command keeps this reader on a
- * recording with several devices (it read them through SQLite, twice as slow, before).
+ * recording with several devices (through SQLite, leaks and advise took twice as long on 10 M
+ * events of two devices: tests/bench/README.md, "Two devices").
  *
  * Consistency. The pages are read inside one read transaction of the connection, which keeps a
  * rollback-journal writer out of the file; in WAL mode a reader that began with an empty WAL
