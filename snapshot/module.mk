@@ -107,7 +107,7 @@ TSAN_UNIT_TESTS += $(BUILD)/tests/unit/snapshot_ring $(BUILD)/tests/unit/snapsho
 $(BUILD)/tests/integration/snapshot_app: $(BUILD)/tests/integration/snapshot_app.o $(REC_LIB) $(REC_ALLOC_LIB) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(REC_LIB) $(REC_ALLOC_LIB) $(REC_LDLIBS)
 ALL_TARGETS += $(BUILD)/tests/integration/snapshot_app
-SCRIPT_TESTS += tests/integration/devices_cmds.sh
+SCRIPT_TESTS += tests/integration/devices_cmds.sh tests/integration/devices_pages.sh
 SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_kill.sh \
                 tests/integration/snapshot_fork.sh tests/integration/snapshot_record.sh \
                 tests/integration/snapshot_cli.sh tests/integration/snapshot_export.sh \
@@ -181,7 +181,8 @@ $(BUILD)/tests/bench/rec_bench: $(BUILD)/tests/bench/rec_bench.o $(REC_LIB) $(RE
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(REC_LIB) $(REC_ALLOC_LIB) $(REC_LDLIBS)
 ALL_TARGETS += $(BUILD)/tests/bench/rec_bench
 BENCHES += tests/bench/rec_bench.sh tests/bench/rec_instr.sh tests/bench/report_10m.sh tests/bench/advise_bench.sh \
-           tests/bench/frag_tune_bench.sh tests/bench/rec_xl_bench.sh tests/bench/advise_zero3_bench.sh
+           tests/bench/frag_tune_bench.sh tests/bench/rec_xl_bench.sh tests/bench/advise_zero3_bench.sh \
+           tests/bench/report_devices.sh
 INSTALL_SHARE += snapshot/record/schema.sql
 # tune replays on every core (threads): also under ThreadSanitizer
 TSAN_SCRIPT_TESTS += tests/integration/snapshot_tune.sh

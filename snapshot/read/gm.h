@@ -69,10 +69,10 @@ typedef struct gm_db {
     sqlite3_stmt *meta_st, *table_st;
     /* 0: every reading sees every device. D + 1: gm_db_scope_device made every reading of the
      * recording device D's (TEMP views named events, ooms, snapshots and segments shadow the
-     * file's tables, and the sweeps read the events through them: gm_events_pages declines), so
-     * that a command's figures, replays included, are one device's: each device has its own
-     * allocator, and their sum is a heap no device held. scope_devices: how many devices the
-     * program held memory on (scope_lo to scope_hi) */
+     * file's tables, and the sweeps read the events through them: gm_events_pages keeps the
+     * rows the events view keeps), so that a command's figures, replays included, are one
+     * device's: each device has its own allocator, and their sum is a heap no device held.
+     * scope_devices: how many devices the program held memory on (scope_lo to scope_hi) */
     int scoped;
     int scope_devices, scope_lo, scope_hi;
     /* D + 1: the device was asked for (--device D; gm_db_scope_one), scoped or, on a recording
@@ -461,9 +461,15 @@ int gm_db_devices(gm_db *d, int *lo, int *hi);
 int gm_db_device_list(gm_db *d, int *devs, int max);
 /* Every reading of d from here on is device dev's (gm_db.scoped): TEMP views over the file's
  * events, ooms, snapshots and segments keep the rows of that device (and the events of none:
- * device NULL or -1), and the sweeps read the events through SQLite. 0, or -1 (SQLite refused
+ * device NULL or -1), and the sweeps read the events of the view (gm_events_pages: the table's
+ * pages, the same rows kept; else SQLite). 0, or -1 (SQLite refused
  * the views: nothing changed). */
 int gm_db_scope_device(gm_db *d, int dev);
+/* "VIEW TABLE AS SELECT * FROM main.TABLE WHERE ..." into buf (n bytes): the view over the file's
+ * TABLE that gm_db_scope_device creates (CREATE TEMP and this), device dev's rows and those of no
+ * device; SQLite keeps its text as "CREATE " and this, which is how the page reader knows the view
+ * it reads for (gm_analyze_pages.c). 0, or -1 (buf too small). */
+int gm_db_scope_view(char *buf, size_t n, const char *table, int dev);
 /* For a command that reads one device's figures (leaks, export, frag, tune, advise, viz): where
  * the program held memory on several devices (gm_db_devices), scopes d to device `want` (--device;
  * -1: none asked) or else the busiest one, the device gpumem report leads with (gm_busiest_device

@@ -17,6 +17,15 @@
  * SQLite as before, from the first row (GM_PAGES_RESTART when rows were already delivered). So a
  * damaged file is reported exactly as it was, and a valid one gives the same rows.
  *
+ * One device's reading (gm_db_scope_device: a TEMP view named events shadows the table, keeping
+ * device D's rows and those of no device). The pages are the table's, every row is decoded and
+ * checked as ever, and a row is handed over only where the view keeps it: its device (NULL read
+ * as -1) below 0 or D. Taken only where the connection's temp schema holds exactly that view
+ * under the name events (its text the one gm_db_scope_view makes); on a reading that is not
+ * scoped, only where nothing there shadows the table. So every command keeps this reader on a
+ * recording with several devices (through SQLite, leaks and advise took twice as long on 10 M
+ * events of two devices: tests/bench/README.md, "Two devices").
+ *
  * Consistency. The pages are read inside one read transaction of the connection, which keeps a
  * rollback-journal writer out of the file; in WAL mode a reader that began with an empty WAL
  * reads the file alone, and no checkpoint can write into it before the transaction ends. SQLite's
@@ -152,7 +161,9 @@ typedef struct reader {
     rowid_next next_rowid; /* the rowid expected next (rowid_expect) */
     int lean;      /* t and stream not decoded (left 0: rows is zeroed), nor a device free's size,
                       requested, stack, device and alloc_id, nor a device allocation's alloc_id
-                      (0) */
+                      (0); but a free's device where the reading is scoped */
+    int64_t keep_dev; /* scoped: the rows kept are those of this device or of none (device < 0);
+                         -1: every row */
     int delivered; /* rows were handed to the caller */
 } reader;
 
@@ -342,14 +353,16 @@ static inline int device_alloc(int64_t kind) { return kind == REC_ALLOC || kind 
 
 /* The rows of a table leaf page into r->rows. Returns their count, or -1 (give up). lean: t
  * and stream not decoded, nor a device free's size, requested, stack, device and alloc_id, nor
- * a device allocation's alloc_id (a constant: one copy of the loop each). next: the page after
+ * a device allocation's alloc_id (a constant: one copy of the loop each). scoped: only the rows
+ * of device r->keep_dev or of none kept (every cell still decoded and checked: the checks are the
+ * table's, whichever rows are handed over; a constant too). next: the page after
  * this one where the window holds it (else NULL), asked into the cache a line a row: the next
  * leaf is mostly the next page, and its lines are then fetched while this one is decoded and
  * swept (the first read of each line of a page was the reader's largest cost, a stall on
  * memory; all of a page's lines asked for at once stalled on the few the core can have in
  * flight). From its end down: a leaf written in rowid order has its first cells last. */
 static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const uint8_t *p, uint32_t ncell,
-                                                                const uint8_t *next, int lean) {
+                                                                const uint8_t *next, int lean, int scoped) {
     const uint8_t *end = p + r->usable;
     uint32_t first = 8 + 2 * ncell;
     uint32_t nlines = next ? r->pgsz / 64 : 0;
@@ -386,7 +399,8 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
             row->kind = kind, row->flags = field(pl, b, F_FLAGS);
             row->addr = field(pl, b, F_ADDR), row->range = field(pl, b, F_RANGE);
             if (device_free(kind)) { /* half of a recording's rows: 5 of 9 fields not decoded */
-                row->size = row->requested = row->alloc_id = row->stack = row->device = 0;
+                row->size = row->requested = row->alloc_id = row->stack = 0;
+                row->device = scoped ? device(pl, b) : 0; /* which rows are kept */
             } else {
                 row->device = device(pl, b);
                 row->size = field(pl, b, F_SIZE), row->requested = field(pl, b, F_REQUESTED);
@@ -404,19 +418,25 @@ static inline __attribute__((always_inline)) long leaf_rows_as(reader *r, const 
             return -1;
         } else if (lean) {
             row->t = row->stream = 0;
-            if (device_free(row->kind))
-                row->size = row->requested = row->alloc_id = row->stack = row->device = 0;
+            if (device_free(row->kind)) {
+                row->size = row->requested = row->alloc_id = row->stack = 0;
+                if (!scoped) row->device = 0;
+            }
             if (device_alloc(row->kind)) row->alloc_id = 0;
         }
         r->last_seq = (int64_t)rowid;
         rowid_expect(&nr, rowid + 1, expected);
+        /* one device's reading: a row the view leaves out is overwritten by the next */
+        if (scoped) row -= row->device >= 0 && row->device != r->keep_dev;
     }
     r->next_rowid = nr;
-    return (long)ncell;
+    return (long)(row - r->rows);
 }
 
 static long leaf_rows(reader *r, const uint8_t *p, uint32_t ncell, const uint8_t *next) {
-    return r->lean ? leaf_rows_as(r, p, ncell, next, 1) : leaf_rows_as(r, p, ncell, next, 0);
+    if (r->keep_dev >= 0)
+        return r->lean ? leaf_rows_as(r, p, ncell, next, 1, 1) : leaf_rows_as(r, p, ncell, next, 0, 1);
+    return r->lean ? leaf_rows_as(r, p, ncell, next, 1, 0) : leaf_rows_as(r, p, ncell, next, 0, 0);
 }
 
 /* A B-tree page's kind and cell count, checked as SQLite checks them when it enters a page. */
@@ -493,6 +513,27 @@ static uint32_t events_root(gm_db *d) {
     return root;
 }
 
+/* Whether what the name `events` reads is what this reader reads: on a scoped reading, the temp
+ * schema's view that gm_db_scope_device made (exactly one object of that name there, with that
+ * text), whose rows are the table's of device d->scoped - 1 or of none; otherwise nothing there
+ * (a TEMP object named events would shadow the table). */
+static int events_name_ours(gm_db *d) {
+    char want[256] = "CREATE ";
+    if (d->scoped && gm_db_scope_view(want + 7, sizeof want - 7, "events", d->scoped - 1) != 0) return 0;
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(d->db, "SELECT type, sql FROM sqlite_temp_master WHERE name = 'events' COLLATE NOCASE",
+                           -1, &s, NULL) != SQLITE_OK)
+        return 0;
+    int n = 0, same = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        const char *type = (const char *)sqlite3_column_text(s, 0), *sql = (const char *)sqlite3_column_text(s, 1);
+        n++;
+        same = type && sql && strcmp(type, "view") == 0 && strcmp(sql, want) == 0;
+    }
+    sqlite3_finalize(s);
+    return d->scoped ? n == 1 && same : n == 0;
+}
+
 /* 1 when the connection's database may have pages in a WAL (a -wal file with anything in it) */
 static int wal_in_use(gm_db *d) {
     const char *name = sqlite3_db_filename(d->db, "main");
@@ -562,12 +603,6 @@ static void events_complete(gm_db *d, uint64_t nrows) {
 }
 
 static int events_pages(gm_db *d, int lean, gm_event_rows_fn fn, void *ctx) {
-    /* GPUMEM_SWEEP=sql: SQLite only, the reference of this reader (tests compare the two, for
-     * every caller; a person can too) */
-    const char *how = getenv("GPUMEM_SWEEP");
-    if (how && strcmp(how, "sql") == 0) return GM_PAGES_NO;
-    /* one device's reading: its rows are the TEMP view's, which only SQLite reads */
-    if (d->scoped) return GM_PAGES_NO;
     if (!sqlite3_get_autocommit(d->db)) return GM_PAGES_NO; /* someone else's transaction */
     /* the map off: its pages would be copied from, and stay resident */
     int64_t mmap_was = -1;
@@ -578,11 +613,13 @@ static int events_pages(gm_db *d, int lean, gm_event_rows_fn fn, void *ctx) {
     }
     if (mmap_was > 0) sqlite3_exec(d->db, "PRAGMA mmap_size=0", NULL, NULL, NULL);
     int rc = GM_PAGES_NO;
-    reader r = {.fd = -1, .lean = lean, .last_seq = INT64_MIN, .next_rowid = {.enc = UINT64_MAX}};
+    /* one device's reading: the rows its view keeps */
+    reader r = {.fd = -1, .lean = lean, .keep_dev = d->scoped ? d->scoped - 1 : -1, .last_seq = INT64_MIN,
+                .next_rowid = {.enc = UINT64_MAX}};
     uint32_t root;
     if (sqlite3_exec(d->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) goto out;
     /* reading the schema starts the read transaction: the file is held from here on */
-    if ((root = events_root(d)) == 0 || wal_in_use(d) ||
+    if ((root = events_root(d)) == 0 || !events_name_ours(d) || wal_in_use(d) ||
         sqlite3_file_control(d->db, "main", SQLITE_FCNTL_FILE_POINTER, &r.f) != SQLITE_OK || !r.f ||
         !r.f->pMethods || read_header(d, &r) != 0)
         goto end;
@@ -614,8 +651,21 @@ out:
     return rc;
 }
 
-int gm_events_pages(gm_db *d, gm_event_rows_fn fn, void *ctx) { return events_pages(d, 0, fn, ctx); }
-int gm_events_pages_lean(gm_db *d, gm_event_rows_fn fn, void *ctx) { return events_pages(d, 1, fn, ctx); }
+/* GPUMEM_SWEEP=sql: SQLite only, the reference of this reader (tests compare the two, for every
+ * caller; a person can too). GPUMEM_SWEEP=pages: this reader as ever, and a line on stderr each
+ * time it is not taken (tests check that a command's sweeps all read the pages). */
+static int events_pages_or_say(gm_db *d, int lean, gm_event_rows_fn fn, void *ctx) {
+    const char *how = getenv("GPUMEM_SWEEP");
+    if (how && strcmp(how, "sql") == 0) return GM_PAGES_NO;
+    int rc = events_pages(d, lean, fn, ctx);
+    if (how && strcmp(how, "pages") == 0 && (rc == GM_PAGES_NO || rc == GM_PAGES_RESTART))
+        fprintf(stderr, "gpumem: GPUMEM_SWEEP=pages: %s: the page reader was not taken%s; its events are read "
+                        "through SQLite\n", d->path, d->scoped ? " (one device's reading)" : "");
+    return rc;
+}
+
+int gm_events_pages(gm_db *d, gm_event_rows_fn fn, void *ctx) { return events_pages_or_say(d, 0, fn, ctx); }
+int gm_events_pages_lean(gm_db *d, gm_event_rows_fn fn, void *ctx) { return events_pages_or_say(d, 1, fn, ctx); }
 
 /* ---------------------------------------------------------------- the same rows through SQLite */
 

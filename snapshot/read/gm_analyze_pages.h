@@ -32,8 +32,11 @@ enum {
 
 /* Reads every row of `events` in seq order from the table's pages, inside one read transaction
  * of d's connection. Taken only where the rows are exactly what SQLite would return; anything
- * else gives GM_PAGES_NO or GM_PAGES_RESTART (see the file's comment). GPUMEM_SWEEP=sql in the
- * environment: GM_PAGES_NO always (SQLite reads every caller's events, for comparing). */
+ * else gives GM_PAGES_NO or GM_PAGES_RESTART (see the file's comment). On a scoped d
+ * (gm_db_scope_device) the rows of the TEMP view `events` only: device d->scoped - 1's and those
+ * of no device. GPUMEM_SWEEP=sql in the environment: GM_PAGES_NO always (SQLite reads every
+ * caller's events, for comparing); GPUMEM_SWEEP=pages: a line on stderr for each GM_PAGES_NO or
+ * GM_PAGES_RESTART (for tests that a command's sweeps read the pages). */
 int gm_events_pages(gm_db *d, gm_event_rows_fn fn, void *ctx);
 /* The same, with the rows' t and stream left 0 where they are decoded from the pages (through
  * SQLite they are read as ever), a device free's (REC_FREE, REC_FREE_ASYNC) size, requested,

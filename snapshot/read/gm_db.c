@@ -779,17 +779,24 @@ int gm_db_devices(gm_db *d, int *lo, int *hi) {
     return n;
 }
 
-int gm_db_scope_device(gm_db *d, int dev) {
-    char sql[1024];
+int gm_db_scope_view(char *buf, size_t n, const char *table, int dev) {
     /* a row of no device (a host event, a range's mark) belongs to every device's reading */
-    snprintf(sql, sizeof sql,
-             "CREATE TEMP VIEW events AS SELECT * FROM main.events WHERE device IS NULL OR device < 0 OR device = %d;"
-             "CREATE TEMP VIEW ooms AS SELECT * FROM main.ooms WHERE device IS NULL OR device < 0 OR device = %d;"
-             "CREATE TEMP VIEW snapshots AS SELECT * FROM main.snapshots WHERE device IS NULL OR device < 0 "
-             "OR device = %d;"
-             "CREATE TEMP VIEW segments AS SELECT * FROM main.segments WHERE device IS NULL OR device < 0 "
-             "OR device = %d;",
-             dev, dev, dev, dev);
+    int k = snprintf(buf, n, "VIEW %s AS SELECT * FROM main.%s WHERE device IS NULL OR device < 0 OR device = %d",
+                     table, table, dev);
+    return k < 0 || (size_t)k >= n ? -1 : 0;
+}
+
+int gm_db_scope_device(gm_db *d, int dev) {
+    static const char *const tables[] = {"events", "ooms", "snapshots", "segments"};
+    char sql[1024] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
+        char view[256];
+        if (gm_db_scope_view(view, sizeof view, tables[i], dev) != 0) return -1;
+        int k = snprintf(sql + len, sizeof sql - len, "CREATE TEMP %s;", view);
+        if (k < 0 || (size_t)k >= sizeof sql - len) return -1;
+        len += (size_t)k;
+    }
     if (sqlite3_exec(d->db, "PRAGMA query_only=0; SAVEPOINT scope", NULL, NULL, NULL) != SQLITE_OK) return -1;
     int rc = sqlite3_exec(d->db, sql, NULL, NULL, NULL);
     sqlite3_exec(d->db, rc == SQLITE_OK ? "RELEASE scope" : "ROLLBACK TO scope; RELEASE scope", NULL, NULL, NULL);

@@ -10,8 +10,11 @@
  *   rec_bench app DIR N WHAT      the application side alone, for callgrind (rec_instr.sh): N
  *                                 events without stacks (WHAT nostack), with 16 frames
  *                                 (stack16) or N launches of 8 words (launch)
- *   rec_bench gen DB N            writes a synthetic N-event training-like database through the
- *                                 recorder itself (ranges, stacks, names, a slow leak)
+ *   rec_bench gen DB N [DEVICES]  writes a synthetic N-event training-like database through the
+ *                                 recorder itself (ranges, stacks, names, a slow leak); DEVICES
+ *                                 (default 1): the events dealt in turn to that many devices, each
+ *                                 with its own addresses and live blocks (the leak on device 0),
+ *                                 for the commands' one-device reading (gm_db_scope_one)
  *   rec_bench report GPUMEM DB    report.10m_s (CPU seconds, best of 3) and report.10m_rss_mib:
  *                                 runs `GPUMEM report DB`
  *   rec_bench floor DIR N         N `events` rows whose cells are all NULL, the writer's way, for
@@ -297,22 +300,27 @@ static int app(const char *dir, uint64_t n, const char *what) {
 
 /* ---- synthetic training-like database ---- */
 
-static __attribute__((noinline)) void site_alloc(int which, uint64_t a, uint64_t sz, uint64_t id) {
+static __attribute__((noinline)) void site_alloc(int which, int dev, uint64_t a, uint64_t sz, uint64_t id) {
     /* a few distinct call sites, as in a real program */
     switch (which & 3) {
-    case 0: rec_event(REC_ALLOC | REC_F_CACHE_HIT, 0, 0, a, sz, sz, id); break;
-    case 1: rec_event(REC_ALLOC | REC_F_CACHE_HIT, 0, 0, a, sz, sz, id); break;
-    case 2: rec_event(REC_ALLOC_ASYNC | REC_F_CACHE_MISS, 0, 0x5555000, a, sz, sz, id); break;
-    default: rec_event(REC_ALLOC | REC_F_CACHE_HIT, 0, 0, a, sz, sz, id); break;
+    case 0: rec_event(REC_ALLOC | REC_F_CACHE_HIT, dev, 0, a, sz, sz, id); break;
+    case 1: rec_event(REC_ALLOC | REC_F_CACHE_HIT, dev, 0, a, sz, sz, id); break;
+    case 2: rec_event(REC_ALLOC_ASYNC | REC_F_CACHE_MISS, dev, 0x5555000, a, sz, sz, id); break;
+    default: rec_event(REC_ALLOC | REC_F_CACHE_HIT, dev, 0, a, sz, sz, id); break;
     }
 }
 
-static int gen(const char *path, uint64_t n) {
+enum { GEN_MAX_DEVICES = 8 };
+static int gen(const char *path, uint64_t n, int ndev) {
+    if (ndev < 1 || ndev > GEN_MAX_DEVICES) {
+        fprintf(stderr, "rec_bench gen: DEVICES must be 1 to %d, not %d\n", GEN_MAX_DEVICES, ndev);
+        return 2;
+    }
     const uint32_t ring = 1u << 20;
     open_or_die(path, 4, ring);
     uint64_t ev = 0, id = 0, leak_addr = 0x7e0000000000ull;
-    uint64_t live[64];
-    int nlive = 0;
+    uint64_t live_of[GEN_MAX_DEVICES][64];
+    int nlive_of[GEN_MAX_DEVICES] = {0};
     for (uint64_t step = 0; ev < n; step++) {
         char s[32];
         snprintf(s, sizeof s, "step %" PRIu64, step);
@@ -321,12 +329,15 @@ static int gen(const char *path, uint64_t n) {
         for (int p = 0; p < 3 && ev < n; p++) {
             rec_range_push(NULL, phase[p]);
             for (int k = 0; k < 1000 && ev < n; k++) {
-                if (nlive < 64 && (k % 3 != 2 || nlive == 0)) {
-                    uint64_t a = 0x7f0000000000ull + ((id * 7919) % 65536) * 0x200000ull;
-                    site_alloc(k, a, 4096 + (k % 64) * 65536, ++id);
-                    live[nlive++] = a;
+                /* device dev's turn: its own live blocks, its addresses 256 GiB above the last's */
+                int dev = (int)(ev % (uint64_t)ndev), *nlive = &nlive_of[dev];
+                uint64_t *live = live_of[dev];
+                if (*nlive < 64 && (k % 3 != 2 || *nlive == 0)) {
+                    uint64_t a = 0x7f0000000000ull + ((uint64_t)dev << 38) + ((id * 7919) % 65536) * 0x200000ull;
+                    site_alloc(k, dev, a, 4096 + (k % 64) * 65536, ++id);
+                    live[(*nlive)++] = a;
                 } else {
-                    rec_event(REC_FREE, 0, 0, live[--nlive], 0, 0, 0);
+                    rec_event(REC_FREE, dev, 0, live[--*nlive], 0, 0, 0);
                 }
                 ev++;
                 if ((ev & 4095) == 0) pace(ring);
@@ -437,9 +448,10 @@ int main(int argc, char **argv) {
         return writer_rate(argv[2], argc >= 4 ? atoi(argv[3]) : 3, &st);
     }
     if (argc >= 5 && strcmp(argv[1], "app") == 0) return app(argv[2], strtoull(argv[3], NULL, 10), argv[4]);
-    if (argc >= 4 && strcmp(argv[1], "gen") == 0) return gen(argv[2], strtoull(argv[3], NULL, 10));
+    if (argc >= 4 && strcmp(argv[1], "gen") == 0)
+        return gen(argv[2], strtoull(argv[3], NULL, 10), argc >= 5 ? atoi(argv[4]) : 1);
     if (argc >= 4 && strcmp(argv[1], "report") == 0) return report(argv[2], argv[3]);
     if (argc >= 4 && strcmp(argv[1], "floor") == 0) return row_floor(argv[2], strtoull(argv[3], NULL, 10));
-    fprintf(stderr, "usage: rec_bench micro DIR | writer DIR [RUNS] | app DIR N nostack|stack16|launch | gen DB N | report GPUMEM DB | floor DIR N\n");
+    fprintf(stderr, "usage: rec_bench micro DIR | writer DIR [RUNS] | app DIR N nostack|stack16|launch | gen DB N [DEVICES] | report GPUMEM DB | floor DIR N\n");
     return 2;
 }
