@@ -153,6 +153,27 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
     return rc;
 }
 
+/* The total memory of the device whose allocator applied the recording's first per-process
+ * memory fraction, as the driver said it when gpumem started (the device_info events' requested,
+ * which alloc_create took as the device's capacity); 0 where the recording has none. Read only
+ * for a recording with fractions: the scan stops at the first rows it needs. */
+static uint64_t recorded_device_total(gm_db *d) {
+    sqlite3_stmt *st;
+    uint64_t total = 0;
+    if (sqlite3_prepare_v2(d->db,
+                           "SELECT requested FROM events WHERE kind = ?1 AND requested > 0 AND device = "
+                           "ifnull((SELECT device FROM events WHERE kind = ?2 AND flags & ?3 LIMIT 1), device) "
+                           "LIMIT 1",
+                           -1, &st, NULL) != SQLITE_OK)
+        return 0;
+    sqlite3_bind_int(st, 1, REC_DEVICE_INFO);
+    sqlite3_bind_int(st, 2, REC_TORCH_MEMORY_FRACTION);
+    sqlite3_bind_int(st, 3, REC_F_FRAMEWORK);
+    if (sqlite3_step(st) == SQLITE_ROW) total = (uint64_t)sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return total;
+}
+
 int gm_replay_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
     return gm_replay_trace_load_tap(d, am, NULL, NULL, err, errsz);
 }
@@ -180,13 +201,22 @@ int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *t
     if (conf[0] && alloc_config_parse_recorded(&rc, conf, NULL, 0) == ALLOC_OK) am->cfg.limit = rc.limit;
     /* the per-process memory fractions gpumem's allocator applied (the load's ADV_EV_LIMIT events
      * of a gpumem recording) under the configured limit, as alloc_set_memory_fraction applied
-     * them (alloc_fraction_limit; ADV_LIMIT_MAX: a fraction of 1) */
+     * them (alloc_fraction_limit; ADV_LIMIT_MAX: a fraction of 1): the configured limit is the
+     * allocator's, the per_process_memory_fraction key's share of the recorded device's total
+     * included (alloc_conf_limit) */
+    size_t conf_limit = rc.limit;
+    bool conf_known = false;
     if (am->torch != 1)
         for (size_t i = 0; i < am->nevs; i++) {
             adv_ev *e = &am->evs[i];
             if (e->kind != ADV_EV_LIMIT) continue;
+            if (!conf_known) {
+                uint64_t total = recorded_device_total(d);
+                if (total) conf_limit = alloc_conf_limit(&rc, (size_t)total);
+                conf_known = true;
+            }
             uint64_t cap = adv_ev_limit(e);
-            adv_ev_set_limit(e, alloc_fraction_limit((size_t)cap, cap == ADV_LIMIT_MAX, rc.limit));
+            adv_ev_set_limit(e, alloc_fraction_limit((size_t)cap, cap == ADV_LIMIT_MAX, conf_limit));
         }
     if (add_ooms(d, am) != 0) {
         adv_model_free(am);
