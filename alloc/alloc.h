@@ -722,6 +722,11 @@ typedef struct alloc_replay_opts {
      * (a library's cudaMalloc that the recording's allocator served) goes to the device as an
      * `ax` does. False: it is served as recorded (the recording reproduced) */
     bool framework_only;
+    /* the total memory of the device the trace was recorded on, of which the configuration's
+     * per_process_memory_fraction key takes its share (alloc_conf_limit), as the recording's
+     * allocator did; 0: of capacity (a replay's device is the recorded one's size or larger,
+     * and the key's share of it would let a recorded OOM fit) */
+    size_t device_total;
 } alloc_replay_opts_t;
 
 typedef struct alloc_replay_result {

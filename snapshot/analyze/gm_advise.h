@@ -151,6 +151,10 @@ typedef struct adv_model {
     alloc_config_t cfg;
     char config[1024], mode[32], cmdline[4096];
     uint64_t rec_peak_allocated, rec_peak_reserved;
+    /* the recorded device's total memory (device_info), of which the per_process_memory_fraction
+     * key took its share: set by gm_replay_trace_load_tap for frag's and tune's replays
+     * (alloc_replay_opts.device_total); 0 unknown */
+    uint64_t device_total;
     bool top_down; /* meta alloc.address_order "down": the replay hands out addresses downwards */
     int have_uses; /* the uses table has rows, and no launch's arguments were unreadable */
     int64_t uses_unread; /* launches whose uses are unknown (gm_uses_unknown: unread or lost) */
