@@ -120,25 +120,16 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
         uint64_t addr = (uint64_t)sqlite3_column_int64(st, 2);
         uint64_t t = (uint64_t)sqlite3_column_int64(st, 5);
         uint32_t a;
-        if (kind == REC_TORCH_SEG_UNMAP && (sqlite3_column_int64(st, 7) & REC_F_PRIVATE_POOL) &&
-            adv_add_pool_release(am, kind, (uint64_t)sqlite3_column_int64(st, 8), (uint32_t)sqlite3_column_int64(st, 4),
-                                 t, &cev, &pools) < 0) {
-            /* a private pool's segment given back: the graph or MemPool is gone, its pool ends */
-            rc = -1;
-            continue;
-        }
-        if (kind == REC_TORCH_SEG_UNMAP || kind == REC_TORCH_EMPTY_CACHE) {
-            /* PyTorch gave segments back (empty_cache, before an OOM's retry, expandable
-             * segments' unmaps), or the program asked it to (an empty_cache that gave nothing
-             * back when recorded may under another configuration): the replay releases its
-             * cache there too */
-            if (adv_add_release(am, t, &cev) < 0) rc = -1;
-            continue;
-        }
-        if (kind == REC_TORCH_MEMORY_FRACTION) { /* PyTorch's cap on reserved from here */
-            if (adv_add_limit(am, t, (uint64_t)sqlite3_column_int64(st, 6), (uint64_t)sqlite3_column_int64(st, 3), &cev) < 0) rc = -1;
-            continue;
-        }
+        /* PyTorch gave segments back (empty_cache, before an OOM's retry, expandable segments'
+         * unmaps, a private pool's end), the program asked it to (an empty_cache that gave
+         * nothing back when recorded may under another configuration), or capped it: advise's
+         * decoding of those rows */
+        int own = adv_torch_cache_row(am, kind, (uint64_t)sqlite3_column_int64(st, 7),
+                                      (uint64_t)sqlite3_column_int64(st, 8), (uint32_t)sqlite3_column_int64(st, 4), t,
+                                      (uint64_t)sqlite3_column_int64(st, 6), (uint64_t)sqlite3_column_int64(st, 3), &cev,
+                                      &pools);
+        if (own < 0) rc = -1;
+        if (own) continue;
         if (kind == REC_TORCH_ALLOC) {
             if (am->nallocs == am->allocs_cap) {
                 size_t nc = am->allocs_cap ? 2 * am->allocs_cap : 1024;
