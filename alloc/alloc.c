@@ -3015,10 +3015,7 @@ int alloc_create(const alloc_backend_t *be, const alloc_config_t *cfg, alloc_t *
         a->capacity = t;
     else
         a->capacity = (size_t)1 << 40;
-    if (a->cfg.memory_fraction >= 0) { /* PyTorch: fraction x the device's total memory */
-        size_t cap = (size_t)(a->cfg.memory_fraction * (double)a->capacity);
-        if (cap < a->cfg.limit) a->cfg.limit = cap; /* 0: nothing may be reserved */
-    }
+    a->cfg.limit = alloc_conf_limit(&a->cfg, a->capacity); /* the key's share: PyTorch's */
     a->conf_limit = a->cfg.limit;
     a->cfg.handle_size = round_up(a->cfg.handle_size ? a->cfg.handle_size : a->gran, a->gran);
     a->cfg.handle_size_small =

@@ -398,9 +398,21 @@ int alloc_set_limit(alloc_t *a, size_t limit);
  * allocator, a fraction outside [0, 1]). */
 int alloc_set_memory_fraction(alloc_t *a, double fraction, size_t *cap);
 
+/* The configured limit on a device of total bytes: cfg->limit (GPUMEM_LIMIT, the limit key), or
+ * the per_process_memory_fraction key's share of total (truncated, as PyTorch computes it) where
+ * that is lower. The one place of the rule: alloc_create applies it to the device's total, and a
+ * reader that replays a recording's fractions applies it to the recorded device's
+ * (gm_replay_trace_load_tap), as the conf_limit of alloc_fraction_limit. */
+static inline size_t alloc_conf_limit(const alloc_config_t *cfg, size_t total)
+{
+    if (cfg->memory_fraction < 0) return cfg->limit;
+    size_t share = (size_t)(cfg->memory_fraction * (double)total); /* 0: nothing may be reserved */
+    return share < cfg->limit ? share : cfg->limit;
+}
+
 /* The limit a per-process memory fraction leaves in force: its cap (bytes) where the fraction is
- * under 1 (whole: false) and the cap is below the configured limit conf_limit, else conf_limit (a
- * fraction of 1 gives the configured limit back). The one place of the rule:
+ * under 1 (whole: false) and the cap is below the configured limit conf_limit (alloc_conf_limit),
+ * else conf_limit (a fraction of 1 gives the configured limit back). The one place of the rule:
  * alloc_set_memory_fraction applies it, and so does a reader that replays a recording's fractions
  * under the limit it ran with (gm_replay_trace_load_tap). */
 static inline size_t alloc_fraction_limit(size_t cap, bool whole, size_t conf_limit)
@@ -710,6 +722,11 @@ typedef struct alloc_replay_opts {
      * (a library's cudaMalloc that the recording's allocator served) goes to the device as an
      * `ax` does. False: it is served as recorded (the recording reproduced) */
     bool framework_only;
+    /* the total memory of the device the trace was recorded on, of which the configuration's
+     * per_process_memory_fraction key takes its share (alloc_conf_limit), as the recording's
+     * allocator did; 0: of capacity (a replay's device is the recorded one's size or larger,
+     * and the key's share of it would let a recorded OOM fit) */
+    size_t device_total;
 } alloc_replay_opts_t;
 
 typedef struct alloc_replay_result {

@@ -753,7 +753,16 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
     if (!mb) return ALLOC_ERR_NOMEM;
     const alloc_backend_t *be = alloc_mem_backend(mb);
     alloc_t *a = NULL;
-    int rc = alloc_create(be, cfg, &a);
+    alloc_config_t c;
+    if (cfg)
+        c = *cfg;
+    else
+        alloc_config_default(&c);
+    if (o.device_total) { /* the key's share of the recorded device, as a limit */
+        c.limit = alloc_conf_limit(&c, o.device_total);
+        c.memory_fraction = -1;
+    }
+    int rc = alloc_create(be, &c, &a);
     if (rc) {
         alloc_mem_backend_destroy(mb);
         return perr(err, errlen, "replay: cannot create the allocator: %s", alloc_strerror(rc));
@@ -845,7 +854,7 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                     out->oom.allocated = (size_t)st.allocated_bytes.current;
                     out->oom.reserved = (size_t)st.reserved_bytes.current;
                     /* the allocator's limit does not cap what the driver serves itself */
-                    out->oom.limit = cfg && !(l.flags & RL_DRIVER) ? cfg->limit : ALLOC_NO_LIMIT;
+                    out->oom.limit = cfg && !(l.flags & RL_DRIVER) ? c.limit : ALLOC_NO_LIMIT;
                     out->num_ooms++;
                 }
             } else {

@@ -117,6 +117,24 @@ static uint32_t new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t
 
 static int life_index(const adv_model *m, size_t **birth, size_t **death);
 
+int adv_torch_cache_row(adv_model *m, int kind, uint64_t flags, uint64_t alloc_id, uint32_t stream, uint64_t t,
+                        uint64_t size, uint64_t requested, size_t *evcap, adv_pool_ids *ids)
+{
+    switch (kind) {
+    case REC_TORCH_SEG_UNMAP: /* a private pool's: the graph or MemPool is gone, its pool ends here */
+        if ((flags & REC_F_PRIVATE_POOL) && adv_add_pool_release(m, kind, alloc_id, stream, t, evcap, ids) < 0)
+            return -1;
+        /* PyTorch gave memory back: the replay gives back its cache there too */
+        return adv_add_release(m, t, evcap) < 0 ? -1 : 1;
+    case REC_TORCH_EMPTY_CACHE:
+        return adv_add_release(m, t, evcap) < 0 ? -1 : 1;
+    case REC_TORCH_MEMORY_FRACTION:
+        return adv_add_limit(m, t, size, requested, evcap) < 0 ? -1 : 1;
+    default:
+        return 0;
+    }
+}
+
 int adv_add_release(adv_model *m, uint64_t t, size_t *evcap)
 {
     if (m->nevs && m->evs[m->nevs - 1].kind == ADV_EV_EMPTY_CACHE) return 0;
@@ -1489,19 +1507,10 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
             L->t_res = kind == REC_TORCH_SEG_MAP ? L->t_res + size : L->t_res - (size < L->t_res ? size : L->t_res);
             if (L->t_res > m->rec_peak_reserved) m->rec_peak_reserved = L->t_res;
             if (kind == REC_TORCH_SEG_MAP) return 0;
-            /* a private pool's segment: the graph or MemPool is gone, its pool ends here */
-            if ((flags & REC_F_PRIVATE_POOL) &&
-                load_added(L, adv_add_pool_release(m, kind, alloc_id, stream, t, &L->evcap, &L->pools), had_evs,
-                           had_allocs, seq) != 0)
-                return -1;
-            /* PyTorch gave memory back: the replay gives back its cache there too, once per run */
-            return load_added(L, adv_add_release(m, t, &L->evcap), had_evs, had_allocs, seq);
         }
-        /* the program's torch.cuda.empty_cache(), also where it gave nothing back when recorded */
-        if (kind == REC_TORCH_EMPTY_CACHE)
-            return load_added(L, adv_add_release(m, t, &L->evcap), had_evs, had_allocs, seq);
-        if (kind == REC_TORCH_MEMORY_FRACTION)
-            return load_added(L, adv_add_limit(m, t, size, requested, &L->evcap), had_evs, had_allocs, seq);
+        /* segments given back, the program's empty_cache and fractions: the one decoding */
+        int own = adv_torch_cache_row(m, kind, flags, alloc_id, stream, t, size, requested, &L->evcap, &L->pools);
+        if (own) return load_added(L, own, had_evs, had_allocs, seq);
         /* the block of a tensor freed before became reusable (free_completed: the streams that used
          * it caught up): its free's landing, the model's events between them counted as fc_finish
          * counts them (frag and tune read the same rows as the trace's `fc`) */

@@ -151,6 +151,10 @@ typedef struct adv_model {
     alloc_config_t cfg;
     char config[1024], mode[32], cmdline[4096];
     uint64_t rec_peak_allocated, rec_peak_reserved;
+    /* the recorded device's total memory (device_info), of which the per_process_memory_fraction
+     * key took its share: set by gm_replay_trace_load_tap for frag's and tune's replays
+     * (alloc_replay_opts.device_total); 0 unknown */
+    uint64_t device_total;
     bool top_down; /* meta alloc.address_order "down": the replay hands out addresses downwards */
     int have_uses; /* the uses table has rows, and no launch's arguments were unreadable */
     int64_t uses_unread; /* launches whose uses are unknown (gm_uses_unknown: unread or lost) */
@@ -251,6 +255,17 @@ int adv_pool_note(adv_model *m, uint32_t a, int kind, uint64_t flags, uint64_t a
  * released already), or -1 out of memory. */
 int adv_add_pool_release(adv_model *m, int kind, uint64_t alloc_id, uint32_t stream, uint64_t t, size_t *evcap,
                          adv_pool_ids *ids);
+/* A row of PyTorch's merged history that changes its cache, not a tensor, as every loader of such
+ * a recording decodes it (advise's, and gm_replay.c's for frag and tune, whose models differ in
+ * the rest: ADVISE.md, "PyTorch's history"): torch_segment_unmap (35), a segment given back (a
+ * private pool's ends that pool first, adv_add_pool_release; then the cache is released,
+ * adv_add_release: once per run of them); torch_empty_cache (36), the program's own call (the
+ * cache released, also where it gave nothing back when recorded); torch_memory_fraction (37), its
+ * per-process memory fraction (adv_add_limit: size the cap, requested the fraction in
+ * millionths). The row's columns as named. 1 one of those (its events appended, possibly none),
+ * 0 a row of another kind (nothing done), -1 out of memory. */
+int adv_torch_cache_row(adv_model *m, int kind, uint64_t flags, uint64_t alloc_id, uint32_t stream, uint64_t t,
+                        uint64_t size, uint64_t requested, size_t *evcap, adv_pool_ids *ids);
 
 /* An event inserted by a rewrite: the fields and time of `anchor` (the event it goes beside, so
  * times stay in order), for allocation a, of `kind`, ordered on `stream` (frees). */

@@ -862,7 +862,8 @@ static void find_fixes(gm_frag *f, gm_db *d, fix_model *fm, int search) {
         } else if (alloc_config_parse(&c, k->conf, NULL, 0) != ALLOC_OK) {
             continue;
         }
-        c.limit = recorded.limit; /* a preset keeps the limit the program ran under */
+        /* a preset keeps the caps the program ran under: the limit, the per_process_memory_fraction key */
+        c.limit = recorded.limit, c.memory_fraction = recorded.memory_fraction;
         if (gm_conf_same(&c, &recorded)) continue;
         res[nres].cfg = c, which[nres++] = i;
     }
@@ -870,7 +871,7 @@ static void find_fixes(gm_frag *f, gm_db *d, fix_model *fm, int search) {
     if (2 * am.rec_peak_reserved > cap) cap = (size_t)(2 * am.rec_peak_reserved);
     /* only a configuration that reserves less than the recorded one's replay is a fix: the others
      * stop when they reach its peak (when it met no OOM; else a fix is one that meets none) */
-    gm_replay_below(trace, ntrace, cap, am.top_down, res, nres, 0);
+    gm_replay_below(trace, ntrace, cap, am.device_total, am.top_down, res, nres, 0);
     const gm_replay_result *base = &res[0];
     if (!base->ok) {
         snprintf(f->fix_note, sizeof f->fix_note, "no replay: the recorded configuration could not be replayed");

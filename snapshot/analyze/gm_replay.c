@@ -53,6 +53,26 @@ static int add_ooms(gm_db *d, adv_model *am) {
     return rc;
 }
 
+/* The total memory of the recorded device, as the driver said it when gpumem started (the
+ * device_info events' requested, which the recording's allocator took as the device's capacity):
+ * of the device of the first per-process memory fraction where there is one; 0 where the
+ * recording has none. Read only where the configuration has a per_process_memory_fraction key
+ * (the scan stops at the rows it needs, the fraction's look-up aside). */
+static uint64_t recorded_device_total(gm_db *d) {
+    sqlite3_stmt *st;
+    uint64_t total = 0;
+    if (sqlite3_prepare_v2(d->db,
+                           "SELECT requested FROM events WHERE kind = ?1 AND requested > 0 AND device = "
+                           "ifnull((SELECT device FROM events WHERE kind = ?2 LIMIT 1), device) LIMIT 1",
+                           -1, &st, NULL) != SQLITE_OK)
+        return 0;
+    sqlite3_bind_int(st, 1, REC_DEVICE_INFO);
+    sqlite3_bind_int(st, 2, REC_TORCH_MEMORY_FRACTION);
+    if (sqlite3_step(st) == SQLITE_ROW) total = (uint64_t)sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return total;
+}
+
 /* ---------------------------------------------------------------- PyTorch's own allocator */
 
 /* A recording of a PyTorch program with PyTorch's own allocator (its history merged, kinds
@@ -83,6 +103,7 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
         return -1;
     }
     am->rec_peak_allocated = pa, am->rec_peak_reserved = pr;
+    if (am->cfg.memory_fraction >= 0) am->device_total = recorded_device_total(d);
     if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, t, size, flags, "
                                   "coalesce(alloc_id, 0) FROM events "
                                   "WHERE kind IN (31, 32, 33, 35, 36, 37) ORDER BY seq", -1, &st, NULL) != SQLITE_OK) {
@@ -99,25 +120,16 @@ static int torch_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
         uint64_t addr = (uint64_t)sqlite3_column_int64(st, 2);
         uint64_t t = (uint64_t)sqlite3_column_int64(st, 5);
         uint32_t a;
-        if (kind == REC_TORCH_SEG_UNMAP && (sqlite3_column_int64(st, 7) & REC_F_PRIVATE_POOL) &&
-            adv_add_pool_release(am, kind, (uint64_t)sqlite3_column_int64(st, 8), (uint32_t)sqlite3_column_int64(st, 4),
-                                 t, &cev, &pools) < 0) {
-            /* a private pool's segment given back: the graph or MemPool is gone, its pool ends */
-            rc = -1;
-            continue;
-        }
-        if (kind == REC_TORCH_SEG_UNMAP || kind == REC_TORCH_EMPTY_CACHE) {
-            /* PyTorch gave segments back (empty_cache, before an OOM's retry, expandable
-             * segments' unmaps), or the program asked it to (an empty_cache that gave nothing
-             * back when recorded may under another configuration): the replay releases its
-             * cache there too */
-            if (adv_add_release(am, t, &cev) < 0) rc = -1;
-            continue;
-        }
-        if (kind == REC_TORCH_MEMORY_FRACTION) { /* PyTorch's cap on reserved from here */
-            if (adv_add_limit(am, t, (uint64_t)sqlite3_column_int64(st, 6), (uint64_t)sqlite3_column_int64(st, 3), &cev) < 0) rc = -1;
-            continue;
-        }
+        /* PyTorch gave segments back (empty_cache, before an OOM's retry, expandable segments'
+         * unmaps, a private pool's end), the program asked it to (an empty_cache that gave
+         * nothing back when recorded may under another configuration), or capped it: advise's
+         * decoding of those rows */
+        int own = adv_torch_cache_row(am, kind, (uint64_t)sqlite3_column_int64(st, 7),
+                                      (uint64_t)sqlite3_column_int64(st, 8), (uint32_t)sqlite3_column_int64(st, 4), t,
+                                      (uint64_t)sqlite3_column_int64(st, 6), (uint64_t)sqlite3_column_int64(st, 3), &cev,
+                                      &pools);
+        if (own < 0) rc = -1;
+        if (own) continue;
         if (kind == REC_TORCH_ALLOC) {
             if (am->nallocs == am->allocs_cap) {
                 size_t nc = am->allocs_cap ? 2 * am->allocs_cap : 1024;
@@ -180,13 +192,17 @@ int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *t
     if (conf[0] && alloc_config_parse_recorded(&rc, conf, NULL, 0) == ALLOC_OK) am->cfg.limit = rc.limit;
     /* the per-process memory fractions gpumem's allocator applied (the load's ADV_EV_LIMIT events
      * of a gpumem recording) under the configured limit, as alloc_set_memory_fraction applied
-     * them (alloc_fraction_limit; ADV_LIMIT_MAX: a fraction of 1) */
+     * them (alloc_fraction_limit; ADV_LIMIT_MAX: a fraction of 1): the configured limit is the
+     * allocator's, the per_process_memory_fraction key's share of the recorded device's total
+     * included (alloc_conf_limit; frag's and tune's replays take the key's share of it too) */
+    if (rc.memory_fraction >= 0) am->device_total = recorded_device_total(d);
+    size_t conf_limit = am->device_total ? alloc_conf_limit(&rc, (size_t)am->device_total) : rc.limit;
     if (am->torch != 1)
         for (size_t i = 0; i < am->nevs; i++) {
             adv_ev *e = &am->evs[i];
             if (e->kind != ADV_EV_LIMIT) continue;
             uint64_t cap = adv_ev_limit(e);
-            adv_ev_set_limit(e, alloc_fraction_limit((size_t)cap, cap == ADV_LIMIT_MAX, rc.limit));
+            adv_ev_set_limit(e, alloc_fraction_limit((size_t)cap, cap == ADV_LIMIT_MAX, conf_limit));
         }
     if (add_ooms(d, am) != 0) {
         adv_model_free(am);
@@ -354,7 +370,7 @@ void gm_parallel_for(size_t n, int threads, void (*fn)(void *ctx, size_t i), voi
 typedef struct job {
     const alloc_trace_event_t *trace;
     size_t n;
-    size_t capacity;
+    size_t capacity, device_total;
     bool top_down;
     bool below;            /* gm_replay_below: the others stop at res[0]'s peak */
     atomic_size_t bar;     /* res[0]'s peak reserved once it replayed without an OOM; 0 before */
@@ -373,7 +389,7 @@ static bool below_bar(void *user, size_t peak_reserved) {
 }
 
 static void replay_one(job *j, gm_replay_result *r) {
-    alloc_replay_opts_t o = {.capacity = j->capacity, .top_down = j->top_down, .no_free_done = j->no_fc,
+    alloc_replay_opts_t o = {.capacity = j->capacity, .device_total = j->device_total, .top_down = j->top_down, .no_free_done = j->no_fc,
                              .slots = j->slots, .nslots = j->nslots, .framework_only = j->own};
     if (j->below && r != &j->res[0]) o.keep_going = below_bar, o.keep_going_user = j;
     alloc_replay_result_t out;
@@ -413,9 +429,9 @@ static void replay_item(void *ctx, size_t i) {
 static size_t rounds(size_t n, size_t threads) { return (n + threads - 1) / threads; }
 
 static void replay_batch(const alloc_trace_event_t *trace, size_t n, const uint32_t *slots, uint32_t nslots,
-                         size_t capacity, bool top_down, gm_replay_result *res, size_t nres, int threads,
-                         bool below, bool framework_only) {
-    job j = {.trace = trace, .n = n, .capacity = capacity, .top_down = top_down, .below = below, .res = res,
+                         size_t capacity, size_t device_total, bool top_down, gm_replay_result *res, size_t nres,
+                         int threads, bool below, bool framework_only) {
+    job j = {.trace = trace, .n = n, .capacity = capacity, .device_total = device_total, .top_down = top_down, .below = below, .res = res,
              .slots = slots, .nslots = nslots, .own = framework_only};
     atomic_init(&j.bar, 0);
     j.no_fc = true;
@@ -440,14 +456,15 @@ static void replay_batch(const alloc_trace_event_t *trace, size_t n, const uint3
 }
 
 int gm_replay_many(const alloc_trace_event_t *trace, size_t n, const uint32_t *slots, uint32_t nslots,
-                   size_t capacity, bool top_down, gm_replay_result *res, size_t nres, int threads) {
-    replay_batch(trace, n, slots, nslots, capacity, top_down, res, nres, threads, false, false);
+                   size_t capacity, size_t device_total, bool top_down, gm_replay_result *res, size_t nres,
+                   int threads) {
+    replay_batch(trace, n, slots, nslots, capacity, device_total, top_down, res, nres, threads, false, false);
     return 0;
 }
 
-int gm_replay_framework_only(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
-                             gm_replay_result *res, size_t nres, int threads) {
-    replay_batch(trace, n, NULL, 0, capacity, top_down, res, nres, threads, false, true);
+int gm_replay_framework_only(const alloc_trace_event_t *trace, size_t n, size_t capacity, size_t device_total,
+                             bool top_down, gm_replay_result *res, size_t nres, int threads) {
+    replay_batch(trace, n, NULL, 0, capacity, device_total, top_down, res, nres, threads, false, true);
     return 0;
 }
 
@@ -484,8 +501,8 @@ long gm_replay_mark_served(gm_db *d, alloc_trace_event_t *trace, size_t n) {
     return marked;
 }
 
-int gm_replay_below(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
-                    gm_replay_result *res, size_t nres, int threads) {
-    replay_batch(trace, n, NULL, 0, capacity, top_down, res, nres, threads, true, false);
+int gm_replay_below(const alloc_trace_event_t *trace, size_t n, size_t capacity, size_t device_total,
+                    bool top_down, gm_replay_result *res, size_t nres, int threads) {
+    replay_batch(trace, n, NULL, 0, capacity, device_total, top_down, res, nres, threads, true, false);
     return 0;
 }

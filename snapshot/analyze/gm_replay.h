@@ -78,22 +78,25 @@ void gm_parallel_for(size_t n, int threads, void (*fn)(void *ctx, size_t i), voi
 
 /* Replays trace under each res[i].cfg (on `threads` threads, 0: every core) and fills the rest
  * of each result (peaks, oom, calls, driver time; ok = 0 when a replay failed). capacity: the
- * in-memory device's size; top_down: it hands out addresses downwards, as the recording's did
+ * in-memory device's size; device_total: the recorded device's (adv_model.device_total, 0
+ * unknown), of which the per_process_memory_fraction key takes its share as when recorded
+ * (alloc_replay_opts_t.device_total); top_down: it hands out addresses downwards, as the recording's did
  * (adv_model.top_down). slots: alloc_trace_slots of the trace, for a caller with several batches
  * of one trace; NULL: numbered here for the batch. Returns 0. */
 int gm_replay_many(const alloc_trace_event_t *trace, size_t n, const uint32_t *slots, uint32_t nslots,
-                   size_t capacity, bool top_down, gm_replay_result *res, size_t nres, int threads);
+                   size_t capacity, size_t device_total, bool top_down, gm_replay_result *res, size_t nres,
+                   int threads);
 /* gm_replay_many for a search of the configurations that reserve less than res[0]'s (frag's
  * fixes): res[0] is taken first (alone, where that takes no more rounds of the cores: 3 replays
  * on 2), and once it has replayed without an OOM, any other replay stops
  * as soon as its reserved peak reaches res[0]'s (stopped = 1, peak_reserved at least res[0]'s):
  * what it would have done after that cannot make it reserve less. The figures of those that
  * did not stop are gm_replay_many's. */
-int gm_replay_below(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
-                    gm_replay_result *res, size_t nres, int threads);
+int gm_replay_below(const alloc_trace_event_t *trace, size_t n, size_t capacity, size_t device_total,
+                    bool top_down, gm_replay_result *res, size_t nres, int threads);
 /* gm_replay_many with alloc_replay_opts_t.framework_only: fills each result's own_* figures. */
-int gm_replay_framework_only(const alloc_trace_event_t *trace, size_t n, size_t capacity, bool top_down,
-                             gm_replay_result *res, size_t nres, int threads);
+int gm_replay_framework_only(const alloc_trace_event_t *trace, size_t n, size_t capacity, size_t device_total,
+                             bool top_down, gm_replay_result *res, size_t nres, int threads);
 /* In a recording through the framework's allocator hook (gpumem as PyTorch's allocator), the
  * trace's allocations that did not come through it (a library's cudaMalloc, which gpumem's pool
  * served) become ALLOC_TR_ALLOC_SERVED: replayed as recorded, or outside the pool under the

@@ -51,11 +51,12 @@ typedef struct search {
     const alloc_trace_event_t *trace; /* the replays' input (gm_replay_many) */
     const uint32_t *slots;            /* alloc_trace_slots of it, once for every batch (or NULL) */
     uint32_t nslots;
-    size_t ntrace, capacity;
+    size_t ntrace, capacity, device_total; /* device_total: adv_model.device_total */
     bool top_down;
     int threads;
     int streams; /* the trace uses several streams */
     uint64_t limit;
+    double memory_fraction; /* the recorded per_process_memory_fraction key: a cap like the limit */
     int torch;   /* PyTorch's allocator recorded: its preset's neighbours stay PyTorch's keys */
 } search;
 
@@ -191,7 +192,7 @@ static long evaluate(search *s, const alloc_config_t *cfgs, size_t n) {
     size_t first = s->t->nresults;
     for (size_t i = 0; i < n; i++) {
         alloc_config_t c = cfgs[i];
-        c.limit = s->limit;
+        c.limit = s->limit, c.memory_fraction = s->memory_fraction;
         if (find(s, &c) >= 0) continue;
         if (s->t->nresults == s->cap) {
             size_t nc = s->cap ? 2 * s->cap : 32;
@@ -226,7 +227,8 @@ static long evaluate(search *s, const alloc_config_t *cfgs, size_t n) {
         at[nrun] = i;
         run[nrun++] = *r;
     }
-    gm_replay_many(s->trace, s->ntrace, s->slots, s->nslots, s->capacity, s->top_down, run, nrun, s->threads);
+    gm_replay_many(s->trace, s->ntrace, s->slots, s->nslots, s->capacity, s->device_total, s->top_down, run, nrun,
+                   s->threads);
     for (size_t k = 0; k < nrun; k++) s->t->results[at[k]] = run[k];
     free(run), free(at);
     if (s->o->progress)
@@ -267,7 +269,7 @@ static size_t neighbours(const search *s, const alloc_config_t *base, alloc_conf
                 memset(c.rp2_div, 0, sizeof c.rp2_div);
             else if (alloc_config_parse(&c, lists[l][i], NULL, 0) != ALLOC_OK)
                 continue;
-            c.limit = s->limit;
+            c.limit = s->limit, c.memory_fraction = s->memory_fraction;
             char a[1024], b[1024];
             conf_key(&c, a, sizeof a);
             conf_key(base, b, sizeof b);
@@ -338,6 +340,9 @@ int gm_tune_search(gm_db *d, const adv_model *model, const gm_tune_opts *o, gm_t
     t->served_outside = served > 0 ? (int)served : 0;
     search s = {.t = t, .o = o};
     s.limit = o->limit_set ? o->limit : am.cfg.limit;
+    /* every configuration keeps the caps the program ran under: the limit, and the
+     * per_process_memory_fraction key's share of the device (a preset has neither) */
+    s.memory_fraction = am.cfg.memory_fraction;
     t->limit = s.limit;
     t->nevents = am.nevs;
     t->torch = gm_replay_is_torch(&am);
@@ -355,7 +360,7 @@ int gm_tune_search(gm_db *d, const adv_model *model, const gm_tune_opts *o, gm_t
     size_t cap = (size_t)80 << 30;
     if (2 * am.rec_peak_reserved > cap) cap = (size_t)(2 * am.rec_peak_reserved);
     if (s.limit != ALLOC_NO_LIMIT && 2 * s.limit > cap) cap = (size_t)(2 * s.limit);
-    s.trace = trace, s.ntrace = ntrace, s.capacity = cap, s.top_down = am.top_down;
+    s.trace = trace, s.ntrace = ntrace, s.capacity = cap, s.device_total = am.device_total, s.top_down = am.top_down;
     uint32_t *slots = NULL; /* out of memory: each batch numbers them (or keeps the id table) */
     if (alloc_trace_slots(trace, ntrace, &slots, &s.nslots) == ALLOC_OK) s.slots = slots;
     alloc_config_t recorded = am.cfg;
@@ -383,7 +388,7 @@ int gm_tune_search(gm_db *d, const adv_model *model, const gm_tune_opts *o, gm_t
     size_t pidx[16], np = 0;
     for (size_t i = 1; i < nb; i++) {
         alloc_config_t c = batch[i];
-        c.limit = s.limit;
+        c.limit = s.limit, c.memory_fraction = s.memory_fraction;
         long k = find(&s, &c);
         if (k >= 0) {
             t->results[k].preset = 1;
@@ -443,7 +448,7 @@ int gm_tune_search(gm_db *d, const adv_model *model, const gm_tune_opts *o, gm_t
         if (np && !own) goto oom;
         for (size_t i = 0, k = 0; i < t->nresults; i++)
             if (t->results[i].has_pytorch && t->results[i].cfg.policy == ALLOC_POLICY_PYTORCH) own[k++] = t->results[i];
-        gm_replay_framework_only(trace, ntrace, cap, am.top_down, own, np, s.threads);
+        gm_replay_framework_only(trace, ntrace, cap, am.device_total, am.top_down, own, np, s.threads);
         for (size_t i = 0, k = 0; i < t->nresults; i++) {
             gm_replay_result *r = &t->results[i];
             if (!(r->has_pytorch && r->cfg.policy == ALLOC_POLICY_PYTORCH)) continue;

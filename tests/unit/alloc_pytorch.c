@@ -676,7 +676,7 @@ static size_t oom_limit(alloc_t *a, bool *by_fraction)
  * alloc_set_memory_fraction applies it on a 1 GiB device and as a replay of a recording's fractions
  * reads it: the fraction's cap (fraction x total, truncated) where the fraction is under 1 and the
  * cap is below the configured limit (the limit key, or the per_process_memory_fraction key's
- * share), else the configured limit (a fraction of 1 gives it back, none included); a later call
+ * share: alloc_conf_limit, the reader's rule too), else the configured limit (a fraction of 1 gives it back, none included); a later call
  * replaces an earlier one; the OOM says the fraction bound only where its cap is the limit. */
 static void test_fraction_limit(void **state)
 {
@@ -707,6 +707,8 @@ static void test_fraction_limit(void **state)
         assert_non_null(m);
         assert_int_equal(alloc_create(alloc_mem_backend(m), &cfg, &a), ALLOC_OK);
         size_t conf_limit = oom_limit(a, NULL), cap = 1;
+        /* the configured limit, the key's share included, is alloc_conf_limit's of the device */
+        assert_int_equal(alloc_conf_limit(&cfg, GiB), conf_limit);
         if (rows[i].first >= 0) assert_int_equal(alloc_set_memory_fraction(a, rows[i].first, NULL), ALLOC_OK);
         assert_int_equal(alloc_set_memory_fraction(a, rows[i].fraction, &cap), ALLOC_OK);
         bool bound;
