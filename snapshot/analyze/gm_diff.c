@@ -38,7 +38,8 @@ static const char *const usage_diff =
     "  --device N                each side's figures are device N's (each side must have held\n"
     "                            memory on it: else exit 2, naming the devices it did use)\n"
     "With memory on several devices, each side's figures are its busiest device's (the highest\n"
-    "peak reserved; --device N for another), never the devices added; the gate compares those.\n"
+    "peak reserved; a PyTorch program's: the busiest of its tensors' devices; --device N for\n"
+    "another), never the devices added; the gate compares those.\n"
     "A side whose program did not run to its end (killed, still running, ended by a signal) is\n"
     "said so: its bytes alive at exit are what it held then, not necessarily leaked, and its\n"
     "peak may not have been reached: the gate cannot pass it (exit 3; it fails when B, complete\n"
@@ -134,12 +135,14 @@ static int load_side(const char *path, side *s, int frames_all, int json, int de
     int lo, hi, ndev = gm_model_devices(&s->m, &lo, &hi);
     gm_model dv;
     if (ndev > 1 && gm_model_device_view(&s->m, gm_lead_device(&s->m), &dv) == 0) {
+        char why[256]; /* asked of the whole view: the device view holds one device */
+        const char *w = gm_lead_why(&s->m, "the highest peak reserved; --device N for another", why, sizeof why);
         s->m = dv, s->device = dv.device_only - 1;
         fprintf(json ? stderr : stdout,
                 "gpumem: note: %s: the program held memory on %d devices (%d to %d): its figures here are "
                 "device %d's (%s), not a sum; gpumem report gives each device's\n",
                 path, ndev, lo, hi, s->device,
-                s->m.device_asked ? "as --device asked" : "the highest peak reserved; --device N for another");
+                w);
     }
     /* PyTorch's max_memory_*() count from the program's last reset of that device */
     if (s->torch) gm_torch_peak_reset(&s->d, s->device >= 0 ? s->device : GM_TORCH_ALL_DEVICES, &s->reset);

@@ -48,6 +48,7 @@ typedef struct rk_rank {
     uint64_t leaked_bytes, leaked_count; /* by leaks's rule (gm_model_leak_view), device's (as leaks) */
     int device, ndevices, dev_lo, dev_hi; /* the device whose figures these are (-1: one device) */
     int device_asked;                     /* 1: device is --device's, not the busiest */
+    char device_why[256];                 /* why device is the one (gm_lead_why) */
     uint64_t torch_peak_allocated;       /* PyTorch's own max_memory_allocated(d) at the end (since
                                             its last reset of d); 0: no history */
     uint64_t torch_whole_run;            /* its whole-run peak allocated on that device */
@@ -249,6 +250,8 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, i
     if (r->ndevices > 1) {
         gm_symbolize(&d, &m); /* the view shares the model's frames: named once, on the model */
         if (gm_model_device_view(&m, gm_lead_device(&m), &dv) == 0) r->device = dv.device_only - 1, pm = &dv;
+        char why[256];
+        snprintf(r->device_why, sizeof r->device_why, "%s", gm_lead_why(&m, "the highest peak reserved", why, sizeof why));
     }
     r->peak_allocated = pm->peak_allocated;
     r->peak_reserved = pm->peak_reserved;
@@ -497,7 +500,7 @@ static void text_out(FILE *out, const rk_rank *rs, size_t n, size_t top, const r
                          "timeline and leaks are device %d's (%s), not a sum; gpumem report %s gives "
                          "each device's peaks\n",
                     rs[i].rank, rs[i].path, rs[i].ndevices, rs[i].dev_lo, rs[i].dev_hi, rs[i].device,
-                    rs[i].device_asked ? "as --device asked" : "the highest peak reserved", rs[i].path);
+                    rs[i].device_why, rs[i].path);
     /* the peaks above are the device's (PyTorch's segments, its cache included); a PyTorch
      * program's own figure is its allocator's */
     int torch = 0;

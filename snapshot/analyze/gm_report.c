@@ -1248,8 +1248,9 @@ void gm_torch_reset_json(FILE *out, const gm_torch_reset *rs) {
  * one whose figures the view's top-level keys are: busy, null with a single device) and "devices"
  * (an entry per device that held memory). */
 static void print_devices_json(FILE *out, const gm_model *m, int busy, gm_db *torch_db) {
-    if (busy >= 0) fprintf(out, "\"device\":%d,\"devices\":[", busy);
-    else fputs("\"device\":null,\"devices\":[", out);
+    if (busy >= 0) fprintf(out, "\"device\":%d,\"device_from\":\"%s\",\"devices\":[", busy,
+                           gm_device_from_json(gm_lead_from(m, NULL)));
+    else fputs("\"device\":null,\"device_from\":null,\"devices\":[", out);
     int first = 1;
     for (int i = 0; m->devs && i < GM_DEVICES; i++) {
         const gm_dev_figs *f = &m->devs[i];
@@ -1276,9 +1277,10 @@ static void print_devices_json(FILE *out, const gm_model *m, int busy, gm_db *to
 static void print_devices_text(FILE *out, const gm_model *m, int busy, const char *what, gm_db *torch_db) {
     if (busy < 0) return;
     int lo, hi, n = gm_model_devices(m, &lo, &hi);
+    char why[256];
     fprintf(out, "  devices             %d (%d to %d): the figures above are device %d's (%s), not a sum; "
                  "each device's (%s):\n", n, lo, hi, busy,
-            m->device_asked ? "as --device asked" : "the highest peak reserved; --device N for another", what);
+            gm_lead_why(m, "the highest peak reserved; --device N for another", why, sizeof why), what);
     for (int i = 0; i < GM_DEVICES; i++) {
         const gm_dev_figs *f = &m->devs[i];
         if (!f->peak_allocated && !f->peak_reserved) continue;
@@ -1436,7 +1438,11 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
      * set against every device's peak added up to no figure) */
     gm_model dview;
     gm_model *dm = m;
-    if (busy >= 0 && gm_model_device_view(m, busy, &dview) == 0) dm = &dview;
+    /* PyTorch's tensors on one device of several (the others' memory not PyTorch's): that one */
+    int tdev = busy, tlo;
+    if (tdev < 0 && gm_model_devices(m, NULL, NULL) > 1 && gm_model_devices(&whole, &tlo, NULL) == 1) tdev = tlo;
+    if (tdev >= 0 && gm_model_device_view(m, tdev, &dview) == 0) dm = &dview;
+    else tdev = -1;
     uint64_t torch_then, when = torch_caught_up(d, dm, &torch_then);
     alloc_set at_dev = select_allocs(dm, SET_LIVE_AT, when);
     torch_diff df = torch_difference(dm, &at_dev, when, torch_then);
@@ -1477,7 +1483,7 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
                 gm_meta_int(d, "torch_blocks_guessed", 0),
                 gm_meta_int(d, "torch_history_truncated", 0) ? "true" : "false");
         fprintf(out, ",\"device_peak\":{\"device\":");
-        if (busy >= 0) fprintf(out, "%d", busy);
+        if (tdev >= 0) fprintf(out, "%d", tdev);
         else fputs("null", out);
         fprintf(out, ",\"seq\":%" PRIu64 ",\"compared_at\":%" PRIu64 ",\"reserved\":%" PRIu64
                      ",\"torch_reserved\":%" PRIu64
@@ -1543,7 +1549,7 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
             snprintf(caught, sizeof caught, " (event %" PRIu64 ", once it recorded the segment mapped at the peak)",
                      df.at);
         char on[32] = "";
-        if (busy >= 0) snprintf(on, sizeof on, " on device %d", busy);
+        if (tdev >= 0) snprintf(on, sizeof on, " on device %d", tdev);
         fprintf(out, "  the device's peak reserved%s (%s, event %" PRIu64 ") is %s more: PyTorch's reserve then %s%s,\n"
                      "    outside PyTorch's allocator %s, gpumem's cache and rounding %s",
                 on, d1, df.seq, g, d2, caught, d3, d4);
@@ -1931,10 +1937,14 @@ int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
     const char *dev = m->torch.present == 1   ? "the device (gpumem's account, PyTorch's segments included): "
                       : m->torch.present == 2 ? "the device (gpumem's account, libraries' own allocations included): "
                                               : "";
-    char on[64] = "";
+    char on[320] = "";
     if (lf.dev_busy >= 0) {
-        int lo, hi, ndev = gm_model_devices(m, &lo, &hi);
-        snprintf(on, sizeof on, " on device %d (%s of %d)", lf.dev_busy, m->device_asked ? "as --device asked" : "the busiest", ndev);
+        int lo, hi, ndev = gm_model_devices(m, &lo, &hi), busiest, from = gm_lead_from(m, &busiest);
+        char why[256];
+        if (from == GM_DEV_TORCH)
+            snprintf(on, sizeof on, " on device %d of %d (%s)", lf.dev_busy, ndev, gm_device_why(from, busiest, why, sizeof why));
+        else
+            snprintf(on, sizeof on, " on device %d (%s of %d)", lf.dev_busy, from == GM_DEV_ASKED ? "as --device asked" : "the busiest", ndev);
     }
     const gm_model *dm = lf.dev;
     char a[32], b[32];

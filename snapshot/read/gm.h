@@ -75,6 +75,9 @@ typedef struct gm_db {
      * scope_devices: how many devices the program held memory on (scope_lo to scope_hi) */
     int scoped;
     int scope_devices, scope_lo, scope_hi;
+    /* why the scoped device is the one (GM_DEV_*: gm_lead_from's), and the busiest device by
+     * gpumem's account (scope_busiest), which gm_scope_say names where it is not the one read */
+    int scope_from, scope_busiest;
     /* D + 1: the device was asked for (--device D; gm_db_scope_one), scoped or, on a recording
      * with memory on D alone, read whole; 0: the busiest device's, or one device's */
     int device_asked;
@@ -433,8 +436,29 @@ int gm_model_devices(const gm_model *m, int *lo, int *hi);
 /* The device whose peak reserved is highest in the model's view (then its peak allocated, then the
  * lowest number): the one whose figures a multi-device report leads with. 0 without figures. */
 int gm_busiest_device(const gm_model *m);
-/* The device whose figures lead: the one asked for (gm_model_pick_device), else the busiest. */
+/* The device a command reads when --device is not given: where PyTorch's history was merged
+ * (torch.present == 1) and its tensors held memory, the busiest of their devices (its
+ * max_memory_reserved(d)), even where another device held more outside them (a library's
+ * workspace, a cudaMalloc through ctypes): the question asked of a PyTorch program is where its
+ * memory went; else the busiest (gm_busiest_device). */
+int gm_default_device(const gm_model *m);
+/* The device whose figures lead: the one asked for (gm_model_pick_device), else gm_default_device. */
 int gm_lead_device(const gm_model *m);
+/* Why gm_lead_device(m) is the one: GM_DEV_ASKED (--device), GM_DEV_BUSIEST (the busiest),
+ * GM_DEV_TORCH (PyTorch's tensors' busiest device, which is not the busiest); *busiest (may be
+ * NULL): gm_busiest_device(m). */
+enum { GM_DEV_BUSIEST = 0, GM_DEV_ASKED = 1, GM_DEV_TORCH = 2 };
+int gm_lead_from(const gm_model *m, int *busiest);
+/* gm_lead_from's answer in words for a person, into buf (room for n), every command the same:
+ * "as --device asked", "the busiest; --device N gives another's", or "the busiest of PyTorch's
+ * tensors' devices; device B held more by gpumem's account, PyTorch's tensors less: --device B
+ * for its figures". Returns buf. */
+const char *gm_device_why(int from, int busiest, char *buf, size_t n);
+/* The same for the model's lead device, where a command words "the busiest" its own way
+ * (busiest: those words): "as --device asked", busiest, or gm_device_why's PyTorch sentence. */
+const char *gm_lead_why(const gm_model *m, const char *busiest, char *buf, size_t n);
+/* gm_lead_from's answer for JSON (the "device_from" key): "asked", "busiest", "torch". */
+const char *gm_device_from_json(int from);
 /* The device asked for (--device N: gm_model_pick_device, gm_db_scope_one, which note it in d)
  * where PyTorch's history holds nothing on it: its tensors were on other devices, and PyTorch's
  * view of device N is empty, not another device's figures nor zeros to print. -1 otherwise
@@ -472,8 +496,8 @@ int gm_db_scope_device(gm_db *d, int dev);
 int gm_db_scope_view(char *buf, size_t n, const char *table, int dev);
 /* For a command that reads one device's figures (leaks, export, frag, tune, advise, viz): where
  * the program held memory on several devices (gm_db_devices), scopes d to device `want` (--device;
- * -1: none asked) or else the busiest one, the device gpumem report leads with (gm_busiest_device
- * of the model; of PyTorch's view where its history is merged: its max_memory_*(d)), from the
+ * -1: none asked) or else the device gpumem report leads with (gm_default_device: PyTorch's
+ * tensors' busiest where its history is merged, else the busiest; noted in d->scope_from), from the
  * model `have` (loaded from d unscoped) or, NULL, one sweep of its own. 1 scoped (a model loaded
  * before is every device's: load it again), 0 one device (nothing done: asked for that device,
  * the output is the same), GM_SCOPE_NO_DEVICE where the program held no memory on `want` (err
@@ -491,12 +515,14 @@ int gm_scope_fail(const char *cmd, int sc, const char *err, const char *without)
  * devices it did use; PATH is d's). */
 int gm_model_pick_device(gm_db *d, gm_model *m, int want, char *err, size_t errsz);
 /* On a scoped d: "gpumem: note: PATH: the program held memory on N devices (lo to hi): FIGURES
- * are device D's, the busiest ..." (or "..., as --device asked") on out, then, where PyTorch's
+ * are device D's, WHY ..." (gm_device_why: the busiest, as --device asked, or PyTorch's tensors'
+ * busiest device with the busiest named) on out, then, where PyTorch's
  * history has nothing on D, "gpumem: note: PATH: " and gm_torch_absent's sentence; nothing
  * otherwise. */
 void gm_scope_say(gm_db *d, const char *figures, FILE *out);
-/* On a scoped d: `BEFORE"device":D,"devices":NAFTER` on out (whose figures a JSON output's are,
- * and how many devices held memory), with `,"torch_absent":{...}` (gm_torch_absent_json) before
+/* On a scoped d: `BEFORE"device":D,"devices":N,"device_from":FROMAFTER` on out (whose figures a
+ * JSON output's are, how many devices held memory, and why D: "asked", "busiest" or "torch", then
+ * with `,"busiest_device":B`: gm_device_from_json), with `,"torch_absent":{...}` (gm_torch_absent_json) before
  * AFTER where PyTorch's history has nothing on D; nothing otherwise, so one device's JSON keeps
  * its bytes. gm_scope_say says the same sentence in text. */
 void gm_scope_json(const gm_db *d, FILE *out, const char *before, const char *after);

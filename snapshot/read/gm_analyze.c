@@ -1136,7 +1136,43 @@ int gm_model_device_view(const gm_model *m, int dev, gm_model *v) {
     return 0;
 }
 
-int gm_lead_device(const gm_model *m) { return m->device_asked ? m->device_asked - 1 : gm_busiest_device(m); }
+int gm_default_device(const gm_model *m) {
+    /* a PyTorch program's memory is its tensors: a device they never were on (a library's
+     * workspace, a cudaMalloc through ctypes) is not where its memory went, however big */
+    if (m->torch.present == 1 && m->torch.devs) {
+        gm_model tv = gm_model_torch_view(m);
+        if (gm_model_devices(&tv, NULL, NULL) > 0) return gm_busiest_device(&tv);
+    }
+    return gm_busiest_device(m);
+}
+
+int gm_lead_device(const gm_model *m) { return m->device_asked ? m->device_asked - 1 : gm_default_device(m); }
+
+int gm_lead_from(const gm_model *m, int *busiest) {
+    int b = gm_busiest_device(m);
+    if (busiest) *busiest = b;
+    if (m->device_asked) return GM_DEV_ASKED;
+    return gm_default_device(m) == b ? GM_DEV_BUSIEST : GM_DEV_TORCH;
+}
+
+const char *gm_device_why(int from, int busiest, char *buf, size_t n) {
+    if (from == GM_DEV_ASKED) snprintf(buf, n, "as --device asked");
+    else if (from == GM_DEV_TORCH)
+        snprintf(buf, n, "the busiest of PyTorch's tensors' devices; device %d held more by gpumem's account, "
+                         "PyTorch's tensors less: --device %d for its figures", busiest, busiest);
+    else snprintf(buf, n, "the busiest; --device N gives another's");
+    return buf;
+}
+
+const char *gm_lead_why(const gm_model *m, const char *busiest, char *buf, size_t n) {
+    int b, from = gm_lead_from(m, &b);
+    if (from == GM_DEV_TORCH) return gm_device_why(from, b, buf, n);
+    return from == GM_DEV_ASKED ? "as --device asked" : busiest;
+}
+
+const char *gm_device_from_json(int from) {
+    return from == GM_DEV_ASKED ? "asked" : from == GM_DEV_TORCH ? "torch" : "busiest";
+}
 
 _Static_assert(sizeof ((gm_db *)0)->torch_devs / sizeof(int) == GM_DEVICES, "gm_db.torch_devs: one per device");
 
@@ -1278,6 +1314,7 @@ int gm_db_scope_one(gm_db *d, const gm_model *have, int want, char *err, size_t 
             return -1;
         }
         d->scope_devices = n, d->scope_lo = devs[0], d->scope_hi = devs[(n < GM_DEVICES ? n : GM_DEVICES) - 1];
+        d->scope_from = GM_DEV_ASKED, d->scope_busiest = want;
         return 1;
     }
     int lo, hi, n = have ? gm_model_devices(have, &lo, &hi) : gm_db_devices(d, &lo, &hi);
@@ -1293,11 +1330,7 @@ int gm_db_scope_one(gm_db *d, const gm_model *have, int want, char *err, size_t 
     }
     /* the model's count is the one report says (the events' bound it) */
     n = gm_model_devices(m, &lo, &hi);
-    int dev = gm_busiest_device(m);
-    if (m->torch.present == 1) {
-        gm_model tv = gm_model_torch_view(m);
-        if (gm_model_devices(&tv, NULL, NULL) > 1) dev = gm_busiest_device(&tv);
-    }
+    int busiest, from = gm_lead_from(m, &busiest), dev = gm_default_device(m);
     if (m == &own) gm_model_free(&own);
     if (n <= 1) return 0;
     if (gm_db_scope_device(d, dev) != 0) {
@@ -1305,6 +1338,7 @@ int gm_db_scope_one(gm_db *d, const gm_model *have, int want, char *err, size_t 
         return -1;
     }
     d->scope_devices = n, d->scope_lo = lo, d->scope_hi = hi;
+    d->scope_from = from, d->scope_busiest = busiest;
     return 1;
 }
 

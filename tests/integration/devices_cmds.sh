@@ -16,6 +16,8 @@
 # truth (its LEAKED line, report's .summary.devices[] entry for device 1), each command's exit code
 # 0; a device the recording never used (3 here, 1 on `stream`) and a value that is no device are
 # exit 2 with the devices it did use named; on `stream`, --device 0 changes no byte of any output.
+# viz's page says which device it is and why: its data's summary.device_from ("busiest", "asked"),
+# and its "device" row as chromium renders it (it said "the busiest" under --device 1 too).
 source tests/integration/snapshot_common.bash
 APPS=$BUILD/tests/apps
 need "$GPUMEM" "$APPS/devices_app"
@@ -85,6 +87,17 @@ d1 usestxt "$GPUMEM" uses --top 10 --name 'leak.*' --device=1 "$db"
 j1() { jq -r "$2" "$TMP/d1-$1.out" 2> /dev/null; }
 rc1() { cat "$TMP/d1-$1.rc"; }
 
+# the page's "device" row as chromium renders it, up to its first colon ("the busiest" it said
+# under --device too); where there is no chromium, the row's text the page data would give
+page_device() {
+  if [[ -x /usr/bin/chromium ]]; then
+    timeout 60 /usr/bin/chromium --headless --no-sandbox --disable-gpu --dump-dom "file://$1" 2> /dev/null \
+      | sed -n 's/.*<td id="device">\([^:]*:\).*/\1/p' | head -n 1
+  else
+    sed -n 's/^const D = \(.*\);$/\1/p' "$1" | jq -r '.summary | "device \(.device) of the \(.devices) that held memory, "
+      + (if .device_from == "asked" then "as --device asked" else "the busiest" end) + ":"'
+  fi
+}
 # command | figure | the device's true figure | the command's
 rows=(
   "leaks|leaked_bytes|$leaked|$(jq -r .leaked_bytes "$TMP/leaks.json")"
@@ -107,6 +120,7 @@ rows=(
   "viz|summary.peak_allocated_bytes|$pa|$(jq -r .summary.peak_allocated_bytes "$TMP/viz.json")"
   "viz|summary.peak_reserved_bytes|$pr|$(jq -r .summary.peak_reserved_bytes "$TMP/viz.json")"
   "viz|summary.device|$busy|$(jq -r .summary.device "$TMP/viz.json")"
+  "viz|summary.device_from|busiest|$(jq -r .summary.device_from "$TMP/viz.json")"
   "viz of ranks|lanes[0].peak_allocated|$pa|$(jq -r '.ranks.lanes[0].peak_allocated' "$TMP/vizranks.json")"
   "viz of ranks|lanes[1].peak_reserved|$pr|$(jq -r '.ranks.lanes[1].peak_reserved' "$TMP/vizranks.json")"
   "export folded|bytes live at the peak|$pa|$folded"
@@ -144,6 +158,9 @@ rows=(
   "viz -d1|summary.peak_allocated_bytes|$pa1|$(jq -r .summary.peak_allocated_bytes "$TMP/d1-viz.json" 2> /dev/null)"
   "viz -d1|summary.peak_reserved_bytes|$pr1|$(jq -r .summary.peak_reserved_bytes "$TMP/d1-viz.json" 2> /dev/null)"
   "viz -d1|summary.device|1|$(jq -r .summary.device "$TMP/d1-viz.json" 2> /dev/null)"
+  "viz -d1|summary.device_from|asked|$(jq -r .summary.device_from "$TMP/d1-viz.json" 2> /dev/null)"
+  "viz -d1|page's device row|device 1 of the 2 that held memory, as --device asked:|$(page_device "$TMP/v1.html")"
+  "viz|page's device row|device $busy of the 2 that held memory, the busiest:|$(page_device "$TMP/v.html")"
   "viz of ranks -d1|exit code|0|$(rc1 vizranks)"
   "viz of ranks -d1|lanes[0].peak_allocated|$pa1|$(jq -r '.ranks.lanes[0].peak_allocated' "$TMP/d1-vizranks.json" 2> /dev/null)"
   "viz of ranks -d1|lanes[1].peak_reserved|$pr1|$(jq -r '.ranks.lanes[1].peak_reserved' "$TMP/d1-vizranks.json" 2> /dev/null)"

@@ -2,13 +2,16 @@
 # held (a cudaMalloc through ctypes, outside its allocator): a recording with memory on two
 # devices whose PyTorch history has nothing on device 1 (tests/torch/torch_devices.sh: --device 1
 # says so, never device 0's figures or zeros as device 1's). Prints "MAX0 <max_memory_allocated(0)>".
-import ctypes, torch
+# argv[1]: the MiB on device 1 (default 8); 256 makes device 1 the busiest by gpumem's account while
+# PyTorch's tensors are all on device 0 (every command then reads device 0 without --device).
+import ctypes, sys, torch
+mib = int(sys.argv[1]) if len(sys.argv) > 1 else 8
 l0 = torch.nn.Linear(256, 256).to("cuda:0")
 for step in range(2):
     x = torch.randn(32, 256, device="cuda:0")
     l0(x).sum().backward()
 rt = ctypes.CDLL("libcudart.so.13")
 p = ctypes.c_void_p()
-assert rt.cudaSetDevice(1) == 0 and rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(8 << 20)) == 0
+assert rt.cudaSetDevice(1) == 0 and rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(mib << 20)) == 0
 assert rt.cudaSetDevice(0) == 0
 print("MAX0", torch.cuda.max_memory_allocated(0), flush=True)

@@ -26,7 +26,10 @@
 #     "has nothing on device 1 ... on device 0"; JSON .torch.on_device false, its peaks null,
 #     .tensor_devices [0]), never device 0's figures or zeros as device 1's; --device 0 keeps
 #     PyTorch's own max_memory_allocated(0); and so does every other command that shows PyTorch's
-#     view (diff, the ranks report, export --view torch, leaks, frag, tune, advise, viz): a row each.
+#     view (diff, the ranks report, export --view torch, leaks, frag, tune, advise, viz): a row each;
+#   - without --device, on the same program with 256 MiB on device 1 (the busiest by gpumem's
+#     account, none of it PyTorch's): every command reads device 0, PyTorch's, and says why (JSON
+#     device_from "torch", busiest_device 1): a row each.
 set -euo pipefail
 source "$(dirname "$0")/common.bash"
 GPUMEM_SIM_DEVICES=2 GPUMEM_SIM_BACKING=memory "$G" record -q -o "$tmp/t.db" -- "$torch_py" tests/torch/devices_mlp.py \
@@ -301,5 +304,55 @@ orows+=(
 for row in "${orows[@]}"; do
   IFS='|' read -r fig want got <<< "$row"
   [[ $got == "$want" ]] && ok "devices_one: $fig ($got)" || bad "devices_one: $fig: '$got', want '$want'"
+done
+
+# Without --device, on a PyTorch program whose tensors are all on device 0 while device 1 holds
+# more outside them (devices_one.py 256: 256 MiB through ctypes on device 1, the busiest by gpumem's
+# account): every command reads device 0, PyTorch's, and says why, naming device 1 and --device 1
+# (each row failed before: they read device 1, "the busiest", and said nothing of PyTorch; report
+# compared device 1's peak with PyTorch's device 0 figures).
+GPUMEM_SIM_DEVICES=2 GPUMEM_SIM_BACKING=memory "$G" record -o "$tmp/big.db" -- "$torch_py" tests/torch/devices_one.py 256 \
+  > "$tmp/big.out" 2>&1 || bad "devices_one.py 256 under gpumem record failed: $(tail -n 3 "$tmp/big.out")"
+bmax0=$(sed -n 's/^MAX0 //p' "$tmp/big.out")
+core="the busiest of PyTorch's tensors' devices; device 1 held more by gpumem's account, PyTorch's tensors less: --device 1 for its figures"
+why="device 0's, $core"
+"$G" report --json "$tmp/big.db" > "$tmp/b-report.json" 2>/dev/null || bad "report --json failed on devices_one 256"
+"$G" report "$tmp/big.db" > "$tmp/b-report.txt" 2>&1 || bad "report failed on devices_one 256"
+for c in leaks frag tune advise; do
+  "$G" $c --json "$tmp/big.db" > "$tmp/b-$c.json" 2>/dev/null || bad "$c --json failed on devices_one 256"
+  "$G" $c "$tmp/big.db" > "$tmp/b-$c.txt" 2>&1 || bad "$c failed on devices_one 256"
+done
+"$G" viz "$tmp/big.db" -o "$tmp/b.html" 2> "$tmp/b-viz.err" || bad "viz failed on devices_one 256"
+sed -n 's/^const D = \(.*\);$/\1/p' "$tmp/b.html" > "$tmp/b-viz.json"
+"$G" export "$tmp/big.db" --format folded -o "$tmp/b.folded" 2> "$tmp/b-export.err" || bad "export failed on devices_one 256"
+cp "$tmp/big.db" "$tmp/big-b.db"
+"$G" report --json "$tmp/big.db" "$tmp/big-b.db" > "$tmp/b-ranks.json" 2>/dev/null || bad "ranks report --json failed on devices_one 256"
+"$G" report "$tmp/big.db" "$tmp/big-b.db" > "$tmp/b-ranks.txt" 2>&1 || bad "ranks report failed on devices_one 256"
+"$G" diff --json "$tmp/big.db" "$tmp/big-b.db" > "$tmp/b-diff.json" 2>/dev/null || bad "diff --json failed on devices_one 256"
+# figure | want | got
+brows=(
+  "report .summary.device, device_from|0 torch|$(jq -r '"\(.summary.device) \(.summary.device_from)"' "$tmp/b-report.json")"
+  "report .torch.device_peak.device (PyTorch's figures against its own device's)|0|$(jq -r .torch.device_peak.device "$tmp/b-report.json")"
+  "report text: the devices line says why|1|$(grep -c -F "the figures above are device 0's ($core)" "$tmp/b-report.txt" || true)"
+  "record's summary: device 0's, why|1|$(grep -c -F "on device 0 of 2 (the busiest of PyTorch's tensors' devices; device 1 held more" "$tmp/big.out" || true)"
+  "ranks .ranks[0] device, torch_peak_allocated (max_memory_allocated(0))|0 $bmax0|$(jq -r '.ranks[0] | "\(.device) \(.torch_peak_allocated)"' "$tmp/b-ranks.json")"
+  "ranks .ranks[0].leaked_bytes (as leaks: PyTorch's tensors alive at exit)|$(jq -r .leaked_bytes "$tmp/b-leaks.json")|$(jq -r '.ranks[0].leaked_bytes' "$tmp/b-ranks.json")"
+  "ranks text: rank 0's note says why|1|$(grep -F "leaks are device 0's ($core)" "$tmp/b-ranks.txt" | grep -c "^  note: rank 0 " || true)"
+  "diff .a.peak_allocated = max_memory_allocated(0)|$bmax0|$(jq -r .a.peak_allocated "$tmp/b-diff.json")"
+  "leaks .device, device_from, busiest_device|0 torch 1|$(jq -r '"\(.device) \(.device_from) \(.busiest_device)"' "$tmp/b-leaks.json")"
+  "leaks text says why|1|$(grep -c -F "are $why" "$tmp/b-leaks.txt" || true)"
+  "frag .device, device_from|0 torch|$(jq -r '"\(.device) \(.device_from)"' "$tmp/b-frag.json")"
+  "frag text says why|1|$(grep -c -F "are $why" "$tmp/b-frag.txt" || true)"
+  "tune .device, device_from|0 torch|$(jq -r '"\(.device) \(.device_from)"' "$tmp/b-tune.json")"
+  "tune text says why|1|$(grep -c -F "are $why" "$tmp/b-tune.txt" || true)"
+  "advise .device, device_from|0 torch|$(jq -r '"\(.device) \(.device_from)"' "$tmp/b-advise.json")"
+  "advise text says why|1|$(grep -c -F "are $why" "$tmp/b-advise.txt" || true)"
+  "viz summary.device, device_from, busiest_device|0 torch 1|$(jq -r '.summary | "\(.device) \(.device_from) \(.busiest_device)"' "$tmp/b-viz.json")"
+  "viz stderr says why|1|$(grep -c -F "are $why" "$tmp/b-viz.err" || true)"
+  "export folded: stderr says why|1|$(grep -c -F "are $why" "$tmp/b-export.err" || true)"
+)
+for row in "${brows[@]}"; do
+  IFS='|' read -r fig want got <<< "$row"
+  [[ $got == "$want" ]] && ok "devices_one 256: $fig ($got)" || bad "devices_one 256: $fig: '$got', want '$want'"
 done
 exit $fail
