@@ -2120,7 +2120,10 @@ static void fill_oom(alloc_t *a, size_t size, size_t rs, uintptr_t stream, int b
     o->free_cached = a->cached_free;
     o->pending = a->pending_bytes;
     o->limit = a->cfg.limit; /* ALLOC_NO_LIMIT: none (0 is 0 bytes) */
-    o->limit_by_fraction = a->fraction_bound;
+    o->limit_from = a->cfg.limit == ALLOC_NO_LIMIT ? ALLOC_LIMIT_NONE
+                    : a->fraction_bound          ? ALLOC_LIMIT_FRACTION
+                    : a->key_bound               ? ALLOC_LIMIT_KEY
+                                                 : ALLOC_LIMIT_BYTES;
     o->backend_error = be_err;
     for (size_t i = 0; i < a->nstreams; i++)
         for (int k = 0; k < 2; k++) {
@@ -2884,6 +2887,7 @@ int alloc_set_limit(alloc_t *a, size_t limit)
     if (!a) return ALLOC_ERR_INVALID;
     LOCK(a);
     a->cfg.limit = limit;
+    a->fraction_bound = a->key_bound = false; /* the caller's limit, in bytes */
     UNLOCK(a);
     return ALLOC_OK;
 }
@@ -3015,8 +3019,10 @@ int alloc_create(const alloc_backend_t *be, const alloc_config_t *cfg, alloc_t *
         a->capacity = t;
     else
         a->capacity = (size_t)1 << 40;
+    size_t bytes_limit = a->cfg.limit;
     a->cfg.limit = alloc_conf_limit(&a->cfg, a->capacity); /* the key's share: PyTorch's */
     a->conf_limit = a->cfg.limit;
+    a->key_bound = a->cfg.limit < bytes_limit;
     a->cfg.handle_size = round_up(a->cfg.handle_size ? a->cfg.handle_size : a->gran, a->gran);
     a->cfg.handle_size_small =
         round_up(a->cfg.handle_size_small ? a->cfg.handle_size_small : a->gran, a->gran);

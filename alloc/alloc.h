@@ -386,7 +386,8 @@ int alloc_empty_cache(alloc_t *a);
 /* PyTorch's torch.cuda.set_per_process_memory_fraction while the program runs: reserved memory
  * is capped at limit bytes from now on (ALLOC_NO_LIMIT: no cap), what is reserved already stays reserved
  * (PyTorch frees nothing when the fraction changes; the next request over it frees the cache and
- * retries). ALLOC_OK or ALLOC_ERR_INVALID (no allocator). */
+ * retries). An OOM under it says ALLOC_LIMIT_BYTES (the caller's limit, whatever it stands for).
+ * ALLOC_OK or ALLOC_ERR_INVALID (no allocator). */
 int alloc_set_limit(alloc_t *a, size_t limit);
 
 /* The program's torch.cuda.set_per_process_memory_fraction with this allocator as PyTorch's: from
@@ -479,6 +480,18 @@ void alloc_get_stats(alloc_t *a, alloc_stats_t *out);
 int alloc_address_order(alloc_t *a);
 void alloc_reset_peak_stats(alloc_t *a); /* peaks := current */
 
+/* What set the limit in force (alloc_oom_info_t.limit_from): what an OOM under it tells the user
+ * to change. Each names the setting the allocator took its limit from, not the one the user
+ * would guess: a share of the device can be lower than a limit given in bytes. */
+typedef enum alloc_limit_from {
+    ALLOC_LIMIT_NONE = 0, /* no limit */
+    ALLOC_LIMIT_BYTES,    /* alloc_config_t.limit (GPUMEM_LIMIT, the limit key), or alloc_set_limit's */
+    ALLOC_LIMIT_KEY,      /* the per_process_memory_fraction key's share of the device
+                             (alloc_conf_limit), below the limit in bytes */
+    ALLOC_LIMIT_FRACTION, /* alloc_set_memory_fraction's (the program's
+                             set_per_process_memory_fraction), below the configured limit */
+} alloc_limit_from_t;
+
 /* OOM forensics, filled at the last failed alloc_malloc. */
 struct alloc_oom_info {
     size_t requested; /* bytes asked for */
@@ -494,9 +507,7 @@ struct alloc_oom_info {
     size_t device_free;        /* backend's free memory at failure */
     size_t device_total;
     int backend_error; /* raw backend code if the failure was not a plain OOM */
-    /* the limit is alloc_set_memory_fraction's (the program's set_per_process_memory_fraction),
-     * below the configured one */
-    bool limit_by_fraction;
+    alloc_limit_from_t limit_from; /* what set limit (ALLOC_LIMIT_NONE where there is none) */
 };
 /* true and fills *out if an OOM happened on this allocator. */
 bool alloc_last_oom(alloc_t *a, alloc_oom_info_t *out);
@@ -605,10 +616,13 @@ typedef enum alloc_trace_kind {
      * by record_stream becomes reusable here. */
     ALLOC_TR_FREE_DONE = 6,
     /* l <bytes>: PyTorch's per-process memory fraction set (torch.cuda.
-     * set_per_process_memory_fraction): under the pytorch presets reserved memory is capped at
-     * size bytes from here (0 bytes too: PyTorch's fraction 0; alloc_set_limit), a request over it frees the cache and
-     * retries, then is an OOM. Under gpumem and nocache nothing changes: gpumem as PyTorch's
-     * allocator (CUDAPluggableAllocator) has no fraction. */
+     * set_per_process_memory_fraction): under every preset reserved memory is capped at size
+     * bytes from here (0 bytes too: PyTorch's fraction 0; alloc_set_limit), a request over it
+     * frees the cache and retries, then is an OOM. The fraction caps whichever allocator is
+     * PyTorch's: its own (the pytorch presets), or gpumem's as its CUDAPluggableAllocator
+     * (gpumem_torch_memory_fraction, recorded as event 37 flag 4096), so gpumem's and nocache's
+     * replays keep it too; a reader that judges configurations under the recorded limit gives
+     * the lower of the fraction's cap and that limit (alloc_fraction_limit). */
     ALLOC_TR_LIMIT = 7,
     /* ag <id> <size> [stream]: a device allocation made outside the framework's allocator that
      * the recording's own allocator served from its pool (gpumem as PyTorch's pluggable

@@ -285,6 +285,8 @@ struct alloc {
     size_t conf_limit; /* the configured limit (cfg.limit at create), below which
                           alloc_set_memory_fraction caps */
     bool fraction_bound; /* cfg.limit is alloc_set_memory_fraction's, below conf_limit */
+    bool key_bound;      /* conf_limit is the per_process_memory_fraction key's share of the
+                            device, below the limit in bytes (alloc_conf_limit) */
 
     sstate_t **streams;
     size_t nstreams, cap_streams;

@@ -555,7 +555,9 @@ void gm_rec_oom(int device, const alloc_oom_info_t *info)
     o.device_free = info->device_free;
     o.device_total = info->device_total;
     o.limit = info->limit == ALLOC_NO_LIMIT ? REC_NO_LIMIT : info->limit; /* 0 is 0 bytes */
-    o.flags = info->limit_by_fraction ? REC_F_OOM_FRACTION : 0;
+    o.flags = info->limit_from == ALLOC_LIMIT_FRACTION ? REC_F_OOM_FRACTION
+              : info->limit_from == ALLOC_LIMIT_KEY    ? REC_F_OOM_KEY
+                                                       : 0;
     o.name = pending_name[0] ? pending_name : NULL;
     rec_oom(&o);
     pending_name[0] = 0;
@@ -1262,6 +1264,21 @@ static const char *torch_size(char *b, size_t cap, uint64_t v)
     return b;
 }
 
+/* The setting that set the limit o met, as a person changes it: the limit in bytes is
+ * GPUMEM_LIMIT's where that was set (it overrides the limit key), else GPUMEM_CONF's limit key;
+ * NULL where there was no limit. */
+static const char *oom_limit_knob(const alloc_oom_info_t *o)
+{
+    switch (o->limit_from) {
+    case ALLOC_LIMIT_BYTES: return gm_limit != ALLOC_NO_LIMIT ? "GPUMEM_LIMIT" : "the limit key of GPUMEM_CONF";
+    case ALLOC_LIMIT_KEY: return "the per_process_memory_fraction key of GPUMEM_CONF";
+    case ALLOC_LIMIT_FRACTION:
+        return "the per-process memory fraction (torch.cuda.set_per_process_memory_fraction)";
+    case ALLOC_LIMIT_NONE: break;
+    }
+    return NULL;
+}
+
 GM_EXPORT size_t gpumem_torch_oom_message(char *buf, size_t cap)
 {
     char req[32], al[32], res[32], fr[32], lg[32], lim[32], tot[32], dfree[32];
@@ -1274,20 +1291,29 @@ GM_EXPORT size_t gpumem_torch_oom_message(char *buf, size_t cap)
                      "CUDAPluggableAllocator) got no memory from the driver (gpumem's allocator does not place "
                      "memory in this mode, GPUMEM_MODE=%s). Free tensors, or make the batch smaller.",
                      req, torch_refused.device, gm_mode() == GM_MODE_OFF ? "off" : "record");
-    else
+    else {
+        /* the bound: the limit where it left no more room than the device (report's rule) */
+        const char *knob = oom_limit_knob(o);
+        int limit_bound = knob && o->limit <= o->reserved + o->device_free;
+        char what[200];
+        if (limit_bound)
+            snprintf(what, sizeof what, "raise %s: the limit it sets was the bound", knob);
+        else
+            snprintf(what, sizeof what, "run on a device with more memory: the device was the bound%s",
+                     knob ? ", not the limit" : "");
         n = snprintf(buf, cap,
                      "CUDA out of memory. Tried to allocate %s on device %d. gpumem's allocator (PyTorch's "
                      "CUDAPluggableAllocator) had %s allocated and %s reserved, %s of it free in its cache (the "
                      "largest free block %s); its limit is %s; the device has %s in all, of which %s is free. "
                      "The recording holds this OOM (`gpumem report` says what was live). Free tensors, make the "
-                     "batch smaller, or raise %s if it is the bound.",
+                     "batch smaller, or %s.",
                      req, torch_refused.device, torch_size(al, sizeof al, o->allocated),
                      torch_size(res, sizeof res, o->reserved), torch_size(fr, sizeof fr, o->free_cached),
                      torch_size(lg, sizeof lg, o->largest_free_block),
                      o->limit == ALLOC_NO_LIMIT ? "none" : torch_size(lim, sizeof lim, o->limit),
                      torch_size(tot, sizeof tot, o->device_total), torch_size(dfree, sizeof dfree, o->device_free),
-                     o->limit_by_fraction ? "the per-process memory fraction (torch.cuda.set_per_process_memory_fraction)"
-                                          : "GPUMEM_LIMIT");
+                     what);
+    }
     return n < 0 ? 0 : (size_t)n;
 }
 

@@ -451,9 +451,10 @@ static void load_oom(gm_db *d, adv_model *m, const rinfo *r, const u64map *ridx,
         o->requested = (uint64_t)sqlite3_column_int64(s, 1);
         o->allocated = (uint64_t)sqlite3_column_int64(s, 2);
         o->limit = gm_oom_limit_col(d, s, 3);
+        unsigned lflags = (unsigned)sqlite3_column_int64(s, 9) & (REC_F_OOM_FRACTION | REC_F_OOM_KEY);
         o->bound = gm_oom_binding(d, o->limit, (uint64_t)sqlite3_column_int64(s, 10),
-                                  (uint64_t)sqlite3_column_int64(s, 11),
-                                  (sqlite3_column_int64(s, 9) & REC_F_OOM_FRACTION) != 0);
+                                  (uint64_t)sqlite3_column_int64(s, 11), lflags);
+        o->limit_from = gm_oom_limit_from(d, o->limit, lflags);
         o->stream = (uint32_t)sqlite3_column_int64(s, 4);
         /* its phase: the push/pop range of its thread, else the start/end range open then */
         int64_t rg = sqlite3_column_int64(s, 5);
@@ -1668,7 +1669,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
                  d->path, cerr);
         return -1;
     }
-    m->cfg.limit = ALLOC_NO_LIMIT; /* a prediction says how much is needed; the limit is compared afterwards */
+    adv_cfg_uncapped(&m->cfg); /* a prediction says how much is needed; the caps are compared afterwards */
     m->dry_run = strstr(m->cmdline, "--dry-run") != NULL;
     if (gm_table_exists(d, "uses")) {
         sqlite3_stmt *s;
@@ -1746,7 +1747,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
             adv_model_free(m);
             return -1;
         }
-        m->cfg.limit = ALLOC_NO_LIMIT;
+        adv_cfg_uncapped(&m->cfg);
         snprintf(m->config, sizeof m->config, "%s", conf);
         /* the device's: its whole peak, the program's own mappings (PyTorch's expandable segments)
          * included, as report's summary.peak_device */

@@ -92,13 +92,26 @@ typedef struct adv_op {
 } adv_op;
 
 /* The recording's first out-of-memory error (table ooms), when it has one. */
+/* A configuration as advise replays it: without the caps the run had, the limit and the
+ * per_process_memory_fraction key's share of the device alike (a prediction says how much is
+ * needed; the OOM's figures and --budget are compared with it afterwards). The recorded
+ * per-process memory fractions the program set (ADV_EV_LIMIT) stay: its own code made them.
+ * frag and tune judge configurations under the caps: gm_replay_trace_load_tap puts both back. */
+static inline void adv_cfg_uncapped(alloc_config_t *c)
+{
+    c->limit = ALLOC_NO_LIMIT;
+    c->memory_fraction = -1;
+}
+
 typedef struct adv_oom {
     uint64_t seq;       /* its event; 0: the recording has no OOM */
     uint64_t requested; /* the request that failed, bytes */
     uint64_t allocated; /* allocated when it failed */
     uint64_t limit;     /* the limit it met (GPUMEM_LIMIT), GM_NO_LIMIT none recorded */
     gm_oom_bound bound; /* what it met: the device, or the limit and who set it (GPUMEM_LIMIT,
-                         * GPUMEM_CONF, PyTorch's per-process memory fraction) */
+                         * GPUMEM_CONF's limit or per_process_memory_fraction key, PyTorch's
+                         * per-process memory fraction) */
+    gm_oom_bound limit_from; /* who set the limit, bound or not (report's .limit_from) */
     uint64_t t;         /* its time (events' clock) */
     uint32_t stream;    /* the stream of the request */
     size_t ev;          /* index of the first loaded event after it (the cut of --oom-step) */

@@ -615,7 +615,7 @@ static int evaluate(ctx *c, spec *s, char *err, size_t errsz)
         snprintf(conf, sizeof conf, "preset:pytorch-expandable%s", rest ? rest : "");
         alloc_config_default(&m.cfg);
         if (alloc_config_parse(&m.cfg, conf, cerr, sizeof cerr) != ALLOC_OK) rc = -1;
-        m.cfg.limit = ALLOC_NO_LIMIT;
+        adv_cfg_uncapped(&m.cfg);
     }
     if (!rc && (so.nrecompute || so.recompute_layer || so.bf16 || so.offload))
         rc = adv_stash(&m, &so, c->link_bps, &ss);
@@ -1422,19 +1422,20 @@ int gm_advise_main(int argc, char **argv)
      * the reason. */
     if (c.m.oom.seq) {
         size_t done = c.oom_done = adv_oom_complete_steps(&c.m);
-        char what[640], rq[32], al[32], lim[32];
+        char what[640], rq[32], al[32], lim[32], by[160] = "";
         fmt(c.m.oom.requested, rq, sizeof rq);
         fmt(c.m.oom.allocated, al, sizeof al);
         fmt(c.m.oom.limit, lim, sizeof lim);
+        /* the limit's figure with what set it, where it bound */
+        if (c.m.oom.bound == GM_OOM_DEVICE && c.m.oom.limit != GM_NO_LIMIT)
+            snprintf(by, sizeof by, ", not reached: the device was full");
+        else if (c.m.oom.bound != GM_OOM_DEVICE)
+            snprintf(by, sizeof by, " set by %s", gm_oom_knob(c.m.oom.bound));
         snprintf(what, sizeof what, "an OOM %s%s (%s%s%s requested with %s allocated%s%s%s)",
                  c.m.oom.where[0] ? "at " : "outside every range", c.m.oom.where, c.m.oom.name,
                  c.m.oom.name[0] ? ": " : "", rq, al,
                  c.m.oom.limit != GM_NO_LIMIT ? ", limit " : "",
-                 c.m.oom.limit != GM_NO_LIMIT ? lim : "",
-                 c.m.oom.bound == GM_OOM_FRACTION ? " of PyTorch's per-process memory fraction"
-                 : c.m.oom.bound == GM_OOM_DEVICE && c.m.oom.limit != GM_NO_LIMIT
-                     ? ", not reached: the device was full"
-                                                                   : "");
+                 c.m.oom.limit != GM_NO_LIMIT ? lim : "", by);
         if (oom_step) {
             if (adv_oom_cut(&c.m, 1) != 0) goto oom0;
             c.partial = 1;
@@ -1948,6 +1949,9 @@ int gm_advise_main(int argc, char **argv)
                 printf("null");
             else
                 printf("%" PRIu64, c.m.oom.limit);
+            /* who set the limit, in report's words (.ooms[].limit_from); null: none */
+            printf(", \"limit_from\": ");
+            gm_json_str(stdout, gm_oom_json(c.m.oom.limit_from));
             printf(", \"advised_from\": \"%s\", \"complete_steps\": %zu}",
                    c.partial        ? "partial_trace"
                    : c.oom_done > 1 ? "complete_steps"

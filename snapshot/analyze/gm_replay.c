@@ -183,13 +183,15 @@ int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *t
         snprintf(err, errsz, "out of memory");
         return -1;
     }
-    /* advise's model drops the limit (it predicts how much is needed); configurations are
-     * judged under the limit the program ran with */
+    /* advise's model drops the caps (adv_cfg_uncapped: it predicts how much is needed);
+     * configurations are judged under the ones the program ran with: the limit and the
+     * per_process_memory_fraction key */
     alloc_config_t rc;
     alloc_config_default(&rc);
     char conf[1024];
     gm_meta_text(d, "config", conf, sizeof conf);
-    if (conf[0] && alloc_config_parse_recorded(&rc, conf, NULL, 0) == ALLOC_OK) am->cfg.limit = rc.limit;
+    if (conf[0] && alloc_config_parse_recorded(&rc, conf, NULL, 0) == ALLOC_OK)
+        am->cfg.limit = rc.limit, am->cfg.memory_fraction = rc.memory_fraction;
     /* the per-process memory fractions gpumem's allocator applied (the load's ADV_EV_LIMIT events
      * of a gpumem recording) under the configured limit, as alloc_set_memory_fraction applied
      * them (alloc_fraction_limit; ADV_LIMIT_MAX: a fraction of 1): the configured limit is the

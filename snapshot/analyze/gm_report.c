@@ -898,9 +898,15 @@ static void oom_explain(const gm_oom *o, gm_oom_bound from, uint64_t unit, int g
             needb, fr);
     } else if (cap_limit <= cap_dev) {
         c->kind = "limit";
+        char fr[96] = "", dt[32];
+        if (from == GM_OOM_KEY && o->device_total) { /* the key is a share: the one that allows needb */
+            gm_fmt_bytes(o->device_total, dt, sizeof dt);
+            snprintf(fr, sizeof fr, ": per_process_memory_fraction:%.4f of the device's %s",
+                     ceil((double)(o->reserved + units * unit) / (double)o->device_total * 1e4) / 1e4, dt);
+        }
         snprintf(c->advice, sizeof c->advice, "the configured limit was reached: %s left "
-                 "%s above what was reserved. Raise it (to at least %s for this request), or lower "
-                 "the peak (the call sites live at the OOM are below)", gm_oom_knob(from), hr, needb);
+                 "%s above what was reserved. Raise it (to at least %s for this request%s), or lower "
+                 "the peak (the call sites live at the OOM are below)", gm_oom_knob(from), hr, needb, fr);
     } else {
         c->kind = "device";
         snprintf(c->advice, sizeof c->advice, "the live tensors need more than the device has: "
@@ -1784,7 +1790,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     for (size_t i = 0; i < m->nooms; i++) {
         const gm_oom *oo = &m->ooms[i];
         oom_cause cause;
-        gm_oom_bound from = gm_oom_limit_from(d, oo->limit, oo->fraction);
+        gm_oom_bound from = gm_oom_limit_from(d, oo->limit, oo->limit_flags);
         oom_explain(oo, from, unit, m->torch.present == 2, &cause);
         group *go = NULL;
         uint64_t ot, oc;
@@ -1854,8 +1860,11 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
             char li[32] = "";
             if (oo->limit != GM_NO_LIMIT) {
                 gm_fmt_bytes(oo->limit, li, sizeof li);
-                fprintf(out, ", limit %s%s", li,
-                        oo->fraction ? " (PyTorch's per-process memory fraction)" : "");
+                /* who set it, where it bound (a limit the device undercut is not what to change) */
+                const char *knob = oo->limit <= oo->reserved + oo->device_free ? gm_oom_knob(from) : NULL;
+                fprintf(out, ", limit %s%s%s%s", li, knob || oo->fraction ? " (" : "",
+                        knob ? knob : oo->fraction ? "PyTorch's per-process memory fraction" : "",
+                        knob || oo->fraction ? ")" : "");
             }
             if (oo->device_total || oo->device_free) { /* an import knows the free bytes only */
                 char df[32], dt[32];

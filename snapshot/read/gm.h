@@ -269,6 +269,8 @@ typedef struct gm_oom {
     int device;
     int fraction; /* limit is PyTorch's per-process memory fraction, not GPUMEM_LIMIT
                    * (the OOM event's REC_F_OOM_FRACTION) */
+    unsigned limit_flags; /* the OOM event's REC_F_OOM_FRACTION / REC_F_OOM_KEY: what set limit
+                           * (gm_oom_limit_from) */
 } gm_oom;
 
 /* The limit an out-of-memory error met: whichever of the device's memory and the configured
@@ -280,27 +282,31 @@ typedef enum gm_oom_bound {
     GM_OOM_LIMIT_CONF, /* the limit key of GPUMEM_CONF */
     GM_OOM_LIMIT,      /* gpumem's limit, set by either (recordings without meta.limit_from) */
     GM_OOM_FRACTION,   /* PyTorch's per-process memory fraction */
+    GM_OOM_KEY,        /* the per_process_memory_fraction key of GPUMEM_CONF (its share of the
+                          device, below the limit in bytes) */
 } gm_oom_bound;
 
 /* Column col of statement s, an ooms.limit_bytes of d: the limit in bytes, or GM_NO_LIMIT (NULL;
  * 0 in a file older than schema 1.4). */
 uint64_t gm_oom_limit_col(const gm_db *d, sqlite3_stmt *s, int col);
-/* Who set the limit an OOM recorded (limit: table ooms' limit_bytes, fraction: the event's
- * REC_F_OOM_FRACTION), told apart by meta.limit_from; GM_OOM_DEVICE where there was none. */
-gm_oom_bound gm_oom_limit_from(gm_db *d, uint64_t limit, int fraction);
+/* Who set the limit an OOM recorded (limit: table ooms' limit_bytes, flags: the event's flags,
+ * of which REC_F_OOM_FRACTION and REC_F_OOM_KEY name the fraction and the key; a limit in bytes
+ * is told apart by meta.limit_from); GM_OOM_DEVICE where there was none. */
+gm_oom_bound gm_oom_limit_from(gm_db *d, uint64_t limit, unsigned flags);
 /* The bound: the limit's source, or GM_OOM_DEVICE where the device left less room than the
  * limit (reserved + device_free; without the device's figures, device_free 0, the failure
  * itself says the device had no room). */
 gm_oom_bound gm_oom_binding(gm_db *d, uint64_t limit, uint64_t reserved, uint64_t device_free,
-                            int fraction);
+                            unsigned flags);
 /* The knob that sets the bound, for a person ("GPUMEM_LIMIT", "the limit key of GPUMEM_CONF",
  * ...), NULL for the device. */
 const char *gm_oom_knob(gm_oom_bound b);
 /* What lets a rerun get past the OOM: "rerun with GPUMEM_LIMIT raised", or for the device
  * "rerun on a device with more memory (GPUMEM_SIM_MEMORY on the virtual GPU)". */
 const char *gm_oom_rerun(gm_oom_bound b);
-/* The JSON word for a limit's source (report's .limit_from): "GPUMEM_LIMIT", "GPUMEM_CONF",
- * "per_process_memory_fraction"; NULL for GM_OOM_DEVICE (no limit). */
+/* The JSON word for a limit's source (report's and advise's .limit_from): "GPUMEM_LIMIT",
+ * "GPUMEM_CONF", "per_process_memory_fraction", "GPUMEM_CONF:per_process_memory_fraction";
+ * NULL for GM_OOM_DEVICE (no limit). */
 const char *gm_oom_json(gm_oom_bound b);
 
 /* One device's figures in one view (gm_model.devs, gm_torch_view.devs), each as its view's

@@ -754,6 +754,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
         if (w->oi < m->nooms && m->ooms[w->oi].seq == seq) {
             gm_oom *o = &m->ooms[w->oi];
             o->range = range, o->stack = stack, o->fraction = (flags & REC_F_OOM_FRACTION) != 0;
+            o->limit_flags = flags & (REC_F_OOM_FRACTION | REC_F_OOM_KEY);
         }
     } else if (kind == REC_SEG_MAP || kind == REC_DRIVER_ALLOC) {
         m->have_segments = 1;
@@ -1838,9 +1839,12 @@ uint64_t gm_oom_limit_col(const gm_db *d, sqlite3_stmt *s, int col) {
     return v == 0 && before_1_4 ? GM_NO_LIMIT : v;
 }
 
-gm_oom_bound gm_oom_limit_from(gm_db *d, uint64_t limit, int fraction) {
+gm_oom_bound gm_oom_limit_from(gm_db *d, uint64_t limit, unsigned flags) {
     if (limit == GM_NO_LIMIT) return GM_OOM_DEVICE;
-    if (fraction) return GM_OOM_FRACTION;
+    if (flags & REC_F_OOM_FRACTION) return GM_OOM_FRACTION;
+    /* the key's share below the limit in bytes: the recorder flags it (recordings before the
+     * flag name the limit, GM_OOM_LIMIT's words say either) */
+    if (flags & REC_F_OOM_KEY) return GM_OOM_KEY;
     /* GPUMEM_LIMIT overrides GPUMEM_CONF's limit key in the recorded config, so the config
      * alone cannot say which one the program ran with: the recorder writes it down */
     char from[32];
@@ -1851,11 +1855,11 @@ gm_oom_bound gm_oom_limit_from(gm_db *d, uint64_t limit, int fraction) {
 }
 
 gm_oom_bound gm_oom_binding(gm_db *d, uint64_t limit, uint64_t reserved, uint64_t device_free,
-                            int fraction) {
+                            unsigned flags) {
     /* the same comparison as report's binding constraint: a limit binds where it left no more
      * room than the device did */
     if (limit == GM_NO_LIMIT || limit > reserved + device_free) return GM_OOM_DEVICE;
-    return gm_oom_limit_from(d, limit, fraction);
+    return gm_oom_limit_from(d, limit, flags);
 }
 
 const char *gm_oom_knob(gm_oom_bound b) {
@@ -1863,6 +1867,7 @@ const char *gm_oom_knob(gm_oom_bound b) {
     case GM_OOM_LIMIT_ENV: return "GPUMEM_LIMIT";
     case GM_OOM_LIMIT_CONF: return "the limit key of GPUMEM_CONF";
     case GM_OOM_LIMIT: return "GPUMEM_LIMIT (or the limit key of GPUMEM_CONF)";
+    case GM_OOM_KEY: return "the per_process_memory_fraction key of GPUMEM_CONF";
     case GM_OOM_FRACTION:
         return "PyTorch's per-process memory fraction (torch.cuda.set_per_process_memory_fraction)";
     case GM_OOM_DEVICE: break;
@@ -1875,6 +1880,7 @@ const char *gm_oom_rerun(gm_oom_bound b) {
     case GM_OOM_LIMIT_ENV: return "rerun with GPUMEM_LIMIT raised";
     case GM_OOM_LIMIT_CONF: return "rerun with the limit key of GPUMEM_CONF raised";
     case GM_OOM_LIMIT: return "rerun with GPUMEM_LIMIT (or the limit key of GPUMEM_CONF) raised";
+    case GM_OOM_KEY: return "rerun with the per_process_memory_fraction key of GPUMEM_CONF raised";
     case GM_OOM_FRACTION:
         return "rerun with PyTorch's per-process memory fraction raised "
                "(torch.cuda.set_per_process_memory_fraction)";
@@ -1891,6 +1897,7 @@ const char *gm_oom_json(gm_oom_bound b) {
     case GM_OOM_LIMIT: return "GPUMEM_LIMIT";
     case GM_OOM_LIMIT_CONF: return "GPUMEM_CONF";
     case GM_OOM_FRACTION: return "per_process_memory_fraction";
+    case GM_OOM_KEY: return "GPUMEM_CONF:per_process_memory_fraction";
     case GM_OOM_DEVICE: break;
     }
     return NULL;

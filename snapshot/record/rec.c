@@ -1111,7 +1111,7 @@ void rec_oom(const rec_oom_info *info) {
     if (!ready() || !info) return;
     rec_item *it = calloc(1, sizeof *it);
     rec_oom_info *c = malloc(sizeof *c);
-    uint64_t seq = emit(my_tls(), REC_OOM | (info->flags & REC_F_OOM_FRACTION), info->device, info->stream, 0, info->requested,
+    uint64_t seq = emit(my_tls(), REC_OOM | (info->flags & (REC_F_OOM_FRACTION | REC_F_OOM_KEY)), info->device, info->stream, 0, info->requested,
                         info->requested, 0, 1);
     if (!it || !c || seq == 0) {
         free(it), free(c);

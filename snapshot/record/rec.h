@@ -165,6 +165,10 @@ enum rec_devinfo_when {
  * allocator trace (merged, or imported), or from gpumem's allocator as PyTorch's, capped by the
  * program's fraction (gpumem_torch_memory_fraction) */
 #define REC_F_OOM_FRACTION 0x100u
+/* REC_OOM only: its ooms row's limit_bytes is the per_process_memory_fraction key's share of the
+ * device (GPUMEM_CONF), below the limit in bytes (GPUMEM_LIMIT, the limit key), if any: the key
+ * is what to raise. Neither flag: the limit is the one in bytes (meta limit_from says whose) */
+#define REC_F_OOM_KEY 0x200u
 /* An alloc event without REC_F_CACHE_HIT/REC_F_CACHE_MISS was not served by gpumem's allocator:
  * it was passed to the real driver or runtime (record mode, pools, managed, graph capture). */
 #define REC_F_FLAGS_MASK 0xff00u
@@ -277,8 +281,9 @@ typedef struct rec_oom_info {
     uint64_t limit;            /* configured cap; REC_NO_LIMIT: none (0 is a cap of 0 bytes) */
     const char *name;          /* name of the allocation that failed (gpumem_name_next), or NULL;
                                   copied. Stored as ooms.name (schema 1.1). */
-    unsigned flags;            /* REC_F_OOM_FRACTION: limit is the program's per-process memory
-                                  fraction (gpumem's allocator as PyTorch's), the event's flag */
+    unsigned flags;            /* the event's flag, what set limit: REC_F_OOM_FRACTION the
+                                  program's per-process memory fraction (gpumem's allocator as
+                                  PyTorch's), REC_F_OOM_KEY the per_process_memory_fraction key */
 } rec_oom_info;
 /* Records the OOM (an event of kind REC_OOM plus a row in `ooms`; the event carries the
  * calling thread's innermost NVTX range, which reports show as the OOM's phase). Follow it with

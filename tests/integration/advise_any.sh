@@ -46,7 +46,7 @@ set -e
 "${V[@]}" "$GM" record -q -o "$TMP/nolim.db" -- "$TRAIN" "${MED[@]}" > "$TMP/out.txt" 2>&1 || fail "gpt2-medium without a limit"
 "${V[@]}" "$GM" advise "$TMP/oom.db" --budget 12G > "$TMP/oom.txt" || fail "advise --budget 12G on the OOM recording exited $?"
 grep -q "already fits" "$TMP/oom.txt" && fail "the OOM recording 'already fits': $(grep -A1 '^budget' "$TMP/oom.txt")"
-grep -q "^note: the recorded run hit an OOM at step 2/fwd (logits: .* limit 12.00 GiB): advised from the one step" "$TMP/oom.txt" \
+grep -q "^note: the recorded run hit an OOM at step 2/fwd (logits: .* limit 12.00 GiB set by GPUMEM_LIMIT): advised from the one step" "$TMP/oom.txt" \
   || fail "no note on the OOM: $(head -4 "$TMP/oom.txt")"
 grep -q "^time: a dry run (no compute recorded): step 0\.0*[1-9]" "$TMP/oom.txt" || fail "costs against a 0 s step: $(grep '^time' "$TMP/oom.txt")"
 "${V[@]}" "$GM" advise "$TMP/oom.db" --json > "$TMP/oom.json"

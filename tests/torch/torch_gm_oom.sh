@@ -7,6 +7,11 @@
 #     at the allocation (not a tensor without memory), with gpumem's figures (what was asked, what
 #     was reserved, the limit), catches it and allocates again; the recording's ooms table holds the
 #     OOM once, with that request and limit;
+#   - the program's OOM message names what set the limit it met: GPUMEM_LIMIT, the
+#     per_process_memory_fraction key of GPUMEM_CONF (its share of the device, below GPUMEM_LIMIT:
+#     key-limit), the fraction, or the device where there was none (before: "raise GPUMEM_LIMIT
+#     if it is the bound" for all but the fraction); the recording flags the key's (512), and
+#     report's and advise's .limit_from and figures say the same;
 #   - set_per_process_memory_fraction (called twice) caps gpumem's allocator at the fraction of the
 #     device's total: a request over it raises torch.OutOfMemoryError naming the fraction, the OOM
 #     is recorded with the fraction's limit (flag 256: report's binding constraint "fraction") and
@@ -46,12 +51,13 @@ cap10=$(( 81008 * 1048576 / 100 )) # the fraction-key row's runtime fraction, 0.
 # NAME | gpumem | ENV | ARGS | stdout wants (egrep, each ;-separated) | stderr wants, said once ("!": never)
 # | ooms rows: count:requested:limit | SQL checks on the recording (each ;-separated, QUERY=WANT)
 table=(
-  "device|$G||oom 204800|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 200.00 GiB on device 0. gpumem's allocator .* reserved.* its limit is none;^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]||1:214748364800:|"
-  "limit|$G|GPUMEM_LIMIT=67108864|oom 100|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 100.00 MiB on device 0.* its limit is 64.00 MiB;^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]||1:104857600:67108864|"
+  "device|$G||oom 204800|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 200.00 GiB on device 0. gpumem's allocator .* reserved.* its limit is none;or run on a device with more memory: the device was the bound;^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]||1:214748364800:|"
+  "limit|$G|GPUMEM_LIMIT=67108864|oom 100|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 100.00 MiB on device 0.* its limit is 64.00 MiB;raise GPUMEM_LIMIT: the limit it sets was the bound;^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]||1:104857600:67108864|SELECT flags FROM events WHERE kind = 13=0"
   "fraction|$G||fraction 0.002|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 400.00 MiB on device 0.* its limit is 162.02 MiB;raise the per-process memory fraction \(torch.cuda.set_per_process_memory_fraction\);^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]|!is ignored|1:419430400:$cap|SELECT count(*) FROM events WHERE kind = 37 AND flags = 4096 AND size = $cap AND requested = 2000=2;SELECT flags FROM events WHERE kind = 13=256"
   "fraction-limit|$G|GPUMEM_LIMIT=67108864|fraction 0.002|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 400.00 MiB on device 0.* its limit is 64.00 MiB.*raise GPUMEM_LIMIT;^IS_OOM 1;^AGAIN 0x|!is ignored|1:419430400:67108864|SELECT count(*) FROM events WHERE kind = 37 AND flags = 4096=2;SELECT flags FROM events WHERE kind = 13=0"
-  "fraction-key|$G|GPUMEM_CONF=per_process_memory_fraction:0.002|fraction 0.01|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 400.00 MiB on device 0.* its limit is 162.02 MiB;^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]|!is ignored|1:419430400:$cap|SELECT count(*) FROM events WHERE kind = 37 AND flags = 4096 AND size = $cap10 AND requested = 10000=2;SELECT flags FROM events WHERE kind = 13=0"
-  "key|$G|GPUMEM_CONF=per_process_memory_fraction:0.5|oom 40700|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 39.75 GiB on device 0.* its limit is 39.55 GiB;^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]||1:42677043200:$(( 81008 * 1048576 / 2 ))|"
+  "fraction-key|$G|GPUMEM_CONF=per_process_memory_fraction:0.002|fraction 0.01|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 400.00 MiB on device 0.* its limit is 162.02 MiB;raise the per_process_memory_fraction key of GPUMEM_CONF: the limit it sets was the bound;^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]|!is ignored|1:419430400:$cap|SELECT count(*) FROM events WHERE kind = 37 AND flags = 4096 AND size = $cap10 AND requested = 10000=2;SELECT flags FROM events WHERE kind = 13=512"
+  "key-limit|$G|GPUMEM_CONF=per_process_memory_fraction:0.002 GPUMEM_LIMIT=1073741824|oom 400|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 400.00 MiB on device 0.* its limit is 162.02 MiB;raise the per_process_memory_fraction key of GPUMEM_CONF: the limit it sets was the bound;^IS_OOM 1||1:419430400:$cap|SELECT flags FROM events WHERE kind = 13=512"
+  "key|$G|GPUMEM_CONF=per_process_memory_fraction:0.5|oom 40700|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 39.75 GiB on device 0.* its limit is 39.55 GiB;raise the per_process_memory_fraction key of GPUMEM_CONF: the limit it sets was the bound;^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]||1:42677043200:$(( 81008 * 1048576 / 2 ))|SELECT flags FROM events WHERE kind = 13=512"
   "fraction-record|$G|GPUMEM_MODE=record|fraction 0.002|^FIT 0x;^AGAIN 0x|^gpumem: torch.cuda.set_per_process_memory_fraction=0.002 \(device 0\) is ignored: GPUMEM_MODE=record|0::|SELECT count(*) FROM events WHERE kind = 37=0"
   "no-shim|$nolib/gpumem||fraction 0.002|^FIT 0x;^AGAIN 0x|cannot use .*libgpumem_torch.so.*without it: an allocation gpumem refuses gives a tensor without memory|0::|"
   "empty|$G||empty 0|^AGAIN 0x|!is ignored|0::|SELECT count(*) FROM events WHERE kind = 36 AND flags = 4096=2;SELECT count(*) > 0 FROM events WHERE kind = 15 AND seq > (SELECT min(seq) FROM events WHERE kind = 36)=1"
@@ -92,6 +98,23 @@ done
 # is kept in the recording as ignored and shown by report
 "$G" report --json "$tmp/fraction.db" 2>/dev/null | jq -e '.ooms[0].limit_from == "per_process_memory_fraction"' > /dev/null \
   && ok "fraction: report's OOM limit is the fraction's" || bad "fraction: report's OOM: $("$G" report --json "$tmp/fraction.db" | jq -c '.ooms[0]')"
+# each limit's OOM is named by what set it: report's .limit_from and figures, advise's (before, the
+# per_process_memory_fraction key's share was said to be GPUMEM_LIMIT's, in the program's message
+# too: "raise GPUMEM_LIMIT if it is the bound", even with no limit at all)
+keyk="the per_process_memory_fraction key of GPUMEM_CONF"
+for want in "limit|GPUMEM_LIMIT|GPUMEM_LIMIT" "fraction|per_process_memory_fraction|PyTorch's per-process memory fraction (torch.cuda.set_per_process_memory_fraction)" \
+            "fraction-key|GPUMEM_CONF:per_process_memory_fraction|$keyk" "key|GPUMEM_CONF:per_process_memory_fraction|$keyk" \
+            "key-limit|GPUMEM_CONF:per_process_memory_fraction|$keyk" "device|null|"; do
+  IFS='|' read -r name from knob <<< "$want"
+  got=$("$G" report --json "$tmp/$name.db" 2>/dev/null | jq -r '.ooms[0].limit_from')
+  [[ $got == "$from" ]] && ok "$name: report's .limit_from is $got" || bad "$name: report's .limit_from is $got, want $from"
+  got=$("$G" advise --oom-step --json "$tmp/$name.db" 2>/dev/null | jq -r '.oom.limit_from')
+  [[ $got == "$from" ]] && ok "$name: advise's .oom.limit_from is $got" || bad "$name: advise's .oom.limit_from is $got, want $from"
+  if [[ -n $knob ]]; then
+    "$G" report "$tmp/$name.db" 2>/dev/null | grep -qF ", limit " && "$G" report "$tmp/$name.db" 2>/dev/null | grep -F "largest free block" | grep -qF "($knob)" \
+      && ok "$name: report's figures name $knob" || bad "$name: report's figures: $("$G" report "$tmp/$name.db" 2>/dev/null | grep -F 'largest free block')"
+  fi
+done
 # its advice names the allocator that applied the fraction: gpumem's, not PyTorch's (review of
 # stop 68: "above what PyTorch reserved" under --allocator gpumem)
 adv=$("$G" report --json "$tmp/fraction.db" 2>/dev/null | jq -r '.ooms[0].advice // .ooms[0].cause.advice // empty')

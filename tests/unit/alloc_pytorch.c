@@ -661,14 +661,14 @@ static void test_replay_limit(void **state)
 }
 
 /* The limit in force on a (failed) request over the device: alloc_last_oom's, exact (no cap
- * is ALLOC_NO_LIMIT, not the device's size), and whether the fraction set it. */
-static size_t oom_limit(alloc_t *a, bool *by_fraction)
+ * is ALLOC_NO_LIMIT, not the device's size), and what set it. */
+static size_t oom_limit(alloc_t *a, alloc_limit_from_t *from)
 {
     uint64_t p = 0;
     alloc_oom_info_t o;
     assert_int_not_equal(alloc_malloc(a, 2 * GiB, 0, &p), ALLOC_OK);
     assert_true(alloc_last_oom(a, &o));
-    if (by_fraction) *by_fraction = o.limit_by_fraction;
+    if (from) *from = o.limit_from;
     return o.limit;
 }
 
@@ -677,27 +677,33 @@ static size_t oom_limit(alloc_t *a, bool *by_fraction)
  * reads it: the fraction's cap (fraction x total, truncated) where the fraction is under 1 and the
  * cap is below the configured limit (the limit key, or the per_process_memory_fraction key's
  * share: alloc_conf_limit, the reader's rule too), else the configured limit (a fraction of 1 gives it back, none included); a later call
- * replaces an earlier one; the OOM says the fraction bound only where its cap is the limit. */
+ * replaces an earlier one; the OOM names what set its limit: the fraction only where its cap is
+ * the limit, the key where its share is, else the limit in bytes (none: no limit). */
 static void test_fraction_limit(void **state)
 {
     (void)state;
-    static const struct {
+    const alloc_limit_from_t N = ALLOC_LIMIT_NONE, B = ALLOC_LIMIT_BYTES, K = ALLOC_LIMIT_KEY,
+                             F = ALLOC_LIMIT_FRACTION;
+    const struct { /* automatic: initialized from the names above */
         const char *conf;
         double first, fraction; /* first: a call before (< 0: none) */
         size_t cap, limit;      /* the fraction's bytes, then the limit in force */
-        bool bound;             /* the fraction's cap is the limit (alloc_oom_info.limit_by_fraction) */
+        alloc_limit_from_t from; /* what set the limit (alloc_oom_info.limit_from) */
     } rows[] = {
-        {"", -1, 0.5, 512 * MiB, 512 * MiB, true},
-        {"limit:256M", -1, 0.5, 512 * MiB, 256 * MiB, false},          /* the limit is lower */
-        {"limit:512M", -1, 0.25, 256 * MiB, 256 * MiB, true},          /* the fraction is lower */
-        {"limit:512M", -1, 0.5, 512 * MiB, 512 * MiB, false},          /* equal: the limit's */
-        {"limit:256M", -1, 1, GiB, 256 * MiB, false},                  /* 1: the limit back */
-        {"limit:2G", -1, 1, GiB, 2 * GiB, false},                      /* even above the device */
-        {"", -1, 1, GiB, ALLOC_NO_LIMIT, false},                       /* 1, no limit: none */
-        {"", -1, 0, 0, 0, true},                                       /* 0: nothing may be reserved */
-        {"limit:512M", 0.25, 1, GiB, 512 * MiB, false},                /* a later 1 lifts an earlier cap */
-        {"limit:512M", 0.25, 0.375, 384 * MiB, 384 * MiB, true},       /* a later one replaces it */
-        {"per_process_memory_fraction:0.5", -1, 0.75, 768 * MiB, 512 * MiB, false}, /* the key's share */
+        {"", -1, 0.5, 512 * MiB, 512 * MiB, F},
+        {"limit:256M", -1, 0.5, 512 * MiB, 256 * MiB, B},          /* the limit is lower */
+        {"limit:512M", -1, 0.25, 256 * MiB, 256 * MiB, F},         /* the fraction is lower */
+        {"limit:512M", -1, 0.5, 512 * MiB, 512 * MiB, B},          /* equal: the limit's */
+        {"limit:256M", -1, 1, GiB, 256 * MiB, B},                  /* 1: the limit back */
+        {"limit:2G", -1, 1, GiB, 2 * GiB, B},                      /* even above the device */
+        {"", -1, 1, GiB, ALLOC_NO_LIMIT, N},                       /* 1, no limit: none */
+        {"", -1, 0, 0, 0, F},                                      /* 0: nothing may be reserved */
+        {"limit:512M", 0.25, 1, GiB, 512 * MiB, B},                /* a later 1 lifts an earlier cap */
+        {"limit:512M", 0.25, 0.375, 384 * MiB, 384 * MiB, F},      /* a later one replaces it */
+        {"per_process_memory_fraction:0.5", -1, 0.75, 768 * MiB, 512 * MiB, K}, /* the key's share */
+        {"per_process_memory_fraction:0.5", -1, 0.25, 256 * MiB, 256 * MiB, F}, /* under the key's */
+        {"limit:768M,per_process_memory_fraction:0.5", -1, 1, GiB, 512 * MiB, K}, /* the key's, lower */
+        {"limit:256M,per_process_memory_fraction:0.5", -1, 1, GiB, 256 * MiB, B}, /* the limit, lower */
     };
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
         alloc_config_t cfg = conf(rows[i].conf);
@@ -711,11 +717,11 @@ static void test_fraction_limit(void **state)
         assert_int_equal(alloc_conf_limit(&cfg, GiB), conf_limit);
         if (rows[i].first >= 0) assert_int_equal(alloc_set_memory_fraction(a, rows[i].first, NULL), ALLOC_OK);
         assert_int_equal(alloc_set_memory_fraction(a, rows[i].fraction, &cap), ALLOC_OK);
-        bool bound;
-        size_t limit = oom_limit(a, &bound);
-        if (cap != rows[i].cap || limit != rows[i].limit || bound != rows[i].bound)
-            fail_msg("row %zu (%s, fraction %g): cap %zu limit %zu bound %d, want %zu %zu %d", i, rows[i].conf,
-                     rows[i].fraction, cap, limit, bound, rows[i].cap, rows[i].limit, rows[i].bound);
+        alloc_limit_from_t from;
+        size_t limit = oom_limit(a, &from);
+        if (cap != rows[i].cap || limit != rows[i].limit || from != rows[i].from)
+            fail_msg("row %zu (%s, fraction %g): cap %zu limit %zu from %d, want %zu %zu %d", i, rows[i].conf,
+                     rows[i].fraction, cap, limit, (int)from, rows[i].cap, rows[i].limit, (int)rows[i].from);
         /* the rule itself, as a reader applies it to a recorded cap under the configured limit */
         assert_int_equal(alloc_fraction_limit(cap, rows[i].fraction >= 1, conf_limit), rows[i].limit);
         alloc_destroy(a);
