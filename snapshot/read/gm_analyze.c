@@ -1246,6 +1246,32 @@ void gm_torch_absent_json(const gm_db *d, FILE *out) {
     fputc('}', out);
 }
 
+/* The scope's notes (gm.h), here beside the rules they say: gm_db.c, below this file, scopes. */
+void gm_scope_say(gm_db *d, const char *figures, FILE *out) {
+    if (!d->scoped)
+        return;
+    char why[256];
+    fprintf(out, "gpumem: note: %s: the program held memory on %d devices (%d to %d): %s are device %d's, "
+                 "%s (each device has its own allocator: their sum is a heap no device held); "
+                 "gpumem report gives each device's peaks\n",
+            d->path, d->scope_devices, d->scope_lo, d->scope_hi, figures, d->scoped - 1,
+            gm_device_why(d->device_asked ? GM_DEV_ASKED : d->scope_from, d->scope_busiest, why, sizeof why));
+    char absent[1024]; /* and PyTorch's view there, where its history has nothing on that device */
+    if (gm_torch_absent(d, absent, sizeof absent) >= 0) fprintf(out, "gpumem: note: %s: %s\n", d->path, absent);
+}
+
+void gm_scope_json(const gm_db *d, FILE *out, const char *before, const char *after) {
+    if (!d->scoped) return;
+    fprintf(out, "%s\"device\":%d,\"devices\":%d,\"device_from\":\"%s\"", before, d->scoped - 1, d->scope_devices,
+            gm_device_from_json(d->device_asked ? GM_DEV_ASKED : d->scope_from));
+    if (!d->device_asked && d->scope_from == GM_DEV_TORCH) fprintf(out, ",\"busiest_device\":%d", d->scope_busiest);
+    if (d->torch_absent) { /* --device N where PyTorch held nothing on N: said (gm_torch_absent) */
+        fputs(",\"torch_absent\":", out);
+        gm_torch_absent_json(d, out);
+    }
+    fputs(after, out);
+}
+
 /* --device's refusal: the devices the program did hold memory on, in words a person can act on. */
 static int device_unused(const char *path, int want, const int *devs, int n, char *err, size_t errsz) {
     char held[512] = "", give[512] = "";

@@ -810,31 +810,6 @@ int gm_db_scope_device(gm_db *d, int dev) {
     return 0;
 }
 
-void gm_scope_say(gm_db *d, const char *figures, FILE *out) {
-    if (!d->scoped)
-        return;
-    char why[256];
-    fprintf(out, "gpumem: note: %s: the program held memory on %d devices (%d to %d): %s are device %d's, "
-                 "%s (each device has its own allocator: their sum is a heap no device held); "
-                 "gpumem report gives each device's peaks\n",
-            d->path, d->scope_devices, d->scope_lo, d->scope_hi, figures, d->scoped - 1,
-            gm_device_why(d->device_asked ? GM_DEV_ASKED : d->scope_from, d->scope_busiest, why, sizeof why));
-    char absent[1024]; /* and PyTorch's view there, where its history has nothing on that device */
-    if (gm_torch_absent(d, absent, sizeof absent) >= 0) fprintf(out, "gpumem: note: %s: %s\n", d->path, absent);
-}
-
-void gm_scope_json(const gm_db *d, FILE *out, const char *before, const char *after) {
-    if (!d->scoped) return;
-    fprintf(out, "%s\"device\":%d,\"devices\":%d,\"device_from\":\"%s\"", before, d->scoped - 1, d->scope_devices,
-            gm_device_from_json(d->device_asked ? GM_DEV_ASKED : d->scope_from));
-    if (!d->device_asked && d->scope_from == GM_DEV_TORCH) fprintf(out, ",\"busiest_device\":%d", d->scope_busiest);
-    if (d->torch_absent) { /* --device N where PyTorch held nothing on N: said (gm_torch_absent) */
-        fputs(",\"torch_absent\":", out);
-        gm_torch_absent_json(d, out);
-    }
-    fputs(after, out);
-}
-
 void gm_lossy_say(gm_db *d, FILE *out) {
     char line[1200];
     gm_lossy_line(d, line, sizeof line);
