@@ -174,6 +174,7 @@ typedef struct writer {
     int in_txn;
     uint64_t txn_start;
     uint64_t events, last_seq;
+    uint64_t own_segment_allocs; /* allocations the driver served outside the allocator (pool, graph) */
     uint64_t dropped_written;
     /* the counts of launches whose uses are unknown, as last written to meta: kept current at
      * each commit (as dropped_events), so that a killed recording still says its uses are
@@ -1140,6 +1141,7 @@ static void event_row(writer *w, uint64_t seq, const rec_rec *r, uint64_t size) 
     row[12] = r->range;
     if (w->nev == EV_MULTI) flush_events(w);
     w->events++;
+    w->own_segment_allocs += (k == REC_ALLOC || k == REC_ALLOC_ASYNC) && (r->kind & (REC_F_POOL | REC_F_GRAPH));
 }
 
 /* ---------------------------------------------------------------- access tracking */
@@ -1602,6 +1604,9 @@ static void finish(writer *w, rec_state *g) {
     for (int d = 0; d < REC_MAX_DEVICES; d++) flush_peak(w, d, 1);
     uint64_t samples = atomic_load(&g->app_ns_samples);
     meta_int(w, "events", (int64_t)w->events);
+    /* readers take the allocator's statistics as the recorded peaks where this is 0, without a
+     * scan of the events for such rows (gm_recorded_peaks) */
+    meta_int(w, "own_segment_allocs", (int64_t)w->own_segment_allocs);
     meta_int(w, "launches", (int64_t)w->n_launches);
     meta_int(w, "uses_rows", (int64_t)w->n_uses);
     meta_int(w, "launch_words_lost", (int64_t)w->words_lost);
