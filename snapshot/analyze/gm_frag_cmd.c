@@ -672,8 +672,13 @@ int gm_frag_main(int argc, char **argv) {
         if (f.best == SIZE_MAX) {
             /* the recorded configuration is already the best tried: a CI gate on --check must
              * pass there, as it passes where the fix measured as predicted */
-            fprintf(stderr, "gpumem frag: --check: nothing to check, no fix to re-run (%s)\n",
-                    f.nfixes ? "no PYTORCH_CUDA_ALLOC_CONF tried reserves less for PyTorch's allocator" : f.fix_note);
+            const char *why = !f.nfixes  ? f.fix_note
+                              : f.searched ? (f.torch ? "no PYTORCH_CUDA_ALLOC_CONF gpumem tune tries reserves less for "
+                                                        "PyTorch's allocator"
+                                                      : "gpumem tune's search finds the recorded configuration the best")
+                              : f.torch    ? "no PYTORCH_CUDA_ALLOC_CONF among the fixes reserves less for PyTorch's allocator"
+                                           : "each fix saves too little for its driver calls: tune's cost rule";
+            fprintf(stderr, "gpumem frag: --check: nothing to check, no fix to re-run (%s)\n", why);
         } else if (f.torch ? gm_frag_rerun_torch(&d, f.fixes[f.best].pytorch, &meas[0], &meas[1], err, sizeof err) != 0
                            : gm_frag_rerun(&d, f.fixes[f.best].conf, &meas[0], &meas[1], err, sizeof err) != 0) {
             fprintf(stderr, "gpumem frag: --check: %s\n", err);

@@ -111,7 +111,7 @@ for want in "limit|GPUMEM_LIMIT|GPUMEM_LIMIT" "fraction|per_process_memory_fract
   got=$("$G" advise --oom-step --json "$tmp/$name.db" 2>/dev/null | jq -r '.oom.limit_from')
   [[ $got == "$from" ]] && ok "$name: advise's .oom.limit_from is $got" || bad "$name: advise's .oom.limit_from is $got, want $from"
   if [[ -n $knob ]]; then
-    "$G" report "$tmp/$name.db" 2>/dev/null | grep -qF ", limit " && "$G" report "$tmp/$name.db" 2>/dev/null | grep -F "largest free block" | grep -qF "($knob)" \
+    "$G" report "$tmp/$name.db" 2>/dev/null | grepq -F ", limit " && "$G" report "$tmp/$name.db" 2>/dev/null | grep -F "largest free block" | grepq -F "($knob)" \
       && ok "$name: report's figures name $knob" || bad "$name: report's figures: $("$G" report "$tmp/$name.db" 2>/dev/null | grep -F 'largest free block')"
   fi
 done
