@@ -220,8 +220,7 @@ int gm_out_open(gm_out *o, const char *path, gm_out_kind kind, int force,
     dir_of(path, dir, sizeof dir);
     snprintf(base, sizeof base, "%s", path);
     snprintf(o->tmp, sizeof o->tmp, "%s/.%s.gpumem-XXXXXX", dir, basename(base));
-    int fd = mkostemp(o->tmp, O_CLOEXEC);
-    if (fd >= 0) o->sig_slot = gm_sig_remove_on_exit(o->tmp);
+    int fd = gm_sig_mkostemp(o->tmp, O_CLOEXEC, &o->sig_slot);
     if (fd < 0) {
         snprintf(err, errsz, "cannot write in %s: %s", dir, strerror(errno));
         o->tmp[0] = 0;

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -120,6 +121,20 @@ int gm_sig_remove_on_exit(const char *path) {
         return k;
     }
     return -1;
+}
+
+int gm_sig_mkostemp(char *tmpl, int flags, int *slot) {
+    install();
+    sigset_t hold, old;
+    sigemptyset(&hold);
+    for (size_t j = 0; j < sizeof caught / sizeof caught[0]; j++) sigaddset(&hold, caught[j]);
+    sigprocmask(SIG_BLOCK, &hold, &old);
+    int fd = mkostemp(tmpl, flags);
+    int saved = errno;
+    *slot = fd >= 0 ? gm_sig_remove_on_exit(tmpl) : -1;
+    sigprocmask(SIG_SETMASK, &old, NULL); /* one that came meanwhile is taken here: the file removed */
+    errno = saved;
+    return fd;
 }
 
 void gm_sig_forget(int slot) {

@@ -26,6 +26,12 @@
 int gm_sig_remove_on_exit(const char *path);
 void gm_sig_forget(int slot);
 
+/* mkostemp(3) of tmpl (flags as its), the file registered as gm_sig_remove_on_exit registers it
+ * (*slot), with the signals held from before the file exists until it is registered: a signal
+ * in between (the file there, the handler not knowing it, or not installed yet) left it behind.
+ * Returns the descriptor, or -1 with errno (*slot -1). */
+int gm_sig_mkostemp(char *tmpl, int flags, int *slot);
+
 /* fork(2) for a child this process will wait for: the signals are held across the fork, so
  * none can end this process between the fork and the moment the child is known to the handler
  * (which would orphan it). In the child, a signal before its exec ends it alone: the parent's
