@@ -471,6 +471,21 @@ static const char *idle_off_hint(int state) {
                  "times) to see how long the memory live at the peak sat unused";
 }
 
+/* One side of an idle group in JSON (the last use before the peak, or the first after): its
+ * gap in ns and in events (null where not counted), the use's seq and kernel; all null without
+ * one. */
+static void idle_side_json(FILE *out, const gm_model *m, gm_demangler *dm, const char *gap, const char *seqkey,
+                           const char *kernelkey, int has, uint64_t ns, int64_t ev, uint64_t seq, uint32_t kernel) {
+    if (has) fprintf(out, ",\"%s_ns\":%" PRIu64 ",\"%s_events\":", gap, ns, gap);
+    else fprintf(out, ",\"%s_ns\":null,\"%s_events\":", gap, gap);
+    if (has && ev >= 0) fprintf(out, "%" PRId64, ev);
+    else fputs("null", out);
+    if (has) fprintf(out, ",\"%s\":%" PRIu64, seqkey, seq);
+    else fprintf(out, ",\"%s\":null", seqkey);
+    fprintf(out, ",\"%s\":", kernelkey);
+    gm_json_str(out, has ? gm_demangle_id(dm, m, kernel) : NULL);
+}
+
 static void print_idle_groups_json(FILE *out, const gm_model *m, gm_demangler *dm, const char *name,
                                    const char *keyname, const idle_group *gr, size_t n, int top) {
     fprintf(out, "\"%s\":[", name);
@@ -480,22 +495,10 @@ static void print_idle_groups_json(FILE *out, const gm_model *m, gm_demangler *d
         gm_json_str(out, x->key);
         fprintf(out, ",\"count\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"never_used\":%" PRIu64
                      ",\"not_used_again\":%" PRIu64, x->count, x->bytes, x->never, x->not_again);
-        if (x->has_since) fprintf(out, ",\"since_last_use_ns\":%" PRIu64 ",\"since_last_use_events\":", x->since_ns);
-        else fputs(",\"since_last_use_ns\":null,\"since_last_use_events\":", out);
-        if (x->has_since && x->since_ev >= 0) fprintf(out, "%" PRId64, x->since_ev);
-        else fputs("null", out);
-        if (x->has_since) fprintf(out, ",\"last_use_seq\":%" PRIu64, x->since_seq);
-        else fputs(",\"last_use_seq\":null", out);
-        fputs(",\"last_kernel\":", out);
-        gm_json_str(out, x->has_since ? gm_demangle_id(dm, m, x->last_kernel) : NULL);
-        if (x->has_until) fprintf(out, ",\"until_next_use_ns\":%" PRIu64 ",\"until_next_use_events\":", x->until_ns);
-        else fputs(",\"until_next_use_ns\":null,\"until_next_use_events\":", out);
-        if (x->has_until && x->until_ev >= 0) fprintf(out, "%" PRId64, x->until_ev);
-        else fputs("null", out);
-        if (x->has_until) fprintf(out, ",\"next_use_seq\":%" PRIu64, x->until_seq);
-        else fputs(",\"next_use_seq\":null", out);
-        fputs(",\"next_kernel\":", out);
-        gm_json_str(out, x->has_until ? gm_demangle_id(dm, m, x->next_kernel) : NULL);
+        idle_side_json(out, m, dm, "since_last_use", "last_use_seq", "last_kernel", x->has_since, x->since_ns,
+                       x->since_ev, x->since_seq, x->last_kernel);
+        idle_side_json(out, m, dm, "until_next_use", "next_use_seq", "next_kernel", x->has_until, x->until_ns,
+                       x->until_ev, x->until_seq, x->next_kernel);
         fputc('}', out);
     }
     fputc(']', out);
