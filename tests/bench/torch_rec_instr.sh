@@ -14,8 +14,10 @@
 #                                     fails below 0.9 (issue 35's bar for torch.rec_vs_off)
 #   torch.hooks_instr_per_step        rec - no_hooks: the module and optimizer hooks
 # The three runs go side by side (~5 min each under valgrind). TORCH_INSTR_KEEP=DIR keeps the
-# profiles there (<variant>.main, <variant>.bwd: callgrind_annotate reads them). Skipped (no
-# BENCH line, exit 0) without PyTorch or valgrind.
+# profiles there (<variant>.main, <variant>.bwd: callgrind_annotate reads them).
+# TORCH_INSTR_ONLY=VARIANT (off, rec or no_hooks) runs that one alone and prints its count per
+# step (main thread + autograd's) and nothing else: for measuring one change. Skipped (no BENCH
+# line, exit 0) without PyTorch or valgrind.
 set -euo pipefail
 BUILD=${BUILD:-build}
 py=${GPUMEM_TORCH_PY:-/root/.cache/gpumem/torch-2.14.1}
@@ -49,10 +51,16 @@ run() { # variant -> $tmp/<variant>.steps: the main thread's instructions over t
     mkdir -p "$TORCH_INSTR_KEEP" && cp "$f" "$TORCH_INSTR_KEEP/$1.main" && cp "$b" "$TORCH_INSTR_KEEP/$1.bwd"
   fi
 }
+per() { cat "$tmp/$1.main" "$tmp/$1.bwd" | awk '{ s += $1 } END { printf "%.0f", s / 10 }'; }
+if [[ -n ${TORCH_INSTR_ONLY:-} ]]; then
+  case $TORCH_INSTR_ONLY in off|rec|no_hooks) ;; *) echo "torch_rec_instr: TORCH_INSTR_ONLY is off, rec or no_hooks, not '$TORCH_INSTR_ONLY'" >&2; exit 2 ;; esac
+  run "$TORCH_INSTR_ONLY"
+  echo "$TORCH_INSTR_ONLY per step: $(per "$TORCH_INSTR_ONLY") (main thread $(awk '{ printf "%.0f", $1 / 10 }' "$tmp/$TORCH_INSTR_ONLY.main"), autograd's thread $(awk '{ printf "%.0f", $1 / 10 }' "$tmp/$TORCH_INSTR_ONLY.bwd"))"
+  exit 0
+fi
 pids=()
 for v in off rec no_hooks; do run "$v" & pids+=($!); done
 for p in "${pids[@]}"; do wait "$p"; done
-per() { cat "$tmp/$1.main" "$tmp/$1.bwd" | awk '{ s += $1 } END { printf "%.0f", s / 10 }'; }
 off=$(per off) rec=$(per rec) nh=$(per no_hooks)
 for v in off rec no_hooks; do
   echo "# torch_rec_instr: $v per step: main thread $(awk '{ printf "%.0f", $1 / 10 }' "$tmp/$v.main"), autograd's thread $(awk '{ printf "%.0f", $1 / 10 }' "$tmp/$v.bwd")" >&2
