@@ -171,21 +171,32 @@ static void write_segments(FILE *o, gm_db *d, const gm_model *m, const viz_class
     fputc(']', o);
 }
 
-static void write_ooms(FILE *o, const gm_model *m)
+/* Each OOM with its figures and the limit it met, named by what set it where it bound (report's
+ * rule: gm_oom_limit_from, the knob where the device left more room than the limit) */
+static void write_ooms(FILE *o, gm_db *d, const gm_model *m)
 {
     fputs("\"ooms\":[", o);
     for (size_t i = 0; i < m->nooms; i++) {
         const gm_oom *x = &m->ooms[i];
-        char r[32], a[32], v[32];
+        char r[32], a[32], v[32], li[32], lim[320] = "none";
         gm_fmt_bytes(x->requested, r, sizeof r);
         gm_fmt_bytes(x->allocated, a, sizeof a);
         gm_fmt_bytes(x->reserved, v, sizeof v);
+        if (x->limit != GM_NO_LIMIT) {
+            const char *knob = x->limit <= x->reserved + x->device_free
+                                   ? gm_oom_knob(gm_oom_limit_from(d, x->limit, x->limit_flags))
+                                   : NULL;
+            gm_fmt_bytes(x->limit, li, sizeof li);
+            snprintf(lim, sizeof lim, "%s%s%s%s", li, knob ? " (" : "", knob ? knob : "", knob ? ")" : "");
+        }
         fprintf(o, "%s{\"seq\":%llu,\"requested\":", i ? "," : "", (unsigned long long)x->seq);
         viz_json_str(o, r);
         fputs(",\"allocated\":", o);
         viz_json_str(o, a);
         fputs(",\"reserved\":", o);
         viz_json_str(o, v);
+        fputs(",\"limit\":", o);
+        viz_json_str(o, lim);
         fputs(",\"name\":", o);
         viz_json_str(o, x->name ? gm_str(m, x->name) : "");
         fputc('}', o);
@@ -462,7 +473,7 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     fputc(',', o);
     write_segments(o, &d, &m, &cls, &cat, &tens);
     fputc(',', o);
-    write_ooms(o, &m);
+    write_ooms(o, &d, &m);
     fputc(',', o);
     write_leaks(o, &m);
     fputs(",\"analyses\":{", o);

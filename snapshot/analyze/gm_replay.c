@@ -172,7 +172,16 @@ int gm_replay_trace_load(gm_db *d, adv_model *am, char *err, size_t errsz) {
 int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *tapped, char *err, size_t errsz) {
     if (tapped) *tapped = 0;
     int torch = torch_trace_load(d, am, err, errsz);
-    if (torch != 0) return torch < 0 ? -1 : 0;
+    if (torch < 0) return -1;
+    /* PyTorch's own allocator's OOMs too (its fraction's, the key of PYTORCH_CUDA_ALLOC_CONF's
+     * included, which the recorded configuration and the load's fraction events cap it at, as
+     * PyTorch did): the recorded configuration replays into them */
+    if (torch > 0) {
+        if (add_ooms(d, am) == 0) return 0;
+        adv_model_free(am);
+        snprintf(err, errsz, "out of memory");
+        return -1;
+    }
     /* the model advise replays (gpumem's capture pools' ends and its empty_cache calls are the
      * load's own events) */
     if (adv_model_load_tap(d, am, 0, tap, err, errsz) != 0) return -1;

@@ -878,7 +878,10 @@ static void oom_explain(const gm_oom *o, gm_oom_bound from, uint64_t unit, int g
                  "%s",
                  what, hr, un, mp,
                  cap_limit > cap_dev ? "Lower the peak"
-                 : o->fraction ? "Raise the fraction (torch.cuda.set_per_process_memory_fraction)"
+                 : o->fraction ? (from == GM_OOM_TORCH_KEY
+                                      ? "Raise the fraction (the per_process_memory_fraction key of "
+                                        "PYTORCH_CUDA_ALLOC_CONF)"
+                                      : "Raise the fraction (torch.cuda.set_per_process_memory_fraction)")
                                : "Raise it to a multiple of the unit");
         if (cap_limit <= cap_dev) {
             size_t l = strlen(c->advice);
@@ -886,18 +889,22 @@ static void oom_explain(const gm_oom *o, gm_oom_bound from, uint64_t unit, int g
         }
     } else if (cap_limit <= cap_dev && o->fraction) {
         c->kind = "fraction";
-        char fr[64] = "";
-        if (o->device_total) /* the fraction that allows needb on this device, rounded up */
-            snprintf(fr, sizeof fr, ", a fraction of %.4f",
-                     ceil((double)(o->reserved + units * unit) / (double)o->device_total * 1e4) /
-                         1e4);
+        char fr[96] = "";
+        /* how the program set it (the key of PYTORCH_CUDA_ALLOC_CONF, or a call) is what to raise */
+        const char *how = gm_oom_fraction_how(from) ? gm_oom_fraction_how(from)
+                                                     : "torch.cuda.set_per_process_memory_fraction";
+        if (o->device_total) { /* the fraction that allows needb on this device, rounded up */
+            double f = ceil((double)(o->reserved + units * unit) / (double)o->device_total * 1e4) / 1e4;
+            if (from == GM_OOM_TORCH_KEY) snprintf(fr, sizeof fr, ": per_process_memory_fraction:%.4f", f);
+            else snprintf(fr, sizeof fr, ", a fraction of %.4f", f);
+        }
         snprintf(
             c->advice, sizeof c->advice,
             "PyTorch's per-process memory fraction allows %s "
-            "(torch.cuda.set_per_process_memory_fraction), %s above what %s reserved: the "
+            "(%s), %s above what %s reserved: the "
             "request never reached the device. Raise the fraction (to allow at least %s for this "
             "request%s), or lower the peak (the call sites live at the OOM are below)",
-            li, hr, gm_alloc ? "gpumem's allocator (PyTorch's, through --allocator gpumem)" : "PyTorch",
+            li, how, hr, gm_alloc ? "gpumem's allocator (PyTorch's, through --allocator gpumem)" : "PyTorch",
             needb, fr);
     } else if (cap_limit <= cap_dev) {
         c->kind = "limit";

@@ -1576,15 +1576,18 @@ static int oom_recorded(merge *m, int dev, uint64_t lo, uint64_t hi)
 /* The per-process memory fraction's bytes at device dev's OOM k of n (the trace's, in order;
  * the trace's ring may have lost the first ones, the hook's list keeps all: the two are paired
  * from the end), or REC_NO_LIMIT where no fraction below 1 was set: the cap PyTorch's OOM
- * observer was called with (_torch.py, _on_oom); a fraction of 0 is a cap of 0 bytes. */
-static uint64_t oom_fraction_limit(const merge *m, int dev, size_t k, size_t n)
+ * observer was called with (_torch.py, _on_oom); a fraction of 0 is a cap of 0 bytes. *key: the
+ * fraction was PYTORCH_CUDA_ALLOC_CONF's per_process_memory_fraction key, the program having
+ * set none (the hook's fourth item "key"; a dump without it says a call set it). */
+static uint64_t oom_fraction_limit(const merge *m, int dev, size_t k, size_t n, int *key)
 {
     const gpk_val *l = m->oom_limits;
     size_t have = 0;
+    *key = 0;
     for (size_t i = 0; l && l->type == GPK_LIST && i < l->len; i++) {
         const gpk_val *x = l->items[i];
         int64_t d;
-        if ((x->type == GPK_TUPLE || x->type == GPK_LIST) && x->len == 3 &&
+        if ((x->type == GPK_TUPLE || x->type == GPK_LIST) && x->len >= 3 &&
             gpk_as_i64(x->items[0], &d) == 0 && d == dev)
             have++;
     }
@@ -1594,13 +1597,16 @@ static uint64_t oom_fraction_limit(const merge *m, int dev, size_t k, size_t n)
         const gpk_val *x = l->items[i];
         int64_t d;
         uint64_t cap;
-        if ((x->type != GPK_TUPLE && x->type != GPK_LIST) || x->len != 3 ||
+        if ((x->type != GPK_TUPLE && x->type != GPK_LIST) || x->len < 3 ||
             gpk_as_i64(x->items[0], &d) != 0 || d != dev)
             continue;
         if (j++ != want) continue;
         const gpk_val *f = x->items[2];
         double frac = f->type == GPK_FLOAT ? f->f : f->type == GPK_INT ? (double)f->i : 1.0;
-        return frac < 1.0 && gpk_as_u64(x->items[1], &cap) == 0 ? cap : REC_NO_LIMIT;
+        if (!(frac < 1.0 && gpk_as_u64(x->items[1], &cap) == 0)) return REC_NO_LIMIT;
+        const char *who = x->len >= 4 ? gpk_as_str(x->items[3]) : NULL;
+        *key = who && !strcmp(who, "key");
+        return cap;
     }
     return REC_NO_LIMIT;
 }
@@ -1622,8 +1628,9 @@ static int insert_oom(merge *m, sqlite3_stmt *ev, const titem *t, int64_t range,
                  .allocated = t->allocated,
                  .reserved = t->reserved,
                  .largest_free = t->largest,
-                 .device_free = t->addr,
-                 .limit = oom_fraction_limit(m, t->device, k, n)};
+                 .device_free = t->addr};
+    int key;
+    o.limit = oom_fraction_limit(m, t->device, k, n, &key);
     char q[160];
     snprintf(
         q, sizeof q,
@@ -1633,7 +1640,10 @@ static int insert_oom(merge *m, sqlite3_stmt *ev, const titem *t, int64_t range,
     sqlite3_bind_int64(ev, 1, (int64_t)t->seq);
     sqlite3_bind_int64(ev, 2, t->t);
     sqlite3_bind_int(ev, 3, REC_OOM);
-    sqlite3_bind_int(ev, 4, (int)(t->flags | (o.limit != REC_NO_LIMIT ? REC_F_OOM_FRACTION : 0)));
+    /* the fraction's flag, and the key's where PYTORCH_CUDA_ALLOC_CONF set it (rec.h) */
+    sqlite3_bind_int(ev, 4, (int)(t->flags | (o.limit == REC_NO_LIMIT ? 0
+                                              : key                  ? REC_F_OOM_FRACTION | REC_F_OOM_KEY
+                                                                     : REC_F_OOM_FRACTION)));
     sqlite3_bind_int(ev, 5, t->device);
     sqlite3_bind_int64(ev, 6, stream);
     sqlite3_bind_int64(ev, 7, 0);

@@ -284,6 +284,9 @@ typedef enum gm_oom_bound {
     GM_OOM_FRACTION,   /* PyTorch's per-process memory fraction */
     GM_OOM_KEY,        /* the per_process_memory_fraction key of GPUMEM_CONF (its share of the
                           device, below the limit in bytes) */
+    GM_OOM_TORCH_KEY,  /* PyTorch's per-process memory fraction as the per_process_memory_fraction
+                          key of PYTORCH_CUDA_ALLOC_CONF set it (its start value; no
+                          set_per_process_memory_fraction call replaced it): both flags */
 } gm_oom_bound;
 
 /* Column col of statement s, an ooms.limit_bytes of d: the limit in bytes, or GM_NO_LIMIT (NULL;
@@ -300,13 +303,17 @@ gm_oom_bound gm_oom_binding(gm_db *d, uint64_t limit, uint64_t reserved, uint64_
                             unsigned flags);
 /* The knob that sets the bound, for a person ("GPUMEM_LIMIT", "the limit key of GPUMEM_CONF",
  * ...), NULL for the device. */
+/* For PyTorch's per-process memory fraction (GM_OOM_FRACTION, GM_OOM_TORCH_KEY), how the program
+ * set it: "torch.cuda.set_per_process_memory_fraction" or "the per_process_memory_fraction key of
+ * PYTORCH_CUDA_ALLOC_CONF"; NULL for a limit that is not the fraction. */
+const char *gm_oom_fraction_how(gm_oom_bound b);
 const char *gm_oom_knob(gm_oom_bound b);
 /* What lets a rerun get past the OOM: "rerun with GPUMEM_LIMIT raised", or for the device
  * "rerun on a device with more memory (GPUMEM_SIM_MEMORY on the virtual GPU)". */
 const char *gm_oom_rerun(gm_oom_bound b);
 /* The JSON word for a limit's source (report's and advise's .limit_from): "GPUMEM_LIMIT",
- * "GPUMEM_CONF", "per_process_memory_fraction", "GPUMEM_CONF:per_process_memory_fraction";
- * NULL for GM_OOM_DEVICE (no limit). */
+ * "GPUMEM_CONF", "per_process_memory_fraction", "GPUMEM_CONF:per_process_memory_fraction",
+ * "PYTORCH_CUDA_ALLOC_CONF:per_process_memory_fraction"; NULL for GM_OOM_DEVICE (no limit). */
 const char *gm_oom_json(gm_oom_bound b);
 
 /* One device's figures in one view (gm_model.devs, gm_torch_view.devs), each as its view's

@@ -1867,7 +1867,9 @@ uint64_t gm_oom_limit_col(const gm_db *d, sqlite3_stmt *s, int col) {
 
 gm_oom_bound gm_oom_limit_from(gm_db *d, uint64_t limit, unsigned flags) {
     if (limit == GM_NO_LIMIT) return GM_OOM_DEVICE;
-    if (flags & REC_F_OOM_FRACTION) return GM_OOM_FRACTION;
+    /* PyTorch's fraction: its start value from PYTORCH_CUDA_ALLOC_CONF's key (both flags: the
+     * merge's, gm_torch.c), or a set_per_process_memory_fraction call's */
+    if (flags & REC_F_OOM_FRACTION) return flags & REC_F_OOM_KEY ? GM_OOM_TORCH_KEY : GM_OOM_FRACTION;
     /* the key's share below the limit in bytes: the recorder flags it (recordings before the
      * flag name the limit, GM_OOM_LIMIT's words say either) */
     if (flags & REC_F_OOM_KEY) return GM_OOM_KEY;
@@ -1896,9 +1898,18 @@ const char *gm_oom_knob(gm_oom_bound b) {
     case GM_OOM_KEY: return "the per_process_memory_fraction key of GPUMEM_CONF";
     case GM_OOM_FRACTION:
         return "PyTorch's per-process memory fraction (torch.cuda.set_per_process_memory_fraction)";
+    case GM_OOM_TORCH_KEY:
+        return "PyTorch's per-process memory fraction (the per_process_memory_fraction key of "
+               "PYTORCH_CUDA_ALLOC_CONF)";
     case GM_OOM_DEVICE: break;
     }
     return NULL;
+}
+
+const char *gm_oom_fraction_how(gm_oom_bound b) {
+    return b == GM_OOM_FRACTION    ? "torch.cuda.set_per_process_memory_fraction"
+           : b == GM_OOM_TORCH_KEY ? "the per_process_memory_fraction key of PYTORCH_CUDA_ALLOC_CONF"
+                                   : NULL;
 }
 
 const char *gm_oom_rerun(gm_oom_bound b) {
@@ -1910,6 +1921,8 @@ const char *gm_oom_rerun(gm_oom_bound b) {
     case GM_OOM_FRACTION:
         return "rerun with PyTorch's per-process memory fraction raised "
                "(torch.cuda.set_per_process_memory_fraction)";
+    case GM_OOM_TORCH_KEY:
+        return "rerun with the per_process_memory_fraction key of PYTORCH_CUDA_ALLOC_CONF raised";
     case GM_OOM_DEVICE: break;
     }
     /* no knob of the run's raises the device: a smaller run or a larger device does */
@@ -1924,6 +1937,7 @@ const char *gm_oom_json(gm_oom_bound b) {
     case GM_OOM_LIMIT_CONF: return "GPUMEM_CONF";
     case GM_OOM_FRACTION: return "per_process_memory_fraction";
     case GM_OOM_KEY: return "GPUMEM_CONF:per_process_memory_fraction";
+    case GM_OOM_TORCH_KEY: return "PYTORCH_CUDA_ALLOC_CONF:per_process_memory_fraction";
     case GM_OOM_DEVICE: break;
     }
     return NULL;

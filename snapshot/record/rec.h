@@ -167,7 +167,10 @@ enum rec_devinfo_when {
 #define REC_F_OOM_FRACTION 0x100u
 /* REC_OOM only: its ooms row's limit_bytes is the per_process_memory_fraction key's share of the
  * device (GPUMEM_CONF), below the limit in bytes (GPUMEM_LIMIT, the limit key), if any: the key
- * is what to raise. Neither flag: the limit is the one in bytes (meta limit_from says whose) */
+ * is what to raise. With REC_F_OOM_FRACTION (PyTorch's own allocator's OOM, merged): the fraction
+ * was PYTORCH_CUDA_ALLOC_CONF's per_process_memory_fraction key, which the program never replaced
+ * with a set_per_process_memory_fraction call. Neither flag: the limit is the one in bytes (meta
+ * limit_from says whose) */
 #define REC_F_OOM_KEY 0x200u
 /* An alloc event without REC_F_CACHE_HIT/REC_F_CACHE_MISS was not served by gpumem's allocator:
  * it was passed to the real driver or runtime (record mode, pools, managed, graph capture). */

@@ -60,3 +60,7 @@ $(BUILD)/tests/torch/abort_stacks.so: tests/torch/abort_stacks.c | $(DEPS_STAMP)
 	$(CC) -std=gnu17 -O1 -g -Wall -Wextra -Werror -fPIC -shared -o $@ $<
 ALL_TARGETS += $(BUILD)/tests/torch/abort_stacks.so
 BENCHES += tests/bench/torch_rec_instr.sh
+# PYTORCH_CUDA_ALLOC_CONF's per_process_memory_fraction key under PyTorch's own allocator: every
+# reader names the key as the OOM's cap (a call replacing it, the call), tune's and frag's
+# replays meet the recorded OOM (torch_fraction_key.sh)
+SCRIPT_TESTS += tests/torch/torch_fraction_key.sh

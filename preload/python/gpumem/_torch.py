@@ -55,7 +55,7 @@ import gpumem
 
 _env = os.environ.get
 _state = {"installed": False, "torch": None, "names": [], "marks": [], "named": {}, "warned": False,
-          "dumped": 0, "ops": None, "oom_limits": []}
+          "dumped": 0, "ops": None, "oom_limits": [], "fraction_set": set()}
 _lock = threading.Lock()
 
 
@@ -229,6 +229,7 @@ def _cache_calls(torch):
         r = orig_fraction(fraction, device)
         try:
             dev = torch.cuda._utils._get_device_index(device, optional=True)
+            _state["fraction_set"].add(dev)  # from here the call's fraction, not the key's (_on_oom)
             _note_fraction(torch, dev, float(fraction))
         except Exception as e:  # noqa: BLE001
             _warn("noting set_per_process_memory_fraction", e)
@@ -362,12 +363,16 @@ def _on_oom(device, alloc, device_allocated, device_free):
     # PyTorch calls its observers with the cap it allocated under: the per-process memory
     # fraction's bytes where one is set, else the device's total. Its trace's OOM entry has
     # neither (an OOM the fraction refused never reached cudaMalloc), so each OOM's is kept, in
-    # order, for the merge to tell the fraction's OOMs (gm_torch.c, oom_limits)
+    # order, for the merge to tell the fraction's OOMs (gm_torch.c, oom_limits), with who set the
+    # fraction: "key" where the program never called set_per_process_memory_fraction for the
+    # device, so the fraction in force is PYTORCH_CUDA_ALLOC_CONF's per_process_memory_fraction
+    # (PyTorch's start value; a call replaces it), else "call"
     try:
         fraction = float(_state["torch"].cuda.get_per_process_memory_fraction(device))
     except Exception:  # noqa: BLE001  (a PyTorch without the query: the device's own cap)
         fraction = 1.0
-    _state["oom_limits"].append((int(device), int(device_allocated), fraction))
+    _state["oom_limits"].append((int(device), int(device_allocated), fraction,
+                                 "call" if int(device) in _state["fraction_set"] else "key"))
     if "oom_python" not in _state:  # the first OOM's Python stack of the program's main thread:
         try:  # the line that called into PyTorch, also when its C++ (autograd) made the request
             f = sys._current_frames().get(threading.main_thread().ident)
