@@ -239,9 +239,8 @@ static int enter_mod(hk_thread *t, PyObject *enc)
     if (was) {
         int u = user_ranges();
         if (u < 0) return -1;
-        if (!u) {
-            gm_nvtx_user_pop();
-            t->st[t->n++] = (hk_ent){K_MOD, 0, gm_nvtx_user_push_kept(enc, label) >= 0};
+        if (!u) { /* the pop and the push in one call */
+            t->st[t->n++] = (hk_ent){K_MOD, 0, gm_nvtx_user_swap_kept(enc, label) >= 0};
             return 0;
         }
         gm_nvtx_user_pop();
