@@ -383,6 +383,9 @@ int gm_nvtx_user_push(const char *name);
  * Callers hold one lock around every call (torch_hooks.c: the GIL). */
 int gm_nvtx_user_push_kept(const void *key, const char *name);
 int gm_nvtx_user_pop(void);
+/* gm_nvtx_user_pop then gm_nvtx_user_push_kept(key, name) (a module's range in place of the
+ * innermost), in one call: the same stack and records; push_kept's answer. */
+int gm_nvtx_user_swap_kept(const void *key, const char *name);
 
 /* ---- Python frames (python.c) ---- */
 /* Once recording: finds CPython in the process and hands the recorder its frame provider. */

@@ -137,11 +137,15 @@ static char **log_lines;
 static size_t log_n, log_cap;
 #define LOG_MAX 1000000
 
-static void dlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void dlog(const char *fmt, ...)
+static void dlog_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* the test in the caller: without GPUMEM_DEBUG_RANGES the arguments (the thread id) are not
+ * evaluated and nothing is called, on every push and pop */
+#define dlog(...)                                                                                  \
+    do {                                                                                           \
+        if (debug_on) dlog_line(__VA_ARGS__);                                                      \
+    } while (0)
+static void dlog_line(const char *fmt, ...)
 {
-    if (!debug_on)
-        return;
     char buf[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -301,12 +305,12 @@ static uint32_t name_sid(const void *key, const char *name)
 }
 #endif
 
-static int range_push_sid(const char *domain, const char *name, const void *key)
+/* The thread's path with "/name" appended at the current depth, cut at PATH_LEN - 1; not
+ * snprintf, whose format parsing cost more than the rest of the push (~800 instructions;
+ * PyTorch's hooks push ~50 a step). Then one level deeper. */
+static void path_push(const char *name)
 {
-    gm_stat_add(GM_ST_NVTX_RANGES, 1);
     if (ts.depth < MAX_DEPTH) {
-        /* "/name" appended, cut at PATH_LEN - 1; not snprintf, whose format parsing cost more
-         * than the rest of the push (~800 instructions; PyTorch's hooks push ~50 a step) */
         size_t at = ts.len[ts.depth], room = PATH_LEN - 1 - at, nl = strlen(name);
         if (at && room) ts.path[at++] = '/', room--;
         if (nl > room) nl = room;
@@ -315,6 +319,20 @@ static int range_push_sid(const char *domain, const char *name, const void *key)
         ts.len[ts.depth + 1] = at + nl;
     }
     ts.depth++;
+}
+
+/* One level up (ts.depth > 0). */
+static void path_pop(void)
+{
+    ts.depth--;
+    if (ts.depth <= MAX_DEPTH)
+        ts.path[ts.len[ts.depth < MAX_DEPTH ? ts.depth : MAX_DEPTH]] = 0;
+}
+
+static int range_push_sid(const char *domain, const char *name, const void *key)
+{
+    gm_stat_add(GM_ST_NVTX_RANGES, 1);
+    path_push(name);
     dlog("push %ld %d %s %s", my_tid(), ts.depth, domain ? domain : "-", ts.path);
 #ifdef GM_HAVE_REC
     if (gm_nvtx_recording()) {
@@ -334,14 +352,32 @@ static int range_pop(const char *domain)
     if (ts.depth <= 0)
         return -1;
     dlog("pop %ld %d %s %s", my_tid(), ts.depth, domain ? domain : "-", ts.path);
-    ts.depth--;
-    if (ts.depth <= MAX_DEPTH)
-        ts.path[ts.len[ts.depth < MAX_DEPTH ? ts.depth : MAX_DEPTH]] = 0;
+    path_pop();
 #ifdef GM_HAVE_REC
     if (gm_nvtx_recording())
         rec_range_pop();
 #endif
     return ts.depth;
+}
+
+/* range_pop(NULL) then range_push_sid(NULL, name, key) in one call, the recorder's two records
+ * claimed together (rec_range_swap_sid): the same stack, log and records. */
+static int range_swap_kept(const char *name, const void *key)
+{
+    if (ts.depth <= 0)
+        return range_push_sid(NULL, name, key);
+    dlog("pop %ld %d %s %s", my_tid(), ts.depth, "-", ts.path);
+    path_pop();
+    gm_stat_add(GM_ST_NVTX_RANGES, 1);
+    path_push(name);
+    dlog("push %ld %d %s %s", my_tid(), ts.depth, "-", ts.path);
+#ifdef GM_HAVE_REC
+    if (gm_nvtx_recording())
+        rec_range_swap_sid(name_sid(key, name), name);
+#else
+    (void)key;
+#endif
+    return ts.depth - 1;
 }
 
 static _Atomic unsigned long long range_ids;
@@ -482,6 +518,11 @@ int gm_nvtx_user_push_kept(const void *key, const char *name)
     return range_push_sid(NULL, name, key);
 }
 int gm_nvtx_user_pop(void) { return range_pop(NULL); }
+int gm_nvtx_user_swap_kept(const void *key, const char *name)
+{
+    gm_exit_register_nvtx();
+    return range_swap_kept(name, key);
+}
 
 static int h_RangePushW(const wchar_t *m)
 {

@@ -239,9 +239,8 @@ static int enter_mod(hk_thread *t, PyObject *enc)
     if (was) {
         int u = user_ranges();
         if (u < 0) return -1;
-        if (!u) {
-            gm_nvtx_user_pop();
-            t->st[t->n++] = (hk_ent){K_MOD, 0, gm_nvtx_user_push_kept(enc, label) >= 0};
+        if (!u) { /* the pop and the push in one call */
+            t->st[t->n++] = (hk_ent){K_MOD, 0, gm_nvtx_user_swap_kept(enc, label) >= 0};
             return 0;
         }
         gm_nvtx_user_pop();
@@ -381,8 +380,10 @@ static int mod_lookup(PyObject *module, hk_mod *out)
 typedef struct {
     _Atomic int refs;
     int n, cap;
-    PyObject **enc;
+    PyObject **enc; /* inl, until more than CPATHS_INL modules share the node */
+    PyObject *inl[4];
 } cpaths;
+#define CPATHS_INL 4
 
 /* libgpumem_torch.so's pre-hook functions, handed over when it is attached (gpumem_torch_hooks_cxx) */
 static struct {
@@ -420,23 +421,41 @@ static struct {
                  * libgpumem_torch.so remembers the node weakly */
 } last;
 
+static void cpaths_free(cpaths *p)
+{
+    if (p->enc != p->inl) free(p->enc);
+    free(p);
+}
+
 static void cpaths_release(cpaths *p)
 {
-    if (p && atomic_fetch_sub(&p->refs, 1) == 1) {
-        free(p->enc);
-        free(p);
+    if (p && atomic_fetch_sub(&p->refs, 1) == 1) cpaths_free(p);
+}
+
+/* A node's first module path, held twice (the hook's and last's): NULL with an exception. One
+ * allocation, the paths inside it (a calloc and a realloc a node before, 18 nodes a tiny step). */
+static cpaths *cpaths_new(PyObject *enc)
+{
+    cpaths *p = malloc(sizeof *p);
+    if (!p) {
+        py.PyErr_NoMemory();
+        return NULL;
     }
+    atomic_init(&p->refs, 2);
+    p->n = 1, p->cap = CPATHS_INL, p->enc = p->inl, p->inl[0] = enc;
+    return p;
 }
 
 static int cpaths_add(cpaths *p, PyObject *enc)
 {
     if (p->n == p->cap) {
-        int cap = p->cap ? p->cap * 2 : 4;
-        PyObject **e = realloc(p->enc, (size_t)cap * sizeof *e);
+        int cap = p->cap * 2;
+        PyObject **e = p->enc == p->inl ? malloc((size_t)cap * sizeof *e) : realloc(p->enc, (size_t)cap * sizeof *e);
         if (!e) {
             py.PyErr_NoMemory();
             return -1;
         }
+        if (p->enc == p->inl) memcpy(e, p->inl, sizeof p->inl);
         p->enc = e, p->cap = cap;
     }
     p->enc[p->n++] = enc;
@@ -498,19 +517,11 @@ static int hold_last(PyObject *node, PyObject *out)
  * with an exception. */
 static int hook_node_cxx(const hk_mod *m, PyObject *node, PyObject *out)
 {
-    cpaths *cp = calloc(1, sizeof *cp);
-    if (!cp) {
-        py.PyErr_NoMemory();
-        return -1;
-    }
-    if (cpaths_add(cp, m->enc) != 0) {
-        free(cp);
-        return -1;
-    }
-    atomic_store(&cp->refs, 2); /* the hook's and last's */
+    cpaths *cp = cpaths_new(m->enc); /* the hook's and last's */
+    if (!cp) return -1;
     void *h = cxx.add(node, cp);
     if (!h) {
-        free(cp->enc), free(cp);
+        cpaths_free(cp);
         return 0;
     }
     cxx.added++;
@@ -556,17 +567,14 @@ static int hook_tensor_cxx(const hk_mod *m, PyObject *out)
     if (st == 0) return 0;
     if (st == 1) return cpaths_add(last.cp, m->enc) == 0 ? 1 : -1;
     last_release();
-    cpaths *cp = calloc(1, sizeof *cp);
-    if (!cp || cpaths_add(cp, m->enc) != 0) {
+    cpaths *cp = cpaths_new(m->enc); /* the hook's and last's */
+    if (!cp) {
         cxx.add_pending(NULL); /* lets go of the node it kept */
-        free(cp);
-        if (!py.PyErr_Occurred()) py.PyErr_NoMemory();
         return -1;
     }
-    atomic_store(&cp->refs, 2); /* the hook's and last's */
     void *h = cxx.add_pending(cp);
     if (!h) { /* PyTorch refused: through Python, as a node this file cannot reach */
-        free(cp->enc), free(cp);
+        cpaths_free(cp);
         return -2;
     }
     cxx.added++;
@@ -634,10 +642,15 @@ static PyObject *first_grad(PyObject *output)
  * that node (_Hooks._on_backward_of says why not a tensor hook), or on a leaf returned as is,
  * a tensor hook. A torch.Tensor with a node needs a gradient (requires_grad is true wherever
  * grad_fn is set), so for the common output, a tensor an operation made, the node is asked
- * first and requires_grad not at all; anything else takes _Hooks' order of questions. */
+ * first and requires_grad not at all; anything else takes _Hooks' order of questions, where a
+ * tuple's requires_grad is the AttributeError it always is (the type has no such attribute and
+ * its objects take none), not asked. The tensor found in the output is hooked as the output
+ * itself is, its node read in C++ (a model's (logits, loss): the logits' node, often the one
+ * hooked for the module before, takes this path too). */
 static int on_backward_of(const hk_mod *m, PyObject *output)
 {
     PyObject *out, *r = NULL, *node = NULL, *tp = py.PyObject_Type(output);
+    int read = 0; /* output's node was read in C++: it has none */
     if (tp == hk.tensor && cxx.node_state) {
         int rc = hook_tensor_cxx(m, output);
         if (rc == 1 || rc == -1) {
@@ -647,6 +660,7 @@ static int on_backward_of(const hk_mod *m, PyObject *output)
         if (rc == 0) { /* no node: as a tensor whose grad_fn is None, below */
             py.Py_DecRef(tp);
             tp = NULL;
+            read = 1;
         }
     }
     if (tp == hk.tensor) {
@@ -662,17 +676,16 @@ static int on_backward_of(const hk_mod *m, PyObject *output)
         py.Py_DecRef(node);
         node = NULL;
     }
+    int tuple = tp && tp == py.PyTuple_Type, needs = 0;
     if (tp) py.Py_DecRef(tp);
-    PyObject *rg = py.PyObject_GetAttr(output, hk.s_requires_grad);
-    int needs = 0;
+    PyObject *rg = tuple ? NULL : py.PyObject_GetAttr(output, hk.s_requires_grad);
     if (rg) {
         needs = py.PyObject_IsTrue(rg);
         py.Py_DecRef(rg);
         if (needs < 0) return -1;
-    } else if (py.PyErr_ExceptionMatches(*py.PyExc_AttributeError)) {
+    } else if (!tuple) {
+        if (!py.PyErr_ExceptionMatches(*py.PyExc_AttributeError)) return -1;
         py.PyErr_Clear();
-    } else {
-        return -1;
     }
     if (needs) {
         out = output;
@@ -684,8 +697,25 @@ static int on_backward_of(const hk_mod *m, PyObject *output)
         py.Py_DecRef(out);
         return 0;
     }
-    int rc = -1;
-    node = py.PyObject_GetAttr(out, hk.s_grad_fn);
+    int rc = -2;
+    if (out != output || !read) {
+        PyObject *ot = py.PyObject_Type(out);
+        if (ot) py.Py_DecRef(ot);
+        if (ot == hk.tensor && cxx.node_state) rc = hook_tensor_cxx(m, out);
+    } else {
+        rc = 0; /* read above: no node */
+    }
+    if (rc == 1 || rc == -1) {
+        py.Py_DecRef(out);
+        return rc < 0 ? -1 : 0;
+    }
+    if (rc == 0) {
+        node = py.None;
+        py.Py_IncRef(node);
+    } else {
+        node = py.PyObject_GetAttr(out, hk.s_grad_fn);
+    }
+    rc = -1;
     if (node && node != py.None) {
         rc = hook_node(m, node, out);
     } else if (node) {

@@ -992,18 +992,29 @@ uint64_t rec_last_seq(void) {
 
 /* ---------------------------------------------------------------- ranges, names */
 
+/* A range's or a name's record: its fields, the rest zero. */
+static inline void record_fill(rec_rec *r, uint32_t thread, unsigned kind, uint64_t addr, uint64_t size,
+                               uint64_t requested, uint64_t alloc_id) {
+    *r = (rec_rec){.t = rec_ticks(), .addr = addr, .size = size, .requested = requested,
+                   .alloc_id = alloc_id, .kind = (uint16_t)kind, .thread = thread};
+}
+
+/* Written in the slot it claims (rec_ring_claim), not built on the stack and copied: a module's
+ * range is a pop and a push, ~90 a tiny PyTorch step (tests/bench/README.md, "Eighth pass").
+ * A full ring: built here, and rec_ring_push waits or drops as for any record. */
 static uint64_t push_record(unsigned kind, uint64_t addr, uint64_t size, uint64_t requested,
                             uint64_t alloc_id) {
     rec_tls *t = my_tls();
-    rec_rec r = {0};
-    r.t = rec_ticks();
-    r.kind = (uint16_t)kind;
-    r.thread = t->thread;
-    r.addr = addr;
-    r.size = size;
-    r.requested = requested;
-    r.alloc_id = alloc_id;
-    return rec_ring_push(&rec_g.ring, &r);
+    rec_ring *q = &rec_g.ring;
+    uint64_t pos;
+    rec_slot *s = rec_ring_claim(q, &pos);
+    if (__builtin_expect(s != NULL, 1)) {
+        record_fill(&s->r, t->thread, kind, addr, size, requested, alloc_id);
+        return rec_ring_publish(q, s, pos);
+    }
+    rec_rec r;
+    record_fill(&r, t->thread, kind, addr, size, requested, alloc_id);
+    return rec_ring_push(q, &r);
 }
 
 /* name_sid: the name's id when the caller has it (rec_range_push_sid), else 0 and name interned */
@@ -1038,6 +1049,40 @@ int rec_range_pop(void) {
     if (t->depth < REC_TLS_DEPTH && t->ranges[t->depth])
         push_record(REC_R_RANGE_POP, t->ranges[t->depth], 0, 0, 0);
     return (int)level;
+}
+
+/* rec_range_pop then rec_range_push_sid, the two records claimed together (one CAS); the same
+ * records, ids, parents and depths as the two calls. */
+int rec_range_swap_sid(uint32_t name_sid, const char *name) {
+    if (!ready()) return -1;
+    rec_tls *t = my_tls();
+    uint32_t popped = 0;
+    if (t->depth) {
+        t->depth--;
+        if (t->depth < REC_TLS_DEPTH) popped = t->ranges[t->depth];
+    }
+    if (!popped || !rec_g.ranges) { /* a record or none: as the two calls make it */
+        if (popped) push_record(REC_R_RANGE_POP, popped, 0, 0, 0);
+        return range_push(NULL, name, name_sid);
+    }
+    uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
+    uint32_t parent = d ? t->ranges[d - 1] : 0;
+    uint32_t id = (uint32_t)(atomic_fetch_add(&rec_g.nranges, 1) + 1);
+    uint32_t sid = name_sid ? name_sid : intern(name ? name : "");
+    rec_ring *q = &rec_g.ring;
+    uint64_t pos = rec_ring_claim_n(q, 2);
+    if (__builtin_expect(pos != UINT64_MAX, 1)) {
+        record_fill(&q->slots[pos & q->mask].r, t->thread, REC_R_RANGE_POP, popped, 0, 0, 0);
+        rec_ring_publish_n(q, pos, 0, 2);
+        record_fill(&q->slots[(pos + 1) & q->mask].r, t->thread, REC_R_RANGE_PUSH, id, parent, 0, sid);
+        rec_ring_publish_n(q, pos, 1, 2);
+    } else {
+        push_record(REC_R_RANGE_POP, popped, 0, 0, 0);
+        push_record(REC_R_RANGE_PUSH, id, parent, 0, sid);
+    }
+    if (t->depth < REC_TLS_DEPTH) t->ranges[t->depth] = id;
+    t->depth++;
+    return (int)t->depth;
 }
 
 uint64_t rec_range_start(const char *domain, const char *name) {

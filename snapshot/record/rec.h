@@ -212,6 +212,10 @@ uint32_t rec_generation(void);
 /* nvtxRangePop: closes the calling thread's innermost range. Returns the depth before the pop
  * (like nvtxRangePop's level), or -1 when there was no open range or not recording. */
 int rec_range_pop(void);
+/* rec_range_pop, then rec_range_push_sid(name_sid, name): one range in place of the innermost
+ * (PyTorch's module hooks: a module's range replaces its sibling's or its parent's), the two
+ * records claimed at once. Returns rec_range_push_sid's answer. */
+int rec_range_swap_sid(uint32_t name_sid, const char *name);
 /* nvtxRangeStart/End: a non-nested range that may end on another thread. Events do not carry
  * it. Returns an id (> 0) for rec_range_end, 0 when not recording. */
 uint64_t rec_range_start(const char *domain, const char *name);

@@ -119,6 +119,40 @@ static void events_ranges_lifetimes(void **state) {
                                   "(SELECT min(seq) FROM events WHERE seq > a.seq) WHERE b.t < a.t"), 0);
 }
 
+/* rec_range_swap_sid records what rec_range_pop then rec_range_push_sid record: with nothing
+ * open a push; else the innermost range closed (before the new one starts), the new one under
+ * the same parent, events inside it carrying it; by id or by name. */
+static void range_swap_is_pop_push(void **state) {
+    (void)state;
+    assert_int_equal(rec_range_swap_sid(0, "first"), 1); /* nothing open: a push */
+    assert_int_equal(rec_range_push(NULL, "outer"), 2);
+    assert_int_equal(rec_range_push(NULL, "a"), 3);
+    uint32_t sid_b = rec_string("b");
+    assert_true(sid_b > 0);
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(rec_range_swap_sid(i % 2 ? 0 : sid_b, i % 2 ? "a" : "b"), 3);
+        rec_event(REC_ALLOC, 0, 0, 0x1000 + i * 4096, 4096, 4096, i + 1);
+    }
+    assert_int_equal(rec_range_pop(), 3);
+    assert_int_equal(rec_range_pop(), 2);
+    assert_int_equal(rec_range_swap_sid(0, "last"), 1); /* "first" closed, "last" at the top */
+    assert_int_equal(rec_range_pop(), 1);
+    assert_int_equal(rec_range_pop(), -1);
+    rec_close();
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM ranges WHERE kind = 0 AND end_ns IS NOT NULL"), 104);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM ranges WHERE parent IS NULL AND path IN ('first', 'last')"), 2);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM ranges c JOIN ranges p ON p.id = c.parent JOIN strings s "
+                                  "ON s.id = c.name WHERE p.path = 'first/outer' AND c.path = 'first/outer/' || s.s "
+                                  "AND s.s IN ('a', 'b')"), 101);
+    /* the outer's children one after the other: each ended before the next started */
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM ranges x JOIN ranges y ON y.parent = x.parent AND y.id > x.id "
+                                  "WHERE x.path LIKE 'first/outer/%' AND y.start_ns < x.end_ns"), 0);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM ranges x JOIN ranges y ON y.path = 'last' "
+                                  "WHERE x.path = 'first' AND y.start_ns < x.end_ns"), 0);
+    assert_int_equal(snap_q(path, "SELECT count(*) FROM events e JOIN ranges r ON r.id = e.range JOIN strings s "
+                                  "ON s.id = r.name WHERE s.s = CASE WHEN e.alloc_id % 2 THEN 'b' ELSE 'a' END"), 100);
+}
+
 /* Names attach to the live allocation; what is alive at close gets death NULL. */
 static void names_and_alive_at_close(void **state) {
     (void)state;
@@ -318,6 +352,7 @@ static void start_end_cross_thread(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(events_ranges_lifetimes, setup, teardown),
+        cmocka_unit_test_setup_teardown(range_swap_is_pop_push, setup, teardown),
         cmocka_unit_test_setup_teardown(repeating_columns_read_back, setup, teardown),
         cmocka_unit_test_setup_teardown(names_and_alive_at_close, setup, teardown),
         cmocka_unit_test_setup_teardown(snapshots_oom_stats_meta, setup, teardown),
