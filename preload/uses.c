@@ -399,13 +399,42 @@ static size_t scan_words(uint64_t *w, size_t n, const struct spans *sp, const un
 }
 
 #if defined(__x86_64__)
-/* The words of p whose bit is set in mask (bit i: word i), in order. */
-__attribute__((always_inline)) static inline size_t keep_hits(uint64_t *w, size_t n,
-                                                             const unsigned char *p, unsigned mask)
+/* Compaction of a group of four words by its comparison's mask (bit i: word i): the 32-bit lanes
+ * that move the kept words, in order, to the front (vpermd), and how many are kept. */
+#define KEEP_LANES(a, b, c, d) {2 * (a), 2 * (a) + 1, 2 * (b), 2 * (b) + 1, 2 * (c), 2 * (c) + 1, 2 * (d), 2 * (d) + 1}
+static const int32_t keep_lanes[16][8] __attribute__((aligned(32))) = {
+    KEEP_LANES(0, 0, 0, 0), KEEP_LANES(0, 0, 0, 0), KEEP_LANES(1, 0, 0, 0), KEEP_LANES(0, 1, 0, 0),
+    KEEP_LANES(2, 0, 0, 0), KEEP_LANES(0, 2, 0, 0), KEEP_LANES(1, 2, 0, 0), KEEP_LANES(0, 1, 2, 0),
+    KEEP_LANES(3, 0, 0, 0), KEEP_LANES(0, 3, 0, 0), KEEP_LANES(1, 3, 0, 0), KEEP_LANES(0, 1, 3, 0),
+    KEEP_LANES(2, 3, 0, 0), KEEP_LANES(0, 2, 3, 0), KEEP_LANES(1, 2, 3, 0), KEEP_LANES(0, 1, 2, 3),
+};
+#undef KEEP_LANES
+static const unsigned char keep_count[16] = {0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4};
+/* the lanes of the kept words once moved (the first keep_count[m]): the store's mask */
+#define KEEP_STORE(k) {(k) > 0 ? -1 : 0, (k) > 1 ? -1 : 0, (k) > 2 ? -1 : 0, (k) > 3 ? -1 : 0}
+static const int64_t keep_store[16][4] __attribute__((aligned(32))) = {
+    KEEP_STORE(0), KEEP_STORE(1), KEEP_STORE(1), KEEP_STORE(2), KEEP_STORE(1), KEEP_STORE(2),
+    KEEP_STORE(2), KEEP_STORE(3), KEEP_STORE(1), KEEP_STORE(2), KEEP_STORE(2), KEEP_STORE(3),
+    KEEP_STORE(2), KEEP_STORE(3), KEEP_STORE(3), KEEP_STORE(4),
+};
+#undef KEEP_STORE
+
+/* The words of the group at p whose comparison hit (hit: all ones in a kept word's lane), in
+ * order, at w + n: the four words moved in one permutation and stored under a mask, so nothing
+ * past the kept words is written. (A whole store would leave copies of device pointers in the
+ * hook's stack buffer, where a later launch's uninitialized argument bytes may pick them up: a
+ * PyTorch kernel's partly filled metadata struct then carries more candidate words than before,
+ * and the recording's word records and sequence numbers move.) */
+__attribute__((target("avx2"), always_inline)) static inline size_t keep4(uint64_t *w, size_t n,
+                                                                         const unsigned char *p,
+                                                                         __m256i hit)
 {
-    for (; mask; mask &= mask - 1)
-        memcpy(&w[n++], p + 8 * (unsigned)__builtin_ctz(mask), 8);
-    return n;
+    unsigned m = (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(hit));
+    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    __m256i lanes = _mm256_load_si256((const __m256i *)(const void *)keep_lanes[m]);
+    __m256i store = _mm256_load_si256((const __m256i *)(const void *)keep_store[m]);
+    _mm256_maskstore_epi64((long long *)(void *)(w + n), store, _mm256_permutevar8x32_epi32(v, lanes));
+    return n + keep_count[m];
 }
 
 /* both: test the host span too (a program with pinned host memory); without it, the device
@@ -415,8 +444,10 @@ __attribute__((always_inline)) static inline size_t keep_hits(uint64_t *w, size_
  * (MIN - lo) (adding the sign bit flips it): one addition and one signed comparison a vector.
  * Sixteen words are tested at once (four vectors, their hits or-ed, one test and one branch),
  * since a launch's words are rarely candidates (an offset calculator's divisors and strides,
- * sizes); in a block with a hit, the comparison's own mask says which words to keep (the same
- * test as the scalar loop's, exact), in order; the words past the last group of four go through
+ * sizes); in a block with a hit, each group's comparison mask says which words to keep (the same
+ * test as the scalar loop's, exact), in order, moved into place by one permutation a group (keep4:
+ * a foreach launch's pointer lists hit in every group, and a word at a time cost ~7 instructions
+ * a kept word, a group ~6 whatever it keeps); the words past the last group of four go through
  * the scalar loop. A zero is never a candidate (no span starts at 0), so the zero words that
  * fill an offset calculator's unused dimensions need no test of their own. */
 __attribute__((target("avx2"), always_inline)) static inline __m256i
@@ -445,15 +476,15 @@ scan_avx2_spans(uint64_t *w, size_t n, const struct spans *sp, const unsigned ch
         __m256i hit = _mm256_or_si256(_mm256_or_si256(h0, h1), _mm256_or_si256(h2, h3));
         if (__builtin_expect(_mm256_testz_si256(hit, hit), 1))
             continue;
-        n = keep_hits(w, n, p,
-                      (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(h0)) |
-                          (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(h1)) << 4 |
-                          (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(h2)) << 8 |
-                          (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(h3)) << 12);
+        n = keep4(w, n, p, h0);
+        n = keep4(w, n, p + 32, h1);
+        n = keep4(w, n, p + 64, h2);
+        n = keep4(w, n, p + 96, h3);
     }
     for (; i + 4 <= words; i += 4) {
         __m256i hit = hits4(base + 8 * i, dbias, dlen, hbias, hlen, both);
-        n = keep_hits(w, n, base + 8 * i, (unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(hit)));
+        if (!_mm256_testz_si256(hit, hit))
+            n = keep4(w, n, base + 8 * i, hit);
     }
     return scan_words_spans(w, n, sp, base + 8 * i, words - i, both);
 }

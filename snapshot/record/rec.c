@@ -947,7 +947,23 @@ uint64_t rec_launch(const rec_launch_info *li) {
     uint64_t pos = rec_ring_claim_n(q, nrec);
     if (__builtin_expect(pos != UINT64_MAX, 1)) { /* the usual: room for all, written in place */
         uint32_t chunk = 0;
-        for (size_t i = 0; i < n; i += per, chunk++) {
+        size_t i = 0;
+        if (!li->access) { /* a kernel's full records of six words: nothing but copies */
+            const uint64_t *w = li->words;
+            uint32_t thread = t->thread;
+            for (; i + REC_WORDS_PER_REC_T <= n; i += REC_WORDS_PER_REC_T, chunk++) {
+                rec_rec *r = &q->slots[(pos + chunk) & q->mask].r;
+                memcpy(&r->addr, w + i, REC_WORDS_PER_REC * sizeof(uint64_t));
+                r->t = w[i + REC_WORDS_PER_REC];
+                r->kind = REC_R_WORDS;
+                r->device = (int16_t)(REC_WORDS_PER_REC_T | REC_WORDS_T_WORD);
+                r->thread = thread;
+                r->stack = tag;
+                r->range = chunk;
+                rec_ring_publish_n(q, pos, chunk, nrec);
+            }
+        }
+        for (; i < n; i += per, chunk++) { /* the last, partial record; or copies' access bytes */
             launch_words_fill(&q->slots[(pos + chunk) & q->mask].r, li, i, n, per, t->thread, tag, chunk);
             rec_ring_publish_n(q, pos, chunk, nrec);
         }

@@ -24,6 +24,15 @@
  *                        a struct {pointer into N4, int, pointer into N5}; a host pointer (to
  *                        the stack). N_unused is allocated and never passed
  *   uses_app narrow pinned  the same with the host pointer into a pinned buffer N_pinned
+ *   uses_app groups      two launches whose one parameter holds pointers in groups of four words
+ *                        in every pattern: the sixteen patterns of a group (pattern g: a pointer
+ *                        at word j when bit j of g is set) in four blocks of sixteen words, then
+ *                        three groups (11, 6, 15) and three single words (pointer, size,
+ *                        pointer), among sizes: 43 pointers. k_groups' parameter is those 79
+ *                        words (it fits the hook's stack buffer), into G00..G42; k_groups_wide's
+ *                        is 400 words, the same 79 from word 301 (sizes before), into H00..H42
+ *   uses_app groups pinned  the same with a pinned host buffer allocated first (the scan tests
+ *                        the host span too)
  *   uses_app phases      NVTX phases of every kind (tests/integration/preload_nvtx.sh's table):
  *                        per case an allocation K_<case> kept to the end (its size says the
  *                        case: 1..6 MiB) and one T_<case> memset and freed inside the case —
@@ -355,6 +364,57 @@ static void narrow(int pinned)
     launches++;
 }
 
+enum { GROUP_WORDS = 79, GROUP_PTRS = 43, GROUP_WIDE_WORDS = 400, GROUP_WIDE_AT = 301 };
+static void k_groups(void **p) { (void)p; }
+
+/* The 79 words of `groups` at w, pointers into allocations <prefix>00..<prefix>42 */
+static void group_words(uint64_t *w, char prefix)
+{
+    static const unsigned tail[] = {11, 6, 15};
+    int k = 0;
+    for (int i = 0; i < GROUP_WORDS; i++)
+        w[i] = (uint64_t)i * 8 + 1; /* a size: never in a span */
+    for (int g = 0; g < 16 + 3; g++)
+        for (int j = 0; j < 4; j++)
+            if ((g < 16 ? (unsigned)g : tail[g - 16]) >> j & 1) {
+                char name[16];
+                snprintf(name, sizeof name, "%c%02d", prefix, k);
+                w[4 * g + j] = (uint64_t)(uintptr_t)((char *)dev_alloc(name, 4096) + 8 * (k % 9));
+                k++;
+            }
+    for (int i = 4 * 19; i < GROUP_WORDS; i += 2) {
+        char name[16];
+        snprintf(name, sizeof name, "%c%02d", prefix, k++);
+        w[i] = (uint64_t)(uintptr_t)dev_alloc(name, 4096);
+    }
+    if (k != GROUP_PTRS) {
+        printf("uses_app: groups made %d pointers, not %d\n", k, GROUP_PTRS);
+        bad++;
+    }
+}
+
+static void groups(int pinned)
+{
+    if (pinned) {
+        void *h = NULL;
+        RT(cudaMallocHost(&h, 4096));
+    }
+    static uint64_t arg[GROUP_WORDS], wide_arg[GROUP_WIDE_WORDS];
+    group_words(arg, 'G');
+    for (int i = 0; i < GROUP_WIDE_AT; i++)
+        wide_arg[i] = (uint64_t)i * 8 + 3;
+    group_words(wide_arg + GROUP_WIDE_AT, 'H');
+    for (int i = GROUP_WIDE_AT + GROUP_WORDS; i < GROUP_WIDE_WORDS; i++)
+        wide_arg[i] = 0;
+    size_t sz[] = {sizeof arg}, szw[] = {sizeof wide_arg};
+    CUfunction f = kernel("k_groups", k_groups, 1, sz), fw = kernel("k_groups_wide", k_groups, 1, szw);
+    void *args[] = {arg}, *wargs[] = {wide_arg};
+    dim3 g = {1, 1, 1}, b = {1, 1, 1};
+    RT(cudaLaunchKernel((const void *)f, g, b, args, 0, 0));
+    RT(cudaLaunchKernel((const void *)fw, g, b, wargs, 0, 0));
+    launches += 2;
+}
+
 /* ---- NVTX phases -------------------------------------------------------------------------- */
 
 /* K_<c> (mib MiB, kept to the end) and T_<c> (4 KiB, memset and freed here) */
@@ -419,6 +479,8 @@ int main(int argc, char **argv)
     }
     else if (!strcmp(mode, "narrow"))
         narrow(argc > 2 && !strcmp(argv[2], "pinned"));
+    else if (!strcmp(mode, "groups"))
+        groups(argc > 2 && !strcmp(argv[2], "pinned"));
     else if (!strcmp(mode, "phases"))
         phases();
     else if (!strcmp(mode, "sleep"))

@@ -85,6 +85,14 @@ DB=$TMP/narrowp.db
 run_app "$DB" "$TMP/narrowp.out" "$APPS/uses_app" narrow pinned || { fail "uses_app narrow pinned"; cat "$TMP/narrowp.out" "$TMP/narrowp.out.err"; }
 check_eq "narrow pinned: k_narrow uses exactly N0..N5 and N_pinned" "$(used_names "$DB" k_narrow)" "N0 N1 N2 N3 N4 N5 N_pinned"
 
+# ---- pointers in every pattern of a group of four words (the scan keeps a group's hits by its mask)
+for m in "" pinned; do
+  DB=$TMP/groups$m.db
+  run_app "$DB" "$TMP/groups$m.out" "$APPS/uses_app" groups $m || { fail "uses_app groups $m"; cat "$TMP/groups$m.out" "$TMP/groups$m.out.err"; }
+  check_eq "groups${m:+ $m}: k_groups uses exactly G00..G42" "$(used_names "$DB" k_groups)" "$(printf 'G%02d\n' $(seq 0 42) | paste -sd ' ')"
+  check_eq "groups${m:+ $m}: k_groups_wide uses exactly H00..H42" "$(used_names "$DB" k_groups_wide)" "$(printf 'H%02d\n' $(seq 0 42) | paste -sd ' ')"
+done
+
 # ---- copies and memsets: direction -------------------------------------------------------------
 # acc DB NAME OP: the distinct access flags of one allocation's uses by copies (op 1) or memsets (2)
 acc() { q "$1" "SELECT group_concat(access) FROM (SELECT DISTINCT u.access FROM uses u
