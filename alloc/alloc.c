@@ -2897,8 +2897,10 @@ int alloc_set_memory_fraction(alloc_t *a, double fraction, size_t *cap)
     if (!a || !(fraction >= 0 && fraction <= 1)) return ALLOC_ERR_INVALID;
     LOCK(a);
     size_t c = (size_t)(fraction * (double)a->capacity); /* PyTorch's setMemoryFraction */
-    a->cfg.limit = alloc_fraction_limit(c, fraction >= 1, a->conf_limit);
-    a->fraction_bound = a->cfg.limit < a->conf_limit;
+    /* PyTorch's rule: the call replaces the fraction in force, the key's share included */
+    a->cfg.limit = alloc_fraction_limit(c, fraction >= 1, a->bytes_limit);
+    a->fraction_bound = a->cfg.limit < a->bytes_limit;
+    a->key_bound = false;
     a->cfg.memory_fraction = fraction;
     UNLOCK(a);
     if (cap) *cap = c;
@@ -3019,10 +3021,9 @@ int alloc_create(const alloc_backend_t *be, const alloc_config_t *cfg, alloc_t *
         a->capacity = t;
     else
         a->capacity = (size_t)1 << 40;
-    size_t bytes_limit = a->cfg.limit;
+    a->bytes_limit = a->cfg.limit;
     a->cfg.limit = alloc_conf_limit(&a->cfg, a->capacity); /* the key's share: PyTorch's */
-    a->conf_limit = a->cfg.limit;
-    a->key_bound = a->cfg.limit < bytes_limit;
+    a->key_bound = a->cfg.limit < a->bytes_limit;
     a->cfg.handle_size = round_up(a->cfg.handle_size ? a->cfg.handle_size : a->gran, a->gran);
     a->cfg.handle_size_small =
         round_up(a->cfg.handle_size_small ? a->cfg.handle_size_small : a->gran, a->gran);

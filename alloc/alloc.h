@@ -177,9 +177,11 @@ typedef struct alloc_config {
      * the block's rounded end faults instead of corrupting a neighbour. Nothing is cached (each
      * free gives its pages back once its stream work is done). Needs the virtual-memory calls. */
     bool guard;
-    /* per_process_memory_fraction (PyTorch's key; torch.cuda.set_per_process_memory_fraction):
-     * at most this share of the device's memory is reserved (the allocator's limit becomes
-     * fraction x device memory, or the limit if that is lower); < 0: not set (default) */
+    /* per_process_memory_fraction (PyTorch's key): the device's starting per-process memory
+     * fraction, as in PyTorch: at most this share of the device's memory is reserved (the
+     * allocator's limit becomes fraction x device memory, or the limit if that is lower) until
+     * the program's torch.cuda.set_per_process_memory_fraction replaces it, either way
+     * (alloc_set_memory_fraction); < 0: not set (default) */
     double memory_fraction;
     /* PyTorch keys the configuration named that gpumem accepts and does not model (bits;
      * alloc_config_unmodelled names them) */
@@ -392,18 +394,20 @@ int alloc_set_limit(alloc_t *a, size_t limit);
 
 /* The program's torch.cuda.set_per_process_memory_fraction with this allocator as PyTorch's: from
  * now on reserved memory is capped at fraction x the device's total memory (as PyTorch computes
- * it, truncated; 0: nothing may be reserved), or at the configured limit (GPUMEM_LIMIT, the limit
- * and per_process_memory_fraction keys) where that is lower; a later call replaces it, and a
- * fraction of 1 leaves the configured limit alone. What is reserved already stays, as with
- * alloc_set_limit. *cap (may be NULL): the fraction's bytes. ALLOC_OK, or ALLOC_ERR_INVALID (no
- * allocator, a fraction outside [0, 1]). */
+ * it, truncated; 0: nothing may be reserved), or at the limit in bytes (GPUMEM_LIMIT, the limit
+ * key) where that is lower. As in PyTorch, the call replaces the fraction in force, in either
+ * direction: the per_process_memory_fraction key's share (only the device's starting fraction)
+ * and an earlier call's alike; a fraction of 1 leaves the limit in bytes alone
+ * (alloc_fraction_limit). What is reserved already stays, as with alloc_set_limit. *cap (may be
+ * NULL): the fraction's bytes. ALLOC_OK, or ALLOC_ERR_INVALID (no allocator, a fraction outside
+ * [0, 1]). */
 int alloc_set_memory_fraction(alloc_t *a, double fraction, size_t *cap);
 
-/* The configured limit on a device of total bytes: cfg->limit (GPUMEM_LIMIT, the limit key), or
- * the per_process_memory_fraction key's share of total (truncated, as PyTorch computes it) where
- * that is lower. The one place of the rule: alloc_create applies it to the device's total, and a
- * reader that replays a recording's fractions applies it to the recorded device's
- * (gm_replay_trace_load_tap), as the conf_limit of alloc_fraction_limit. */
+/* The limit before any per-process memory fraction call, on a device of total bytes: cfg->limit
+ * (GPUMEM_LIMIT, the limit key), or the per_process_memory_fraction key's share of total
+ * (truncated, as PyTorch computes it) where that is lower. With alloc_fraction_limit, the one
+ * place of the rule: alloc_create applies it to the device's total, and alloc_replay to the
+ * recorded device's (alloc_replay_opts.device_total). */
 static inline size_t alloc_conf_limit(const alloc_config_t *cfg, size_t total)
 {
     if (cfg->memory_fraction < 0) return cfg->limit;
@@ -411,14 +415,16 @@ static inline size_t alloc_conf_limit(const alloc_config_t *cfg, size_t total)
     return share < cfg->limit ? share : cfg->limit;
 }
 
-/* The limit a per-process memory fraction leaves in force: its cap (bytes) where the fraction is
- * under 1 (whole: false) and the cap is below the configured limit conf_limit (alloc_conf_limit),
- * else conf_limit (a fraction of 1 gives the configured limit back). The one place of the rule:
- * alloc_set_memory_fraction applies it, and so does a reader that replays a recording's fractions
- * under the limit it ran with (gm_replay_trace_load_tap). */
-static inline size_t alloc_fraction_limit(size_t cap, bool whole, size_t conf_limit)
+/* The limit a per-process memory fraction call leaves in force: its cap (bytes) where the fraction
+ * is under 1 (whole: false) and the cap is below the limit in bytes bytes_limit (cfg->limit as
+ * configured: GPUMEM_LIMIT, the limit key; ALLOC_NO_LIMIT: none), else bytes_limit. The
+ * per_process_memory_fraction key plays no part: as in PyTorch it is only the starting fraction,
+ * which the call replaces in either direction (alloc_conf_limit before the first call). The one
+ * place of the rule: alloc_set_memory_fraction applies it, and so does a reader that replays a
+ * recording's fractions under the limit it ran with (gm_replay_trace_load_tap). */
+static inline size_t alloc_fraction_limit(size_t cap, bool whole, size_t bytes_limit)
 {
-    return !whole && cap < conf_limit ? cap : conf_limit;
+    return !whole && cap < bytes_limit ? cap : bytes_limit;
 }
 
 /* Raw code of the last backend failure (0 if none). */
@@ -487,9 +493,9 @@ typedef enum alloc_limit_from {
     ALLOC_LIMIT_NONE = 0, /* no limit */
     ALLOC_LIMIT_BYTES,    /* alloc_config_t.limit (GPUMEM_LIMIT, the limit key), or alloc_set_limit's */
     ALLOC_LIMIT_KEY,      /* the per_process_memory_fraction key's share of the device
-                             (alloc_conf_limit), below the limit in bytes */
+                             (alloc_conf_limit), below the limit in bytes; no call replaced it */
     ALLOC_LIMIT_FRACTION, /* alloc_set_memory_fraction's (the program's
-                             set_per_process_memory_fraction), below the configured limit */
+                             set_per_process_memory_fraction), below the limit in bytes */
 } alloc_limit_from_t;
 
 /* OOM forensics, filled at the last failed alloc_malloc. */
@@ -621,8 +627,9 @@ typedef enum alloc_trace_kind {
      * frees the cache and retries, then is an OOM. The fraction caps whichever allocator is
      * PyTorch's: its own (the pytorch presets), or gpumem's as its CUDAPluggableAllocator
      * (gpumem_torch_memory_fraction, recorded as event 37 flag 4096), so gpumem's and nocache's
-     * replays keep it too; a reader that judges configurations under the recorded limit gives
-     * the lower of the fraction's cap and that limit (alloc_fraction_limit). */
+     * replays keep it too; a reader that judges configurations under the recorded limit in bytes
+     * gives the lower of the fraction's cap and that limit (alloc_fraction_limit: the fraction
+     * replaces the per_process_memory_fraction key's share, as in PyTorch). */
     ALLOC_TR_LIMIT = 7,
     /* ag <id> <size> [stream]: a device allocation made outside the framework's allocator that
      * the recording's own allocator served from its pool (gpumem as PyTorch's pluggable

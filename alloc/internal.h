@@ -282,11 +282,12 @@ struct alloc {
     bool events; /* backend tracks events */
     size_t gran;
     size_t capacity; /* device total bytes */
-    size_t conf_limit; /* the configured limit (cfg.limit at create), below which
-                          alloc_set_memory_fraction caps */
-    bool fraction_bound; /* cfg.limit is alloc_set_memory_fraction's, below conf_limit */
-    bool key_bound;      /* conf_limit is the per_process_memory_fraction key's share of the
-                            device, below the limit in bytes (alloc_conf_limit) */
+    size_t bytes_limit; /* the limit in bytes configured (GPUMEM_LIMIT, the limit key), the
+                           ceiling of every per-process memory fraction: the key's share at
+                           create (alloc_conf_limit), then the calls' (alloc_fraction_limit) */
+    bool fraction_bound; /* cfg.limit is alloc_set_memory_fraction's, below bytes_limit */
+    bool key_bound;      /* cfg.limit is the per_process_memory_fraction key's share of the
+                            device, below bytes_limit (alloc_conf_limit); no call replaced it */
 
     sstate_t **streams;
     size_t nstreams, cap_streams;

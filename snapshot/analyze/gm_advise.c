@@ -129,6 +129,9 @@ int adv_torch_cache_row(adv_model *m, int kind, uint64_t flags, uint64_t alloc_i
     case REC_TORCH_EMPTY_CACHE:
         return adv_add_release(m, t, evcap) < 0 ? -1 : 1;
     case REC_TORCH_MEMORY_FRACTION:
+        /* the key's fraction at the start is the configuration's, no cap the program set: advise
+         * drops it with the key (adv_cfg_uncapped), frag and tune apply the key themselves */
+        if (flags & REC_F_FRACTION_START) return 1;
         return adv_add_limit(m, t, size, requested, evcap) < 0 ? -1 : 1;
     default:
         return 0;

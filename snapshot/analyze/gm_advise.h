@@ -275,7 +275,8 @@ int adv_add_pool_release(adv_model *m, int kind, uint64_t alloc_id, uint32_t str
  * adv_add_release: once per run of them); torch_empty_cache (36), the program's own call (the
  * cache released, also where it gave nothing back when recorded); torch_memory_fraction (37), its
  * per-process memory fraction (adv_add_limit: size the cap, requested the fraction in
- * millionths). The row's columns as named. 1 one of those (its events appended, possibly none),
+ * millionths), except the key's at the start (REC_F_FRACTION_START: no event; the configuration's
+ * key is that cap, which advise drops and frag and tune apply). The row's columns as named. 1 one of those (its events appended, possibly none),
  * 0 a row of another kind (nothing done), -1 out of memory. */
 int adv_torch_cache_row(adv_model *m, int kind, uint64_t flags, uint64_t alloc_id, uint32_t stream, uint64_t t,
                         uint64_t size, uint64_t requested, size_t *evcap, adv_pool_ids *ids);

@@ -1508,11 +1508,16 @@ int gm_advise_main(int argc, char **argv)
         if (c.m.torch == 1) {
             snprintf(c.notes[c.nnotes++], sizeof c.notes[0],
                      "a PyTorch recording: predicted peaks are PyTorch's own (%s: its tensors replayed under its "
-                     "allocator's policy, %.300s); the device held %" PRIu64 " bytes more at its peak reserved "
+                     "allocator's policy, %.300s%s); the device held %" PRIu64 " bytes more at its peak reserved "
                      "(libraries' workspaces, gpumem's cache)",
                      reset.count ? "the whole run's, not its max_memory_allocated/_reserved() after its reset"
                                  : "what torch.cuda.max_memory_allocated and max_memory_reserved print",
-                     c.m.config, c.m.device_peak_reserved > c.m.rec_peak_reserved
+                     c.m.config,
+                     /* adv_cfg_uncapped: the key is a cap the program did not set while running */
+                     strstr(c.m.config, "per_process_memory_fraction") ? ", less its per_process_memory_fraction "
+                                                                         "key, a cap: not in the predictions"
+                                                                       : "",
+                     c.m.device_peak_reserved > c.m.rec_peak_reserved
                                      ? c.m.device_peak_reserved - c.m.rec_peak_reserved : 0);
             /* a reset of PyTorch's peak stats: what its max_memory_*() say then, and since when */
             if (reset.count && (size_t)c.nnotes < sizeof c.notes / sizeof *c.notes)

@@ -202,18 +202,17 @@ int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *t
     if (conf[0] && alloc_config_parse_recorded(&rc, conf, NULL, 0) == ALLOC_OK)
         am->cfg.limit = rc.limit, am->cfg.memory_fraction = rc.memory_fraction;
     /* the per-process memory fractions gpumem's allocator applied (the load's ADV_EV_LIMIT events
-     * of a gpumem recording) under the configured limit, as alloc_set_memory_fraction applied
-     * them (alloc_fraction_limit; ADV_LIMIT_MAX: a fraction of 1): the configured limit is the
-     * allocator's, the per_process_memory_fraction key's share of the recorded device's total
-     * included (alloc_conf_limit; frag's and tune's replays take the key's share of it too) */
+     * of a gpumem recording) under the limit in bytes, as alloc_set_memory_fraction applied them
+     * (alloc_fraction_limit; ADV_LIMIT_MAX: a fraction of 1): each replaces the
+     * per_process_memory_fraction key's share of the recorded device's total, which frag's and
+     * tune's replays start from (alloc_conf_limit of alloc_replay_opts.device_total) */
     if (rc.memory_fraction >= 0) am->device_total = recorded_device_total(d);
-    size_t conf_limit = am->device_total ? alloc_conf_limit(&rc, (size_t)am->device_total) : rc.limit;
     if (am->torch != 1)
         for (size_t i = 0; i < am->nevs; i++) {
             adv_ev *e = &am->evs[i];
             if (e->kind != ADV_EV_LIMIT) continue;
             uint64_t cap = adv_ev_limit(e);
-            adv_ev_set_limit(e, alloc_fraction_limit((size_t)cap, cap == ADV_LIMIT_MAX, conf_limit));
+            adv_ev_set_limit(e, alloc_fraction_limit((size_t)cap, cap == ADV_LIMIT_MAX, rc.limit));
         }
     if (add_ooms(d, am) != 0) {
         adv_model_free(am);

@@ -367,7 +367,8 @@ typedef struct titem {
     uint32_t tframes_n;
     const char *name;   /* TA_NAME */
     int action, device;
-    unsigned flags;     /* REC_F_PRIVATE_POOL: in a private pool (pool_id other than (0, 0)) */
+    unsigned flags;     /* REC_F_PRIVATE_POOL: in a private pool (pool_id other than (0, 0));
+                           TA_FRACTION: REC_F_FRACTION_START, the key's at the start */
     uint64_t pool;      /* that pool, as one number (0: the default pool) */
     size_t order;       /* PyTorch's own order, across devices by time */
     uint64_t ord;       /* TA_ALLOC: how many allocations its device's trace made before it */
@@ -1251,8 +1252,9 @@ static void stamp_set(merge *m, titem *t, uint64_t w, uint64_t xseq, uint64_t tn
  * t_ns 0 where no tracker ran: ("empty_cache", ..., 0, ...) for torch.cuda.empty_cache(), whose
  * trace entries are only the segments it gave back (none under expandable segments, where it
  * unmapped nothing: the call itself is what another configuration's replay needs), and
- * ("memory_fraction", ..., bytes, ..., millionths) for set_per_process_memory_fraction (or the
- * fraction at the start): bytes PyTorch's cap on reserved, and ("reset_peak", ..., 0, ...) for
+ * ("memory_fraction", ..., bytes, ..., millionths[, "start"]) for set_per_process_memory_fraction,
+ * or with "start" the fraction in force when CUDA started (PYTORCH_CUDA_ALLOC_CONF's key: flagged
+ * REC_F_FRACTION_START): bytes PyTorch's cap on reserved, and ("reset_peak", ..., 0, ...) for
  * torch.cuda.reset_peak_memory_stats(), which PyTorch's trace does not show either (its
  * max_memory_*() count from there). A mark of another shape is skipped. */
 static int marks_collect(merge *m, const gpk_val *marks, int64_t start_unix_ns)
@@ -1279,6 +1281,8 @@ static int marks_collect(merge *m, const gpk_val *marks, int64_t start_unix_ns)
         t->device = (int)dev;
         t->size = value;
         t->requested = millionths;
+        const char *tag = action == TA_FRACTION && r->len >= 8 ? gpk_as_str(r->items[7]) : NULL;
+        if (tag && !strcmp(tag, "start")) t->flags = REC_F_FRACTION_START;
         stamp_set(m, t, w, xseq, tn, start_unix_ns);
     }
     return 0;

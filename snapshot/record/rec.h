@@ -165,6 +165,14 @@ enum rec_devinfo_when {
  * allocator trace (merged, or imported), or from gpumem's allocator as PyTorch's, capped by the
  * program's fraction (gpumem_torch_memory_fraction) */
 #define REC_F_OOM_FRACTION 0x100u
+/* REC_TORCH_MEMORY_FRACTION only (the merge's, not flagged REC_F_FRAMEWORK): the fraction in
+ * force when CUDA started, PYTORCH_CUDA_ALLOC_CONF's per_process_memory_fraction key (PyTorch's
+ * starting fraction, which the recorded configuration holds too), not a
+ * set_per_process_memory_fraction call of the program's. advise leaves it out of its predictions
+ * as it leaves the key out (adv_cfg_uncapped); frag and tune take the key's share from the
+ * configuration. Recordings before it have the note unflagged, read as a call. (Not 0x100 or
+ * 0x200: the sweep counts those as cache hits and misses on every kind.) */
+#define REC_F_FRACTION_START 0x400u
 /* REC_OOM only: its ooms row's limit_bytes is the per_process_memory_fraction key's share of the
  * device (GPUMEM_CONF), below the limit in bytes (GPUMEM_LIMIT, the limit key), if any: the key
  * is what to raise. With REC_F_OOM_FRACTION (PyTorch's own allocator's OOM, merged): the fraction

@@ -62,5 +62,6 @@ ALL_TARGETS += $(BUILD)/tests/torch/abort_stacks.so
 BENCHES += tests/bench/torch_rec_instr.sh
 # PYTORCH_CUDA_ALLOC_CONF's per_process_memory_fraction key under PyTorch's own allocator: every
 # reader names the key as the OOM's cap (a call replacing it, the call), tune's and frag's
-# replays meet the recorded OOM (torch_fraction_key.sh)
+# replays meet the recorded OOM; one rule for the key and a call in gpumem's allocator, its
+# replays and tune's recommendation, and advise leaves the key's at-start note out (torch_fraction_key.sh)
 SCRIPT_TESTS += tests/torch/torch_fraction_key.sh

@@ -15,14 +15,14 @@
 #   - set_per_process_memory_fraction (called twice) caps gpumem's allocator at the fraction of the
 #     device's total: a request over it raises torch.OutOfMemoryError naming the fraction, the OOM
 #     is recorded with the fraction's limit (flag 256: report's binding constraint "fraction") and
-#     the calls as events 37 (flag 4096); GPUMEM_LIMIT, where lower, stays the limit, and so does
-#     the per_process_memory_fraction key's share (GPUMEM_CONF) of the device, where lower, with
-#     or without a fraction set at run time: frag's and tune's replays of the recording meet the
-#     OOM under that limit too (before, they capped the runtime fraction at the limit key alone,
-#     took the key's share of their own 80 GiB device instead of the recorded 79.11 GiB, and
-#     tune's presets dropped the key: each fitted the request); in GPUMEM_MODE=record (the driver
-#     serves) it is said ignored once, kept in meta ignored.*. Before, it was said ignored under
-#     every mode and the 400 MiB were served;
+#     the calls as events 37 (flag 4096); GPUMEM_LIMIT, where lower, stays the limit; the
+#     per_process_memory_fraction key's share (GPUMEM_CONF) of the device is the limit until a
+#     call replaces it, as in PyTorch (fraction-key: a call below the key's share is the bound;
+#     one above it, torch_fraction_key.sh); frag's and tune's replays of the recording meet the
+#     OOM under that limit too (before, they took the key's share of their own 80 GiB device
+#     instead of the recorded 79.11 GiB, and tune's presets dropped the key: each fitted the
+#     request); in GPUMEM_MODE=record (the driver serves) it is said ignored once, kept in meta
+#     ignored.*. Before, it was said ignored under every mode and the 400 MiB were served;
 #   - PyTorch's emptyCache called by its C entry point (torch._C._cuda_emptyCache) empties gpumem's
 #     cache as torch.cuda.empty_cache does: one event 36 (flag 4096) each. Before, only the Python
 #     name was wrapped: one event for the two calls;
@@ -47,7 +47,6 @@ ln -s "$(realpath preload)" "$tmp/nolib/preload"
 # the fraction's cap: 0.002 of the h100-80g profile's 81008 MiB (gpumem record's default profile on
 # the virtual GPU), truncated as PyTorch's setMemoryFraction does
 cap=$(( 81008 * 1048576 * 2 / 1000 ))
-cap10=$(( 81008 * 1048576 / 100 )) # the fraction-key row's runtime fraction, 0.01
 # NAME | gpumem | ENV | ARGS | stdout wants (egrep, each ;-separated) | stderr wants, said once ("!": never)
 # | ooms rows: count:requested:limit | SQL checks on the recording (each ;-separated, QUERY=WANT)
 table=(
@@ -55,7 +54,7 @@ table=(
   "limit|$G|GPUMEM_LIMIT=67108864|oom 100|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 100.00 MiB on device 0.* its limit is 64.00 MiB;raise GPUMEM_LIMIT: the limit it sets was the bound;^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]||1:104857600:67108864|SELECT flags FROM events WHERE kind = 13=0"
   "fraction|$G||fraction 0.002|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 400.00 MiB on device 0.* its limit is 162.02 MiB;raise the per-process memory fraction \(torch.cuda.set_per_process_memory_fraction\);^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]|!is ignored|1:419430400:$cap|SELECT count(*) FROM events WHERE kind = 37 AND flags = 4096 AND size = $cap AND requested = 2000=2;SELECT flags FROM events WHERE kind = 13=256"
   "fraction-limit|$G|GPUMEM_LIMIT=67108864|fraction 0.002|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 400.00 MiB on device 0.* its limit is 64.00 MiB.*raise GPUMEM_LIMIT;^IS_OOM 1;^AGAIN 0x|!is ignored|1:419430400:67108864|SELECT count(*) FROM events WHERE kind = 37 AND flags = 4096=2;SELECT flags FROM events WHERE kind = 13=0"
-  "fraction-key|$G|GPUMEM_CONF=per_process_memory_fraction:0.002|fraction 0.01|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 400.00 MiB on device 0.* its limit is 162.02 MiB;raise the per_process_memory_fraction key of GPUMEM_CONF: the limit it sets was the bound;^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]|!is ignored|1:419430400:$cap|SELECT count(*) FROM events WHERE kind = 37 AND flags = 4096 AND size = $cap10 AND requested = 10000=2;SELECT flags FROM events WHERE kind = 13=512"
+  "fraction-key|$G|GPUMEM_CONF=per_process_memory_fraction:0.01|fraction 0.002|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 400.00 MiB on device 0.* its limit is 162.02 MiB;raise the per-process memory fraction \(torch.cuda.set_per_process_memory_fraction\);^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]|!is ignored|1:419430400:$cap|SELECT count(*) FROM events WHERE kind = 37 AND flags = 4096 AND size = $cap AND requested = 2000=2;SELECT flags FROM events WHERE kind = 13=256"
   "key-limit|$G|GPUMEM_CONF=per_process_memory_fraction:0.002 GPUMEM_LIMIT=1073741824|oom 400|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 400.00 MiB on device 0.* its limit is 162.02 MiB;raise the per_process_memory_fraction key of GPUMEM_CONF: the limit it sets was the bound;^IS_OOM 1||1:419430400:$cap|SELECT flags FROM events WHERE kind = 13=512"
   "key|$G|GPUMEM_CONF=per_process_memory_fraction:0.5|oom 40700|^RAISED torch.OutOfMemoryError . CUDA out of memory. Tried to allocate 39.75 GiB on device 0.* its limit is 39.55 GiB;raise the per_process_memory_fraction key of GPUMEM_CONF: the limit it sets was the bound;^IS_OOM 1;^AGAIN 0x[0-9a-f]*[1-9a-f]||1:42677043200:$(( 81008 * 1048576 / 2 ))|SELECT flags FROM events WHERE kind = 13=512"
   "fraction-record|$G|GPUMEM_MODE=record|fraction 0.002|^FIT 0x;^AGAIN 0x|^gpumem: torch.cuda.set_per_process_memory_fraction=0.002 \(device 0\) is ignored: GPUMEM_MODE=record|0::|SELECT count(*) FROM events WHERE kind = 37=0"
@@ -103,7 +102,8 @@ done
 # too: "raise GPUMEM_LIMIT if it is the bound", even with no limit at all)
 keyk="the per_process_memory_fraction key of GPUMEM_CONF"
 for want in "limit|GPUMEM_LIMIT|GPUMEM_LIMIT" "fraction|per_process_memory_fraction|PyTorch's per-process memory fraction (torch.cuda.set_per_process_memory_fraction)" \
-            "fraction-key|GPUMEM_CONF:per_process_memory_fraction|$keyk" "key|GPUMEM_CONF:per_process_memory_fraction|$keyk" \
+            "fraction-key|per_process_memory_fraction|PyTorch's per-process memory fraction (torch.cuda.set_per_process_memory_fraction)" \
+            "key|GPUMEM_CONF:per_process_memory_fraction|$keyk" \
             "key-limit|GPUMEM_CONF:per_process_memory_fraction|$keyk" "device|null|"; do
   IFS='|' read -r name from knob <<< "$want"
   got=$("$G" report --json "$tmp/$name.db" 2>/dev/null | jq -r '.ooms[0].limit_from')
@@ -126,10 +126,9 @@ key=torch.cuda.set_per_process_memory_fraction
 "$G" report --json "$tmp/fraction-record.db" 2>/dev/null | jq -e --arg k "$key" '.ignored_settings[$k] | test("GPUMEM_MODE=record")' > /dev/null \
   && ok "fraction-record: report's ignored_settings names it" || bad "fraction-record: report's ignored_settings: $("$G" report --json "$tmp/fraction-record.db" | jq -c .ignored_settings)"
 # the replay sees the limit the run had: every configuration tune judges, and frag's replay of the
-# recorded one, meet the OOM: under the fraction; under the per_process_memory_fraction key's
-# share where a looser fraction is set at run time (fraction-key: the replay capped the fraction at
-# the limit key alone and fitted the 400 MiB in the runtime fraction's 810 MiB); under the key's
-# share of the recorded device, 79.11 GiB (key: the replay took it of its own 80 GiB device and
+# recorded one, meet the OOM: under the fraction, also where it replaced a looser
+# per_process_memory_fraction key (fraction-key); under the key's share of the recorded device,
+# 79.11 GiB (key: the replay took it of its own 80 GiB device and
 # fitted the 39.75 GiB; tune's presets dropped the key and fitted it too)
 for name in fraction fraction-key key; do
   [[ $("$G" tune --json "$tmp/$name.db" 2>/dev/null | jq '[.results[] | select(.oom | not)] | length') == 0 ]] \

@@ -675,10 +675,12 @@ static size_t oom_limit(alloc_t *a, alloc_limit_from_t *from)
 /* One rule for the limit a per-process memory fraction leaves (alloc_fraction_limit), as
  * alloc_set_memory_fraction applies it on a 1 GiB device and as a replay of a recording's fractions
  * reads it: the fraction's cap (fraction x total, truncated) where the fraction is under 1 and the
- * cap is below the configured limit (the limit key, or the per_process_memory_fraction key's
- * share: alloc_conf_limit, the reader's rule too), else the configured limit (a fraction of 1 gives it back, none included); a later call
- * replaces an earlier one; the OOM names what set its limit: the fraction only where its cap is
- * the limit, the key where its share is, else the limit in bytes (none: no limit). */
+ * cap is below the limit in bytes (the limit key), else that limit (a fraction of 1 gives it back,
+ * none included). As in PyTorch, a call replaces the fraction in force in either direction: an
+ * earlier call's, and the per_process_memory_fraction key's share (alloc_conf_limit, the limit
+ * before any call), which is only the starting fraction. The OOM names what set its limit: the
+ * fraction only where its cap is the limit, the key where its share is, else the limit in bytes
+ * (none: no limit). */
 static void test_fraction_limit(void **state)
 {
     (void)state;
@@ -689,21 +691,24 @@ static void test_fraction_limit(void **state)
         double first, fraction; /* first: a call before (< 0: none) */
         size_t cap, limit;      /* the fraction's bytes, then the limit in force */
         alloc_limit_from_t from; /* what set the limit (alloc_oom_info.limit_from) */
+        alloc_limit_from_t start_from; /* what set it before the calls (the key: its share) */
     } rows[] = {
-        {"", -1, 0.5, 512 * MiB, 512 * MiB, F},
-        {"limit:256M", -1, 0.5, 512 * MiB, 256 * MiB, B},          /* the limit is lower */
-        {"limit:512M", -1, 0.25, 256 * MiB, 256 * MiB, F},         /* the fraction is lower */
-        {"limit:512M", -1, 0.5, 512 * MiB, 512 * MiB, B},          /* equal: the limit's */
-        {"limit:256M", -1, 1, GiB, 256 * MiB, B},                  /* 1: the limit back */
-        {"limit:2G", -1, 1, GiB, 2 * GiB, B},                      /* even above the device */
-        {"", -1, 1, GiB, ALLOC_NO_LIMIT, N},                       /* 1, no limit: none */
-        {"", -1, 0, 0, 0, F},                                      /* 0: nothing may be reserved */
-        {"limit:512M", 0.25, 1, GiB, 512 * MiB, B},                /* a later 1 lifts an earlier cap */
-        {"limit:512M", 0.25, 0.375, 384 * MiB, 384 * MiB, F},      /* a later one replaces it */
-        {"per_process_memory_fraction:0.5", -1, 0.75, 768 * MiB, 512 * MiB, K}, /* the key's share */
-        {"per_process_memory_fraction:0.5", -1, 0.25, 256 * MiB, 256 * MiB, F}, /* under the key's */
-        {"limit:768M,per_process_memory_fraction:0.5", -1, 1, GiB, 512 * MiB, K}, /* the key's, lower */
-        {"limit:256M,per_process_memory_fraction:0.5", -1, 1, GiB, 256 * MiB, B}, /* the limit, lower */
+        {"", -1, 0.5, 512 * MiB, 512 * MiB, F, N},
+        {"limit:256M", -1, 0.5, 512 * MiB, 256 * MiB, B, B},          /* the limit is lower */
+        {"limit:512M", -1, 0.25, 256 * MiB, 256 * MiB, F, B},         /* the fraction is lower */
+        {"limit:512M", -1, 0.5, 512 * MiB, 512 * MiB, B, B},          /* equal: the limit's */
+        {"limit:256M", -1, 1, GiB, 256 * MiB, B, B},                  /* 1: the limit back */
+        {"limit:2G", -1, 1, GiB, 2 * GiB, B, B},                      /* even above the device */
+        {"", -1, 1, GiB, ALLOC_NO_LIMIT, N, N},                       /* 1, no limit: none */
+        {"", -1, 0, 0, 0, F, N},                                      /* 0: nothing may be reserved */
+        {"limit:512M", 0.25, 1, GiB, 512 * MiB, B, B},                /* a later 1 lifts an earlier cap */
+        {"limit:512M", 0.25, 0.375, 384 * MiB, 384 * MiB, F, B},      /* a later one replaces it */
+        {"per_process_memory_fraction:0.5", -1, 0.75, 768 * MiB, 768 * MiB, F, K}, /* replaces the key's, up */
+        {"per_process_memory_fraction:0.5", -1, 0.25, 256 * MiB, 256 * MiB, F, K}, /* and down */
+        {"limit:640M,per_process_memory_fraction:0.5", -1, 0.75, 768 * MiB, 640 * MiB, B, K}, /* the limit stays */
+        {"limit:768M,per_process_memory_fraction:0.5", -1, 1, GiB, 768 * MiB, B, K}, /* 1: the limit, not the key */
+        {"limit:256M,per_process_memory_fraction:0.5", -1, 1, GiB, 256 * MiB, B, B}, /* the limit, lower */
+        {"per_process_memory_fraction:0.5", 0.25, 0.75, 768 * MiB, 768 * MiB, F, K}, /* the last call's */
     };
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
         alloc_config_t cfg = conf(rows[i].conf);
@@ -712,18 +717,19 @@ static void test_fraction_limit(void **state)
         alloc_t *a;
         assert_non_null(m);
         assert_int_equal(alloc_create(alloc_mem_backend(m), &cfg, &a), ALLOC_OK);
-        size_t conf_limit = oom_limit(a, NULL), cap = 1;
-        /* the configured limit, the key's share included, is alloc_conf_limit's of the device */
-        assert_int_equal(alloc_conf_limit(&cfg, GiB), conf_limit);
+        alloc_limit_from_t from;
+        size_t start_limit = oom_limit(a, &from), cap = 1;
+        assert_int_equal(from, rows[i].start_from);
+        /* the limit before any call, the key's share included, is alloc_conf_limit's of the device */
+        assert_int_equal(alloc_conf_limit(&cfg, GiB), start_limit);
         if (rows[i].first >= 0) assert_int_equal(alloc_set_memory_fraction(a, rows[i].first, NULL), ALLOC_OK);
         assert_int_equal(alloc_set_memory_fraction(a, rows[i].fraction, &cap), ALLOC_OK);
-        alloc_limit_from_t from;
         size_t limit = oom_limit(a, &from);
         if (cap != rows[i].cap || limit != rows[i].limit || from != rows[i].from)
             fail_msg("row %zu (%s, fraction %g): cap %zu limit %zu from %d, want %zu %zu %d", i, rows[i].conf,
                      rows[i].fraction, cap, limit, (int)from, rows[i].cap, rows[i].limit, (int)rows[i].from);
-        /* the rule itself, as a reader applies it to a recorded cap under the configured limit */
-        assert_int_equal(alloc_fraction_limit(cap, rows[i].fraction >= 1, conf_limit), rows[i].limit);
+        /* the rule itself, as a reader applies it to a recorded cap under the limit in bytes */
+        assert_int_equal(alloc_fraction_limit(cap, rows[i].fraction >= 1, cfg.limit), rows[i].limit);
         alloc_destroy(a);
         alloc_mem_backend_destroy(m);
     }

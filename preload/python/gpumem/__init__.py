@@ -236,7 +236,8 @@ def use_as_allocator():
 
     Through libgpumem_torch.so (beside libgpumem.so, built for this torch: preload/torch_alloc.cpp)
     a request gpumem refuses raises torch.OutOfMemoryError, as under PyTorch's own allocator;
-    set_per_process_memory_fraction caps gpumem's allocator (fraction x the device's total);
+    set_per_process_memory_fraction caps gpumem's allocator (fraction x the device's total,
+    replacing GPUMEM_CONF's per_process_memory_fraction key, as PyTorch replaces its own key);
     Tensor.record_stream reaches gpumem (gpumem_record_stream); and PyTorch's emptyCache, whichever
     way it is called (torch.cuda.empty_cache, torch._C._cuda_emptyCache), empties gpumem's cache.
     Without that library (not built, or built for another torch) it warns once and plugs in

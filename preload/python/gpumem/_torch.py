@@ -194,13 +194,15 @@ def _note(what, device, value=0, *more):
         _state["marks"].append((what, w, device, value, seq, t) + more)
 
 
-def _note_fraction(torch, device, fraction):
+def _note_fraction(torch, device, fraction, start=False):
     """PyTorch's cap for a fraction, as its allocator computes it (setMemoryFraction: the fraction
     of cudaMemGetInfo's total, truncated): the whole device for a fraction of 1, and 0 bytes for a
-    fraction of 0, which PyTorch reads as "nothing may be reserved" (0 is never "no cap")."""
+    fraction of 0, which PyTorch reads as "nothing may be reserved" (0 is never "no cap"). start:
+    the fraction in force when CUDA started (the key's), marked "start" for the merge (event 37's
+    flag 1024), told apart from the program's calls."""
     total = torch.cuda.mem_get_info(device)[1]
     cap = int(fraction * float(total))
-    _note("memory_fraction", device, cap, int(round(fraction * 1e6)))
+    _note("memory_fraction", device, cap, int(round(fraction * 1e6)), *(("start",) if start else ()))
 
 
 def _cache_calls(torch):
@@ -260,7 +262,7 @@ def _fraction_at_start(torch):
         for dev in range(torch.cuda.device_count()):
             fraction = float(torch.cuda.memory.get_per_process_memory_fraction(dev))
             if fraction < 1.0:
-                _note_fraction(torch, dev, fraction)
+                _note_fraction(torch, dev, fraction, start=True)
     except Exception as e:  # noqa: BLE001
         _warn("reading the per-process memory fraction", e)
 
