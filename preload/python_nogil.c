@@ -17,7 +17,8 @@
  * meanwhile, but none of them frees or changes these: a frame chain is only changed by its
  * own thread, and code objects are immutable after creation (the specialising interpreter
  * rewrites their bytecode, which is never read here). Nothing is reference-counted or
- * allocated, so no interpreter state is touched.
+ * allocated, so no interpreter state is touched; the one write is at init: PyCode_Type's
+ * tp_dealloc wrapped to count code objects freed (below, "code objects freed").
  *
  * The private layouts. Frames and code objects are private structures: the offsets of the
  * fields read are tabulated below per minor version (3.9 and 3.10: PyFrameObject chains from
@@ -45,7 +46,8 @@
  * and file are read and interned again. Lines are cached by (code object, instruction offset).
  * A frame then costs a dozen loads and two probes (BENCH rec.app_ns_python_nogil). Whole stacks
  * are kept by their chain (the chain memo, below): a chain seen before costs its walk's few loads
- * a frame, one comparison and each code object's identity check. The caches are shared by all
+ * a frame and one comparison, and each code object's identity check only when a code object was
+ * freed since the chain was last checked. The caches are shared by all
  * threads under one lock (gm_spin), taken once per event that has frames.
  */
 #include "preload/gm_internal.h"
@@ -348,6 +350,48 @@ static gm_spin ng_lock;
 static __thread int ng_busy __attribute__((tls_model("initial-exec")));
 static atomic_int ng_state; /* 0: not yet compared with the C API, 1: agreed, -1: disagreed (off) */
 
+/* ---- code objects freed ----------------------------------------------------------------------
+ * A code object can be replaced at its address (freed, another made there) only once it has been
+ * freed, and every code object is freed through PyCode_Type's tp_dealloc: the type's slot is
+ * wrapped (code_frees_count, at init) to count them. A memoized chain checked when the count was
+ * c holds while the count is still c: each of its code objects, running in one of the thread's
+ * frames now, is the one that was checked then, so its identity checks are skipped (memo_find).
+ * The count is read by a thread running a chain whose code objects another thread made: that
+ * thread handed them over through the GIL, and the count's update with them. */
+#define TP_NAME 24    /* PyTypeObject.tp_name (after PyObject_VAR_HEAD) */
+#define TP_DEALLOC 48 /* PyTypeObject.tp_dealloc (after tp_basicsize, tp_itemsize) */
+static _Atomic uint64_t code_frees; /* code objects freed since the wrapper went in */
+static int code_frees_counted;      /* 1: the wrapper is in; 0: every memo hit checks */
+static void (*code_dealloc_real)(void *);
+
+static void code_dealloc_counted(void *code)
+{
+    atomic_fetch_add_explicit(&code_frees, 1, memory_order_relaxed);
+    code_dealloc_real(code);
+}
+
+/* Puts code_dealloc_counted in PyCode_Type's tp_dealloc when the type is the one expected (its
+ * tp_name "code") and the slot is writable; code_frees_counted says whether it did. An aligned
+ * pointer's store: a thread freeing a code object meanwhile calls the old function or the new. */
+NOSAN static void code_frees_count(void)
+{
+    uintptr_t type = ng.code_type, name = 0;
+    void *dealloc = NULL;
+    char text[5] = {0};
+    if (safe_copy(&name, type + TP_NAME, sizeof name) != 0 || safe_copy(text, name, 5) != 0 ||
+        memcmp(text, "code", 5) != 0 || safe_copy(&dealloc, type + TP_DEALLOC, sizeof dealloc) != 0 ||
+        !dealloc)
+        return;
+    if (dealloc != (void *)code_dealloc_counted) {
+        /* writable: the kernel writes the value already there, or fails (never a fault) */
+        struct iovec local = {&dealloc, sizeof dealloc}, remote = {(void *)(type + TP_DEALLOC), sizeof dealloc};
+        if (process_vm_writev(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)sizeof dealloc) return;
+        *(void **)&code_dealloc_real = dealloc;
+        __atomic_store_n((void **)(type + TP_DEALLOC), (void *)code_dealloc_counted, __ATOMIC_RELEASE);
+    }
+    code_frees_counted = 1;
+}
+
 static inline uint32_t addr_hash(uintptr_t p)
 {
     return (uint32_t)(((uint64_t)p * 0x9E3779B97F4A7C15ull) >> 32);
@@ -511,16 +555,18 @@ static int collect(uintptr_t f, uintptr_t *key)
 /* ---- the chain memo (under ng_lock) ----------------------------------------------------------
  * A training step allocates from the same few dozen Python stacks step after step: a stack is
  * kept whole, keyed on its chain (collect's keys). A chain seen before gives its frames after
- * one comparison of the keys and the identity check of each frame's code object against the
- * identity it had (ident_matches, frame_hit's check: a code object freed and another made at
- * its address is not taken for the old one, exec in a loop); the per-frame probes, line
+ * one comparison of the keys and, when a code object was freed since the chain was last checked
+ * (code_frees), the identity check of each frame's code object against the identity it had
+ * (ident_matches, frame_hit's check: a code object freed and another made at its address is not
+ * taken for the old one, exec in a loop); the per-frame probes, line
  * lookups and copies are skipped. Direct mapped by the chain's hash; a slot is allocated at
  * its first chain (a few KiB) and overwritten by the next chain of its hash. */
 #define MEMO_SLOTS 1024u
 #define MEMO_MAX 64 /* frames visited a kept chain may have */
 typedef struct ng_memo {
-    uint64_t hash; /* 0: empty */
-    uint64_t tag;  /* this chain's, never given to another (memo_tag) */
+    uint64_t hash;    /* 0: empty */
+    uint64_t tag;     /* this chain's, never given to another (memo_tag) */
+    uint64_t checked; /* code_frees when its identities were last checked */
     int nraw, nout;
     uintptr_t key[2 * MEMO_MAX];
     ng_ident id[MEMO_MAX];
@@ -544,14 +590,17 @@ static uint64_t chain_hash(const uintptr_t *key, int nraw)
 /* The frames of the chain key[0..nraw) (hash h), out of the memo; -1 when it is not there or a
  * code object in it is not the one it was (*tag: the chain's tag). */
 static int memo_find(const uintptr_t *key, int nraw, uint64_t h, rec_pyframe *out, int max,
-                     uint64_t *tag)
+                     uint64_t *tag, uint64_t frees)
 {
-    const ng_memo *m = memo[h & (MEMO_SLOTS - 1)];
+    ng_memo *m = memo[h & (MEMO_SLOTS - 1)];
     if (!m || m->hash != h || m->nraw != nraw || m->nout > max ||
         memcmp(m->key, key, (size_t)nraw * 2 * sizeof *key) != 0)
         return -1;
-    for (int i = 0; i < nraw; i++)
-        if (!ident_matches(key[2 * i], &m->id[i])) return -1;
+    if (!code_frees_counted || m->checked != frees) { /* a code object freed since: check all */
+        for (int i = 0; i < nraw; i++)
+            if (!ident_matches(key[2 * i], &m->id[i])) return -1;
+        m->checked = frees;
+    }
     memcpy(out, m->out, (size_t)m->nout * sizeof *out);
     *tag = m->tag;
     return m->nout;
@@ -560,12 +609,12 @@ static int memo_find(const uintptr_t *key, int nraw, uint64_t h, rec_pyframe *ou
 /* Keeps the chain whose every frame walk() resolved (id: each one's code object's identity) and
  * its frames out[0..nout); nothing when there is no memory for its slot. */
 static void memo_put(const uintptr_t *key, int nraw, uint64_t h, const ng_ident *id,
-                     const rec_pyframe *out, int nout, uint64_t *tag)
+                     const rec_pyframe *out, int nout, uint64_t *tag, uint64_t frees)
 {
     ng_memo **slot = &memo[h & (MEMO_SLOTS - 1)];
     if (!*slot && !(*slot = malloc(sizeof **slot))) return;
     ng_memo *m = *slot;
-    m->hash = h, m->tag = *tag = ++memo_tag, m->nraw = nraw, m->nout = nout;
+    m->hash = h, m->tag = *tag = ++memo_tag, m->nraw = nraw, m->nout = nout, m->checked = frees;
     memcpy(m->key, key, (size_t)nraw * 2 * sizeof *key);
     memcpy(m->id, id, (size_t)nraw * sizeof *id);
     memcpy(m->out, out, (size_t)nout * sizeof *out);
@@ -577,9 +626,11 @@ static int walk(const uintptr_t *key, int nraw, rec_pyframe *out, int max, uint6
 {
     const py_layout *l = ng.l;
     *tag = 0;
+    /* read before any identity below: a code object freed after it makes the next hit check */
+    uint64_t frees = atomic_load_explicit(&code_frees, memory_order_relaxed);
     uint64_t h = nraw <= MEMO_MAX ? chain_hash(key, nraw) : 0;
     if (h) {
-        int n = memo_find(key, nraw, h, out, max, tag);
+        int n = memo_find(key, nraw, h, out, max, tag, frees);
         if (n >= 0) return n;
     }
     ng_ident id[MEMO_MAX];
@@ -620,7 +671,7 @@ static int walk(const uintptr_t *key, int nraw, rec_pyframe *out, int max, uint6
         frame_put(code, raw, owner, e, 0, &out[n]);
         n++;
     }
-    if (whole && i == nraw) memo_put(key, nraw, h, id, out, n, tag);
+    if (whole && i == nraw) memo_put(key, nraw, h, id, out, n, tag, frees);
     return n;
 }
 
@@ -711,6 +762,7 @@ int gm_python_nogil_init(int minor)
         ng.l = NULL;
         return 0;
     }
+    code_frees_count();
     pthread_atfork(NULL, NULL, ng_fork_child);
     return 1;
 }
