@@ -500,14 +500,24 @@ static void frame_put(uintptr_t code, uintptr_t instr, int owner, const ng_code 
 
 /* The calling thread's innermost frame; 0 when it runs none (autograd's device threads between
  * their Python hooks) or has no thread state. Reads the thread's own state only: no cache. */
+/* This thread's last thread state and C frame seen readable (pages are never forgotten); 1, never
+ * an aligned address, at first, so that a null one is always checked. */
+static __thread uintptr_t ng_ts_read __attribute__((tls_model("initial-exec"))) = 1;
+static __thread uintptr_t ng_cf_read __attribute__((tls_model("initial-exec"))) = 1;
 static uintptr_t top_frame(void)
 {
     const py_layout *l = ng.l;
     uintptr_t ts = (uintptr_t)ng.this_tstate();
-    if (!ts || !aligned(ts) || !readable(ts + (uintptr_t)l->ts_frame, 8)) return 0;
+    if (ts != ng_ts_read) {
+        if (!ts || !aligned(ts) || !readable(ts + (uintptr_t)l->ts_frame, 8)) return 0;
+        ng_ts_read = ts;
+    }
     uintptr_t f = ld_ptr(ts + (uintptr_t)l->ts_frame);
     if (l->cf_frame >= 0) { /* 3.11/3.12: through the C frame of the running eval loop */
-        if (!f || !aligned(f) || !readable(f + (uintptr_t)l->cf_frame, 8)) return 0;
+        if (f != ng_cf_read) {
+            if (!f || !aligned(f) || !readable(f + (uintptr_t)l->cf_frame, 8)) return 0;
+            ng_cf_read = f;
+        }
         f = ld_ptr(f + (uintptr_t)l->cf_frame);
     }
     return f;
@@ -515,30 +525,35 @@ static uintptr_t top_frame(void)
 
 /* The chain from f outwards, as keys: per frame visited (an entry shim left out) the code
  * object's address and the raw instruction with the owner in its top byte (3.11+ an address
- * below 2^47, 3.9/3.10 f_lasti as 32 bits); the keys' count. Reads the thread's own frames
- * only: no cache, no lock. Stops where walk() would: a frame unaligned, unreadable or not one. */
-static int collect(uintptr_t f, uintptr_t *key)
+ * below 2^47, 3.9/3.10 f_lasti as 32 bits); the keys' count, and in *hash the chain's hash
+ * (the chain memo's key, folded in as the keys are read). Reads the thread's own frames only: no cache,
+ * no lock. Stops where walk() would: a frame unaligned, unreadable or not one. objects: the
+ * layout's frames are PyFrameObjects (3.9/3.10), a constant where it is inlined. */
+static inline __attribute__((always_inline)) int collect_as(uintptr_t f, uintptr_t *key, uint64_t *hash,
+                                                            const int objects)
 {
     const py_layout *l = ng.l;
     const uintptr_t fr_size = (uintptr_t)l->fr_size, fr_back = (uintptr_t)l->fr_back,
-                    fr_code = (uintptr_t)l->fr_code, fr_instr = (uintptr_t)l->fr_instr;
-    const int fr_owner = l->fr_owner;
+                    fr_code = (uintptr_t)l->fr_code, fr_instr = (uintptr_t)l->fr_instr,
+                    fr_owner = (uintptr_t)l->fr_owner;
+    uint64_t h = 0x9E3779B97F4A7C15ull;
     int k = 0;
-    uintptr_t ok_lo = 1, ok_hi = 0; /* pages already seen readable in this walk: frames sit
-                                     * side by side in the thread's data stack */
+    /* the pages already seen readable in this walk (frames sit side by side in the thread's data
+     * stack): f may be read where f - ok_lo <= ok_span, one comparison; none at first */
+    uintptr_t ok_lo = 1, ok_span = 0;
     for (int seen = 0; f && seen < MAX_VISITED; seen++) {
         if (!aligned(f)) break;
-        if (f < ok_lo || f + fr_size > ok_hi) {
+        if (f - ok_lo > ok_span) {
             if (!readable(f, (size_t)fr_size)) break;
             ok_lo = f & ~(uintptr_t)4095;
-            ok_hi = ((f + fr_size - 1) & ~(uintptr_t)4095) + 4096;
+            ok_span = ((f + fr_size - 1) & ~(uintptr_t)4095) + 4096 - fr_size - ok_lo;
         }
         uintptr_t back = ld_ptr(f + fr_back), code = ld_ptr(f + fr_code), raw;
-        if (fr_owner < 0) { /* a PyFrameObject */
+        if (objects) { /* a PyFrameObject */
             if (ld_ptr(f + OB_TYPE) != ng.frame_type) break;
             raw = (uintptr_t)(uint32_t)ld_i32(f + fr_instr);
         } else {
-            uintptr_t owner = ld_u8(f + (uintptr_t)fr_owner);
+            uintptr_t owner = ld_u8(f + fr_owner);
             if (owner > OWNED_BY_CSTACK) break;
             if (owner == OWNED_BY_CSTACK) { /* an entry shim (3.12+): as the C API, leave it out */
                 f = back;
@@ -546,10 +561,24 @@ static int collect(uintptr_t f, uintptr_t *key)
             }
             raw = ld_ptr(f + fr_instr) | owner << 56;
         }
-        key[k++] = code, key[k++] = raw;
+        key[k] = code;
+        key[k + 1] = raw;
+        k += 2;
+        /* one multiplication a frame: the next frame's mixes this frame's instruction in */
+        h = ((h ^ code) * 0xff51afd7ed558ccdull) ^ raw;
         f = back;
     }
+    h ^= (uint64_t)(k / 2);
+    h ^= h >> 29;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 32;
+    *hash = h ? h : 1;
     return k / 2;
+}
+
+static int collect(uintptr_t f, uintptr_t *key, uint64_t *hash)
+{
+    return ng.l->fr_owner < 0 ? collect_as(f, key, hash, 1) : collect_as(f, key, hash, 0);
 }
 
 /* ---- the chain memo (under ng_lock) ----------------------------------------------------------
@@ -574,18 +603,6 @@ typedef struct ng_memo {
 } ng_memo;
 static ng_memo *memo[MEMO_SLOTS];
 static uint64_t memo_tag; /* the last tag given; not reset by a fork (a tag is never reused) */
-
-static uint64_t chain_hash(const uintptr_t *key, int nraw)
-{
-    /* one multiplication a frame: the next frame's mixes this frame's instruction in */
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)nraw;
-    for (int i = 0; i < nraw; i++)
-        h = ((h ^ key[2 * i]) * 0xff51afd7ed558ccdull) ^ key[2 * i + 1];
-    h ^= h >> 29;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 32;
-    return h ? h : 1;
-}
 
 /* The frames of the chain key[0..nraw) (hash h), out of the memo; -1 when it is not there or a
  * code object in it is not the one it was (*tag: the chain's tag). */
@@ -620,15 +637,15 @@ static void memo_put(const uintptr_t *key, int nraw, uint64_t h, const ng_ident 
     memcpy(m->out, out, (size_t)nout * sizeof *out);
 }
 
-/* The frames of the chain key[0..nraw) (collect's), at most max. Under ng_lock. *tag: nonzero
- * when the frames are a memoized chain's (the same tag, the same frames), else 0. */
-static int walk(const uintptr_t *key, int nraw, rec_pyframe *out, int max, uint64_t *tag)
+/* The frames of the chain key[0..nraw) (collect's, its hash chain), at most max. Under ng_lock.
+ * *tag: nonzero when the frames are a memoized chain's (the same tag, the same frames), else 0. */
+static int walk(const uintptr_t *key, int nraw, uint64_t chain, rec_pyframe *out, int max, uint64_t *tag)
 {
     const py_layout *l = ng.l;
     *tag = 0;
     /* read before any identity below: a code object freed after it makes the next hit check */
     uint64_t frees = atomic_load_explicit(&code_frees, memory_order_relaxed);
-    uint64_t h = nraw <= MEMO_MAX ? chain_hash(key, nraw) : 0;
+    uint64_t h = nraw <= MEMO_MAX ? chain : 0;
     if (h) {
         int n = memo_find(key, nraw, h, out, max, tag, frees);
         if (n >= 0) return n;
@@ -686,11 +703,12 @@ int gm_python_nogil_frames(struct rec_pyframe *out, int max, uint64_t *tag)
     uintptr_t f = top_frame();
     if (!f) return 0; /* nothing to read: the caches' lock is not taken */
     uintptr_t key[2 * MAX_VISITED];
-    int nraw = collect(f, key);
+    uint64_t chain;
+    int nraw = collect(f, key, &chain);
     if (!nraw) return 0;
     ng_busy = 1;
     gm_spin_lock(&ng_lock);
-    int n = walk(key, nraw, out, max, tag);
+    int n = walk(key, nraw, chain, out, max, tag);
     gm_spin_unlock(&ng_lock);
     ng_busy = 0;
     return n;
