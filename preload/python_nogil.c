@@ -17,7 +17,8 @@
  * meanwhile, but none of them frees or changes these: a frame chain is only changed by its
  * own thread, and code objects are immutable after creation (the specialising interpreter
  * rewrites their bytecode, which is never read here). Nothing is reference-counted or
- * allocated, so no interpreter state is touched.
+ * allocated, so no interpreter state is touched; the one write is at init: PyCode_Type's
+ * tp_dealloc wrapped to count code objects freed (below, "code objects freed").
  *
  * The private layouts. Frames and code objects are private structures: the offsets of the
  * fields read are tabulated below per minor version (3.9 and 3.10: PyFrameObject chains from
@@ -45,7 +46,8 @@
  * and file are read and interned again. Lines are cached by (code object, instruction offset).
  * A frame then costs a dozen loads and two probes (BENCH rec.app_ns_python_nogil). Whole stacks
  * are kept by their chain (the chain memo, below): a chain seen before costs its walk's few loads
- * a frame, one comparison and each code object's identity check. The caches are shared by all
+ * a frame and one comparison, and each code object's identity check only when a code object was
+ * freed since the chain was last checked. The caches are shared by all
  * threads under one lock (gm_spin), taken once per event that has frames.
  */
 #include "preload/gm_internal.h"
@@ -348,6 +350,48 @@ static gm_spin ng_lock;
 static __thread int ng_busy __attribute__((tls_model("initial-exec")));
 static atomic_int ng_state; /* 0: not yet compared with the C API, 1: agreed, -1: disagreed (off) */
 
+/* ---- code objects freed ----------------------------------------------------------------------
+ * A code object can be replaced at its address (freed, another made there) only once it has been
+ * freed, and every code object is freed through PyCode_Type's tp_dealloc: the type's slot is
+ * wrapped (code_frees_count, at init) to count them. A memoized chain checked when the count was
+ * c holds while the count is still c: each of its code objects, running in one of the thread's
+ * frames now, is the one that was checked then, so its identity checks are skipped (memo_find).
+ * The count is read by a thread running a chain whose code objects another thread made: that
+ * thread handed them over through the GIL, and the count's update with them. */
+#define TP_NAME 24    /* PyTypeObject.tp_name (after PyObject_VAR_HEAD) */
+#define TP_DEALLOC 48 /* PyTypeObject.tp_dealloc (after tp_basicsize, tp_itemsize) */
+static _Atomic uint64_t code_frees; /* code objects freed since the wrapper went in */
+static int code_frees_counted;      /* 1: the wrapper is in; 0: every memo hit checks */
+static void (*code_dealloc_real)(void *);
+
+static void code_dealloc_counted(void *code)
+{
+    atomic_fetch_add_explicit(&code_frees, 1, memory_order_relaxed);
+    code_dealloc_real(code);
+}
+
+/* Puts code_dealloc_counted in PyCode_Type's tp_dealloc when the type is the one expected (its
+ * tp_name "code") and the slot is writable; code_frees_counted says whether it did. An aligned
+ * pointer's store: a thread freeing a code object meanwhile calls the old function or the new. */
+NOSAN static void code_frees_count(void)
+{
+    uintptr_t type = ng.code_type, name = 0;
+    void *dealloc = NULL;
+    char text[5] = {0};
+    if (safe_copy(&name, type + TP_NAME, sizeof name) != 0 || safe_copy(text, name, 5) != 0 ||
+        memcmp(text, "code", 5) != 0 || safe_copy(&dealloc, type + TP_DEALLOC, sizeof dealloc) != 0 ||
+        !dealloc)
+        return;
+    if (dealloc != (void *)code_dealloc_counted) {
+        /* writable: the kernel writes the value already there, or fails (never a fault) */
+        struct iovec local = {&dealloc, sizeof dealloc}, remote = {(void *)(type + TP_DEALLOC), sizeof dealloc};
+        if (process_vm_writev(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)sizeof dealloc) return;
+        *(void **)&code_dealloc_real = dealloc;
+        __atomic_store_n((void **)(type + TP_DEALLOC), (void *)code_dealloc_counted, __ATOMIC_RELEASE);
+    }
+    code_frees_counted = 1;
+}
+
 static inline uint32_t addr_hash(uintptr_t p)
 {
     return (uint32_t)(((uint64_t)p * 0x9E3779B97F4A7C15ull) >> 32);
@@ -456,14 +500,24 @@ static void frame_put(uintptr_t code, uintptr_t instr, int owner, const ng_code 
 
 /* The calling thread's innermost frame; 0 when it runs none (autograd's device threads between
  * their Python hooks) or has no thread state. Reads the thread's own state only: no cache. */
+/* This thread's last thread state and C frame seen readable (pages are never forgotten); 1, never
+ * an aligned address, at first, so that a null one is always checked. */
+static __thread uintptr_t ng_ts_read __attribute__((tls_model("initial-exec"))) = 1;
+static __thread uintptr_t ng_cf_read __attribute__((tls_model("initial-exec"))) = 1;
 static uintptr_t top_frame(void)
 {
     const py_layout *l = ng.l;
     uintptr_t ts = (uintptr_t)ng.this_tstate();
-    if (!ts || !aligned(ts) || !readable(ts + (uintptr_t)l->ts_frame, 8)) return 0;
+    if (ts != ng_ts_read) {
+        if (!ts || !aligned(ts) || !readable(ts + (uintptr_t)l->ts_frame, 8)) return 0;
+        ng_ts_read = ts;
+    }
     uintptr_t f = ld_ptr(ts + (uintptr_t)l->ts_frame);
     if (l->cf_frame >= 0) { /* 3.11/3.12: through the C frame of the running eval loop */
-        if (!f || !aligned(f) || !readable(f + (uintptr_t)l->cf_frame, 8)) return 0;
+        if (f != ng_cf_read) {
+            if (!f || !aligned(f) || !readable(f + (uintptr_t)l->cf_frame, 8)) return 0;
+            ng_cf_read = f;
+        }
         f = ld_ptr(f + (uintptr_t)l->cf_frame);
     }
     return f;
@@ -471,30 +525,35 @@ static uintptr_t top_frame(void)
 
 /* The chain from f outwards, as keys: per frame visited (an entry shim left out) the code
  * object's address and the raw instruction with the owner in its top byte (3.11+ an address
- * below 2^47, 3.9/3.10 f_lasti as 32 bits); the keys' count. Reads the thread's own frames
- * only: no cache, no lock. Stops where walk() would: a frame unaligned, unreadable or not one. */
-static int collect(uintptr_t f, uintptr_t *key)
+ * below 2^47, 3.9/3.10 f_lasti as 32 bits); the keys' count, and in *hash the chain's hash
+ * (the chain memo's key, folded in as the keys are read). Reads the thread's own frames only: no cache,
+ * no lock. Stops where walk() would: a frame unaligned, unreadable or not one. objects: the
+ * layout's frames are PyFrameObjects (3.9/3.10), a constant where it is inlined. */
+static inline __attribute__((always_inline)) int collect_as(uintptr_t f, uintptr_t *key, uint64_t *hash,
+                                                            const int objects)
 {
     const py_layout *l = ng.l;
     const uintptr_t fr_size = (uintptr_t)l->fr_size, fr_back = (uintptr_t)l->fr_back,
-                    fr_code = (uintptr_t)l->fr_code, fr_instr = (uintptr_t)l->fr_instr;
-    const int fr_owner = l->fr_owner;
+                    fr_code = (uintptr_t)l->fr_code, fr_instr = (uintptr_t)l->fr_instr,
+                    fr_owner = (uintptr_t)l->fr_owner;
+    uint64_t h = 0x9E3779B97F4A7C15ull;
     int k = 0;
-    uintptr_t ok_lo = 1, ok_hi = 0; /* pages already seen readable in this walk: frames sit
-                                     * side by side in the thread's data stack */
+    /* the pages already seen readable in this walk (frames sit side by side in the thread's data
+     * stack): f may be read where f - ok_lo <= ok_span, one comparison; none at first */
+    uintptr_t ok_lo = 1, ok_span = 0;
     for (int seen = 0; f && seen < MAX_VISITED; seen++) {
         if (!aligned(f)) break;
-        if (f < ok_lo || f + fr_size > ok_hi) {
+        if (f - ok_lo > ok_span) {
             if (!readable(f, (size_t)fr_size)) break;
             ok_lo = f & ~(uintptr_t)4095;
-            ok_hi = ((f + fr_size - 1) & ~(uintptr_t)4095) + 4096;
+            ok_span = ((f + fr_size - 1) & ~(uintptr_t)4095) + 4096 - fr_size - ok_lo;
         }
         uintptr_t back = ld_ptr(f + fr_back), code = ld_ptr(f + fr_code), raw;
-        if (fr_owner < 0) { /* a PyFrameObject */
+        if (objects) { /* a PyFrameObject */
             if (ld_ptr(f + OB_TYPE) != ng.frame_type) break;
             raw = (uintptr_t)(uint32_t)ld_i32(f + fr_instr);
         } else {
-            uintptr_t owner = ld_u8(f + (uintptr_t)fr_owner);
+            uintptr_t owner = ld_u8(f + fr_owner);
             if (owner > OWNED_BY_CSTACK) break;
             if (owner == OWNED_BY_CSTACK) { /* an entry shim (3.12+): as the C API, leave it out */
                 f = back;
@@ -502,25 +561,41 @@ static int collect(uintptr_t f, uintptr_t *key)
             }
             raw = ld_ptr(f + fr_instr) | owner << 56;
         }
-        key[k++] = code, key[k++] = raw;
+        key[k] = code;
+        key[k + 1] = raw;
+        k += 2;
+        /* one multiplication a frame: the next frame's mixes this frame's instruction in */
+        h = ((h ^ code) * 0xff51afd7ed558ccdull) ^ raw;
         f = back;
     }
+    h ^= (uint64_t)(k / 2);
+    h ^= h >> 29;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 32;
+    *hash = h ? h : 1;
     return k / 2;
+}
+
+static int collect(uintptr_t f, uintptr_t *key, uint64_t *hash)
+{
+    return ng.l->fr_owner < 0 ? collect_as(f, key, hash, 1) : collect_as(f, key, hash, 0);
 }
 
 /* ---- the chain memo (under ng_lock) ----------------------------------------------------------
  * A training step allocates from the same few dozen Python stacks step after step: a stack is
  * kept whole, keyed on its chain (collect's keys). A chain seen before gives its frames after
- * one comparison of the keys and the identity check of each frame's code object against the
- * identity it had (ident_matches, frame_hit's check: a code object freed and another made at
- * its address is not taken for the old one, exec in a loop); the per-frame probes, line
+ * one comparison of the keys and, when a code object was freed since the chain was last checked
+ * (code_frees), the identity check of each frame's code object against the identity it had
+ * (ident_matches, frame_hit's check: a code object freed and another made at its address is not
+ * taken for the old one, exec in a loop); the per-frame probes, line
  * lookups and copies are skipped. Direct mapped by the chain's hash; a slot is allocated at
  * its first chain (a few KiB) and overwritten by the next chain of its hash. */
 #define MEMO_SLOTS 1024u
 #define MEMO_MAX 64 /* frames visited a kept chain may have */
 typedef struct ng_memo {
-    uint64_t hash; /* 0: empty */
-    uint64_t tag;  /* this chain's, never given to another (memo_tag) */
+    uint64_t hash;    /* 0: empty */
+    uint64_t tag;     /* this chain's, never given to another (memo_tag) */
+    uint64_t checked; /* code_frees when its identities were last checked */
     int nraw, nout;
     uintptr_t key[2 * MEMO_MAX];
     ng_ident id[MEMO_MAX];
@@ -529,29 +604,20 @@ typedef struct ng_memo {
 static ng_memo *memo[MEMO_SLOTS];
 static uint64_t memo_tag; /* the last tag given; not reset by a fork (a tag is never reused) */
 
-static uint64_t chain_hash(const uintptr_t *key, int nraw)
-{
-    /* one multiplication a frame: the next frame's mixes this frame's instruction in */
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)nraw;
-    for (int i = 0; i < nraw; i++)
-        h = ((h ^ key[2 * i]) * 0xff51afd7ed558ccdull) ^ key[2 * i + 1];
-    h ^= h >> 29;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 32;
-    return h ? h : 1;
-}
-
 /* The frames of the chain key[0..nraw) (hash h), out of the memo; -1 when it is not there or a
  * code object in it is not the one it was (*tag: the chain's tag). */
 static int memo_find(const uintptr_t *key, int nraw, uint64_t h, rec_pyframe *out, int max,
-                     uint64_t *tag)
+                     uint64_t *tag, uint64_t frees)
 {
-    const ng_memo *m = memo[h & (MEMO_SLOTS - 1)];
+    ng_memo *m = memo[h & (MEMO_SLOTS - 1)];
     if (!m || m->hash != h || m->nraw != nraw || m->nout > max ||
         memcmp(m->key, key, (size_t)nraw * 2 * sizeof *key) != 0)
         return -1;
-    for (int i = 0; i < nraw; i++)
-        if (!ident_matches(key[2 * i], &m->id[i])) return -1;
+    if (!code_frees_counted || m->checked != frees) { /* a code object freed since: check all */
+        for (int i = 0; i < nraw; i++)
+            if (!ident_matches(key[2 * i], &m->id[i])) return -1;
+        m->checked = frees;
+    }
     memcpy(out, m->out, (size_t)m->nout * sizeof *out);
     *tag = m->tag;
     return m->nout;
@@ -560,26 +626,28 @@ static int memo_find(const uintptr_t *key, int nraw, uint64_t h, rec_pyframe *ou
 /* Keeps the chain whose every frame walk() resolved (id: each one's code object's identity) and
  * its frames out[0..nout); nothing when there is no memory for its slot. */
 static void memo_put(const uintptr_t *key, int nraw, uint64_t h, const ng_ident *id,
-                     const rec_pyframe *out, int nout, uint64_t *tag)
+                     const rec_pyframe *out, int nout, uint64_t *tag, uint64_t frees)
 {
     ng_memo **slot = &memo[h & (MEMO_SLOTS - 1)];
     if (!*slot && !(*slot = malloc(sizeof **slot))) return;
     ng_memo *m = *slot;
-    m->hash = h, m->tag = *tag = ++memo_tag, m->nraw = nraw, m->nout = nout;
+    m->hash = h, m->tag = *tag = ++memo_tag, m->nraw = nraw, m->nout = nout, m->checked = frees;
     memcpy(m->key, key, (size_t)nraw * 2 * sizeof *key);
     memcpy(m->id, id, (size_t)nraw * sizeof *id);
     memcpy(m->out, out, (size_t)nout * sizeof *out);
 }
 
-/* The frames of the chain key[0..nraw) (collect's), at most max. Under ng_lock. *tag: nonzero
- * when the frames are a memoized chain's (the same tag, the same frames), else 0. */
-static int walk(const uintptr_t *key, int nraw, rec_pyframe *out, int max, uint64_t *tag)
+/* The frames of the chain key[0..nraw) (collect's, its hash chain), at most max. Under ng_lock.
+ * *tag: nonzero when the frames are a memoized chain's (the same tag, the same frames), else 0. */
+static int walk(const uintptr_t *key, int nraw, uint64_t chain, rec_pyframe *out, int max, uint64_t *tag)
 {
     const py_layout *l = ng.l;
     *tag = 0;
-    uint64_t h = nraw <= MEMO_MAX ? chain_hash(key, nraw) : 0;
+    /* read before any identity below: a code object freed after it makes the next hit check */
+    uint64_t frees = atomic_load_explicit(&code_frees, memory_order_relaxed);
+    uint64_t h = nraw <= MEMO_MAX ? chain : 0;
     if (h) {
-        int n = memo_find(key, nraw, h, out, max, tag);
+        int n = memo_find(key, nraw, h, out, max, tag, frees);
         if (n >= 0) return n;
     }
     ng_ident id[MEMO_MAX];
@@ -620,7 +688,7 @@ static int walk(const uintptr_t *key, int nraw, rec_pyframe *out, int max, uint6
         frame_put(code, raw, owner, e, 0, &out[n]);
         n++;
     }
-    if (whole && i == nraw) memo_put(key, nraw, h, id, out, n, tag);
+    if (whole && i == nraw) memo_put(key, nraw, h, id, out, n, tag, frees);
     return n;
 }
 
@@ -635,11 +703,12 @@ int gm_python_nogil_frames(struct rec_pyframe *out, int max, uint64_t *tag)
     uintptr_t f = top_frame();
     if (!f) return 0; /* nothing to read: the caches' lock is not taken */
     uintptr_t key[2 * MAX_VISITED];
-    int nraw = collect(f, key);
+    uint64_t chain;
+    int nraw = collect(f, key, &chain);
     if (!nraw) return 0;
     ng_busy = 1;
     gm_spin_lock(&ng_lock);
-    int n = walk(key, nraw, out, max, tag);
+    int n = walk(key, nraw, chain, out, max, tag);
     gm_spin_unlock(&ng_lock);
     ng_busy = 0;
     return n;
@@ -711,6 +780,7 @@ int gm_python_nogil_init(int minor)
         ng.l = NULL;
         return 0;
     }
+    code_frees_count();
     pthread_atfork(NULL, NULL, ng_fork_child);
     return 1;
 }

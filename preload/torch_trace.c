@@ -40,6 +40,7 @@
  */
 #include "preload/gm_internal.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +62,8 @@ typedef struct rec_pyframe { uint32_t function, file, line; } rec_pyframe;
 typedef struct tt_entry {
     uint64_t addr, size;
     uint64_t seq;     /* the recorder's last claimed seq when PyTorch recorded the entry */
-    uint64_t t_ns;    /* the recorder's clock (ns since the recording started) */
+    uint64_t t_ns;    /* the recorder's clock (ns since the recording started); in the ring its
+                       * raw ticks (rec_last_seq_ticks), turned into ns as they are copied out */
     uint64_t stream;  /* the CUDA stream's handle (0: the legacy default stream) */
     uint64_t pool[2]; /* PyTorch's MempoolId_t: (0, 0) the device's default pool, else a private
                        * one (a CUDA graph's, a torch.cuda.MemPool) */
@@ -179,26 +181,26 @@ GM_EXPORT void gpumem_torch_trace_entry(int action, int device, uint64_t addr, u
                                         uint64_t pool_a, uint64_t pool_b)
 {
     if (!((action >= 0 && action <= 6) || action == TT_ACTION_OOM) || device < 0) return;
-    tt_entry e = {.addr = addr, .size = size, .stream = stream, .pool = {pool_a, pool_b}, .action = action,
-                  .device = device};
+    uint64_t seq = 0, ticks = 0;
 #ifdef GM_HAVE_REC
-    /* seq before time: every event at or below seq was claimed before this moment */
-    e.seq = rec_last_seq();
-    e.t_ns = rec_time_ns();
+    /* seq before time: every event at or below seq was claimed before this moment; the time is
+     * kept in ticks, made ns when copied out (gpumem_torch_trace_copy) */
+    seq = rec_last_seq_ticks(&ticks);
 #endif
     /* the requesting thread's Python frames, read before the lock (an allocation, action 0, or
      * an OOM: the entries whose stack the merge stores; the OOM's is the line that asked) */
     rec_pyframe f[REC_MAX_PY_FRAMES];
     uint64_t tag = 0;
     int nf = action == 0 || action == TT_ACTION_OOM ? gm_python_frames_now(f, REC_MAX_PY_FRAMES, &tag) : 0;
+    uint32_t stack = 0;
     gm_spin_lock(&tt.lock);
     if (nf > 0) { /* a memoized chain's tag seen before: its stack, without hashing its frames */
         __typeof__(tt.by_tag[0]) *c = &tt.by_tag[tag & (TT_TAG_SLOTS - 1)];
         if (tag && c->tag == tag) {
-            e.stack = c->stack;
+            stack = c->stack;
         } else {
-            e.stack = stack_index(f, nf, frames_hash(f, nf));
-            if (tag && e.stack) c->tag = tag, c->stack = e.stack;
+            stack = stack_index(f, nf, frames_hash(f, nf));
+            if (tag && stack) c->tag = tag, c->stack = stack;
         }
     }
     tt.seen++;
@@ -211,7 +213,10 @@ GM_EXPORT void gpumem_torch_trace_entry(int action, int device, uint64_t addr, u
         gm_spin_unlock(&tt.lock); /* no memory for even the first slots: nothing kept */
         return;
     }
-    tt.ring[tt.head] = e;
+    tt_entry *e = &tt.ring[tt.head]; /* written in place, under the lock */
+    e->addr = addr, e->size = size, e->seq = seq, e->t_ns = ticks, e->stream = stream;
+    e->pool[0] = pool_a, e->pool[1] = pool_b, e->action = action, e->device = device;
+    e->stack = stack, e->pad = 0;
     tt.head = tt.head + 1 == tt.cap ? 0 : tt.head + 1;
     if (tt.n < tt.cap) tt.n++;
     gm_spin_unlock(&tt.lock);
@@ -245,6 +250,15 @@ GM_EXPORT size_t gpumem_torch_trace_copy(void *dst, size_t cap, uint64_t *seen)
         size_t first = (tt.head + tt.cap - tt.n) % tt.cap, k = tt.cap - first < tt.n ? tt.cap - first : tt.n;
         memcpy(dst, tt.ring + first, k * sizeof(tt_entry));
         memcpy((char *)dst + k * sizeof(tt_entry), tt.ring, (tt.n - k) * sizeof(tt_entry));
+#ifdef GM_HAVE_REC
+        for (size_t i = 0; i < tt.n; i++) { /* dst: any alignment (a Python buffer) */
+            char *at = (char *)dst + i * sizeof(tt_entry) + offsetof(tt_entry, t_ns);
+            uint64_t t;
+            memcpy(&t, at, sizeof t);
+            t = rec_ticks_ns(t);
+            memcpy(at, &t, sizeof t);
+        }
+#endif
     }
     gm_spin_unlock(&tt.lock);
     return need;

@@ -1006,6 +1006,20 @@ uint64_t rec_last_seq(void) {
     return rec_ring_last_seq(&rec_g.ring);
 }
 
+uint64_t rec_last_seq_ticks(uint64_t *ticks) {
+    if (atomic_load_explicit(&rec_g.state, memory_order_acquire) != REC_ST_OPEN) {
+        *ticks = 0;
+        return 0;
+    }
+    uint64_t seq = rec_ring_last_seq(&rec_g.ring); /* seq before time, as rec_last_seq's callers */
+    *ticks = rec_ticks();
+    return seq;
+}
+
+uint64_t rec_ticks_ns(uint64_t ticks) {
+    return ticks ? rec_ticks_to_ns(&rec_g, ticks) : 0;
+}
+
 /* ---------------------------------------------------------------- ranges, names */
 
 /* A range's or a name's record: its fields, the rest zero. */

@@ -404,6 +404,11 @@ uint64_t rec_time_ns(void);
  * observation made now comes after every event with this seq or below (gm_torch's exact
  * placement of PyTorch's trace entries, preload/torch_trace.c). */
 uint64_t rec_last_seq(void);
+/* Both at once for an observation made many times a second (PyTorch's trace entries): returns
+ * rec_last_seq() and sets *ticks to the clock's raw reading taken after it (0: not recording),
+ * which rec_ticks_ns turns into rec_time_ns's ns later (the same clock for the recording's life). */
+uint64_t rec_last_seq_ticks(uint64_t *ticks);
+uint64_t rec_ticks_ns(uint64_t ticks);
 
 /* ---- Python frames (schema 1.3). ---------------------------------------------------------
  * The preload (preload/python.c) registers a provider when the process runs CPython. For every
