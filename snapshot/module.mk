@@ -118,7 +118,7 @@ SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_k
                 tests/integration/snapshot_devused.sh tests/integration/snapshot_devused_rules.sh \
                 tests/integration/e2e_advise.sh tests/integration/snapshot_reuse.sh \
                 tests/integration/snapshot_lossy.sh tests/integration/advise_any.sh \
-                tests/integration/advise_names.sh
+                tests/integration/advise_names.sh tests/integration/snapshot_flag_kinds.sh
 
 # `gpumem frag`: the trainer under PyTorch's policy, and an OOM caused by fragmentation
 # (tests/apps/frag_app.c, linked with the virtual GPU's runtime like preload's test programs).

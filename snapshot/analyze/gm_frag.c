@@ -378,7 +378,7 @@ static int fsweep_row(fsweep *w, const gm_event_row *e) {
             if (own) w->reserved += size;
             uint64_t ev[4] = {seq, size, (uint64_t)e->stream, addr};
             memcpy(w->any[dv], ev, sizeof ev);
-            if ((unsigned)e->flags & REC_F_CACHE_MISS) memcpy(w->miss[dv], ev, sizeof ev);
+            if (rec_is_cache_miss(kind, (unsigned)e->flags)) memcpy(w->miss[dv], ev, sizeof ev);
         }
     } else if (kind == REC_SEG_MAP || kind == REC_DRIVER_ALLOC) {
         w->reserved += (uint64_t)e->size, w->have_segments = 1;

@@ -716,8 +716,9 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
     m->events++;
     if (seq > m->max_seq) m->max_seq = seq;
     m->count_kind[kind < 64 ? kind : 0]++;
-    if (flags & REC_F_CACHE_HIT) m->cache_hits++;
-    if (flags & REC_F_CACHE_MISS) m->cache_misses++;
+    /* the cache flags' bits are other flags on other kinds (an OOM's, an interior free's) */
+    m->cache_hits += (uint64_t)rec_is_cache_hit(kind, flags);
+    m->cache_misses += (uint64_t)rec_is_cache_miss(kind, flags);
     for (; w->ni < w->nnames && w->names[w->ni].seq < seq; w->ni++) name_apply(w, &w->names[w->ni]);
     if (kind >= REC_TORCH_ALLOC && kind <= REC_TORCH_SEG_UNMAP) {
         if (torch_row(w, seq, kind, flags, addr, size, stack, range, dev, requested) != 0) return -1;
@@ -900,8 +901,9 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     /* the device account's rows: those it reads (gm_devused_addr_filter), in order */
     const uint64_t *du_seen = w->du ? gm_devused_addr_filter(w->du) : NULL;
     HOT_SUMS(HOT_DECL)
-    /* rows by their cache flags (flags / REC_F_CACHE_HIT & 3: neither, hit, miss, both), one
-     * count a row, added to m->cache_hits and m->cache_misses at the end (nothing reads those
+    /* rows by their cache flags (flags / REC_F_CACHE_HIT & 3: neither, hit, miss, both; a free's
+     * row neither, the bits being no cache flags but on a device allocation, rec_is_cache_hit),
+     * one count a row, added to m->cache_hits and m->cache_misses at the end (nothing reads those
      * during the sweep; sweep_row adds its own rows' to them) */
     _Static_assert(REC_F_CACHE_MISS == 2 * REC_F_CACHE_HIT, "the two cache flags side by side");
     uint64_t by_cache[4] = {0};
@@ -941,7 +943,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             continue;
         }
         m->count_kind[kind]++;
-        by_cache[flags / REC_F_CACHE_HIT & 3]++;
+        by_cache[alloc ? flags / REC_F_CACHE_HIT & 3 : 0]++;
         if (name_seq < seq) {
             SWEEP_STORE
             for (; w->ni < w->nnames && w->names[w->ni].seq < seq; w->ni++) name_apply(w, &w->names[w->ni]);
@@ -949,7 +951,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
         }
         if (du_seen) {
             uint32_t b = gm_devused_addr_bit(addr);
-            if (alloc ? !(flags & (REC_F_CACHE_HIT | REC_F_CACHE_MISS)) : du_seen[b >> 6] >> (b & 63) & 1)
+            if (alloc ? !rec_is_served(kind, flags) : du_seen[b >> 6] >> (b & 63) & 1)
                 du_seen = devused_row(w, r);
         }
         if (alloc) {

@@ -229,7 +229,7 @@ static inline __attribute__((always_inline)) int du_row(gm_du_sweep *sw, gm_devu
     switch (kind) {
     case REC_ALLOC:
     case REC_ALLOC_ASYNC:
-        if (flags & (REC_F_CACHE_HIT | REC_F_CACHE_MISS))
+        if (rec_is_served(kind, flags))
             break; /* served by gpumem: inside its segments */
         if (u64map_del(&s->by_addr, addr, &v))
             drop_item(s, v); /* handed out again without a free */
@@ -346,8 +346,7 @@ int gm_devused_rows(gm_du_sweep *sw, gm_devused *u, const gm_event_row *r, size_
          * rows of alternating kinds mispredict): gpumem's own allocations, which it passes
          * over, and frees */
         unsigned kind = (unsigned)(int)r->kind, flags = (unsigned)(int)r->flags;
-        int served = (flags & (REC_F_CACHE_HIT | REC_F_CACHE_MISS)) != 0;
-        if ((kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && served)
+        if (rec_is_served(kind, flags))
             continue;
         if (kind == REC_FREE || kind == REC_FREE_ASYNC) {
             uint64_t v, addr = (uint64_t)r->addr;

@@ -171,7 +171,7 @@ enum rec_devinfo_when {
  * set_per_process_memory_fraction call of the program's. advise leaves it out of its predictions
  * as it leaves the key out (adv_cfg_uncapped); frag and tune take the key's share from the
  * configuration. Recordings before it have the note unflagged, read as a call. (Not 0x100 or
- * 0x200: the sweep counts those as cache hits and misses on every kind.) */
+ * 0x200: readers before rec_is_cache_hit counted those as cache hits and misses on every kind.) */
 #define REC_F_FRACTION_START 0x400u
 /* REC_OOM only: its ooms row's limit_bytes is the per_process_memory_fraction key's share of the
  * device (GPUMEM_CONF), below the limit in bytes (GPUMEM_LIMIT, the limit key), if any: the key
@@ -183,6 +183,28 @@ enum rec_devinfo_when {
 /* An alloc event without REC_F_CACHE_HIT/REC_F_CACHE_MISS was not served by gpumem's allocator:
  * it was passed to the real driver or runtime (record mode, pools, managed, graph capture). */
 #define REC_F_FLAGS_MASK 0xff00u
+
+/* A flag's meaning depends on the event's kind (0x100 is REC_F_CACHE_HIT on a device allocation,
+ * REC_F_INTERIOR on a foreign free, REC_F_BA_MEMSET on a bad access, REC_F_OOM_FRACTION on an
+ * OOM): a reader tests the bit together with the kind that gives it its meaning, through these.
+ * The cache flags belong to device allocations (REC_ALLOC, REC_ALLOC_ASYNC) only: gpumem's
+ * allocator serves no other kind. */
+static inline int rec_is_device_alloc(unsigned kind) {
+    return kind == REC_ALLOC || kind == REC_ALLOC_ASYNC;
+}
+/* a device allocation gpumem's allocator served from its cache, no driver call */
+static inline int rec_is_cache_hit(unsigned kind, unsigned flags) {
+    return rec_is_device_alloc(kind) && (flags & REC_F_CACHE_HIT) != 0;
+}
+/* a device allocation gpumem's allocator served with the driver's help (its segments grew) */
+static inline int rec_is_cache_miss(unsigned kind, unsigned flags) {
+    return rec_is_device_alloc(kind) && (flags & REC_F_CACHE_MISS) != 0;
+}
+/* a device allocation gpumem's allocator served (hit or miss): inside its segments; a device
+ * allocation without either was passed through to the driver or runtime */
+static inline int rec_is_served(unsigned kind, unsigned flags) {
+    return rec_is_device_alloc(kind) && (flags & (REC_F_CACHE_HIT | REC_F_CACHE_MISS)) != 0;
+}
 
 /* ---- Hot path. ----------------------------------------------------------------------------
  * One fixed-size event into the lock-free ring: ~tens of ns without stacks.
