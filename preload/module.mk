@@ -208,3 +208,7 @@ ALL_TARGETS += $(APPS_DIR)/order_app
 $(APPS_DIR)/kinds_app: $(APPS_DIR)/kinds_app.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -ldl -lpthread
 ALL_TARGETS += $(APPS_DIR)/kinds_app
+# pools_app: pools the program creates, beside gpumem's cudaMalloc (snapshot_pools.sh)
+$(APPS_DIR)/pools_app: $(APPS_DIR)/pools_app.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -ldl -lpthread
+ALL_TARGETS += $(APPS_DIR)/pools_app

@@ -16,7 +16,9 @@
  *     through, recorded with flag REC_F_POOL); a pool it made a device's current one
  *     (cuDeviceSetMemPool, cuMemSetMemPool: gm_pm_chosen_pool) is such a choice too, so the
  *     stream-ordered allocations on that device (cudaMallocAsync, cuMemAllocAsync) come from it:
- *     passed through in both modes and recorded with flag REC_F_POOL, as the driver serves them;
+ *     passed through in both modes and recorded with flag REC_F_POOL, as the driver serves them,
+ *     until the program destroys that pool (the device's default pool is current again, and
+ *     gpumem serves them again: pm_unchoose);
  *   - CUDA arrays (cuArrayCreate_v2, cuArray3DCreate_v2, cuArrayDestroy): passed through,
  *     recorded with the bytes of their elements (array_alloc / array_free).
  *
@@ -383,11 +385,25 @@ static CUresult pm_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *pro
     }
     return r;
 }
+/* A destroyed pool that was a device's current one gives that place back to the device's
+ * default pool (the driver's rule): that device's stream-ordered allocations are no longer a
+ * choice of the program, so gpumem serves them again. */
+static void pm_unchoose(CUmemoryPool pool)
+{
+    for (int d = 0; d < PM_MAX_DEVICES; d++) {
+        CUmemoryPool was = pool;
+        atomic_compare_exchange_strong_explicit(&chosen_pool[d], &was, NULL,
+                                                memory_order_acq_rel, memory_order_relaxed);
+    }
+}
+
 static CUresult pm_cuMemPoolDestroy(CUmemoryPool pool)
 {
     if (!gm_real_pm.cuMemPoolDestroy)
         return CUDA_ERROR_NOT_SUPPORTED;
     CUresult r = gm_real_pm.cuMemPoolDestroy(pool);
+    if (r == CUDA_SUCCESS && pool)
+        pm_unchoose(pool);
     if (!pm_pass() && r == CUDA_SUCCESS) {
         size_t i = 0;
         pthread_mutex_lock(&pm_lock);

@@ -90,7 +90,7 @@ typedef struct sim_range {
     unsigned flags;  /* host alloc flags, register flags */
     size_t charged;  /* device bytes charged for it */
     uint64_t id;     /* buffer id */
-    bool from_pool;  /* allocated by cuMemAllocAsync / FromPool */
+    struct sim_pool *pool; /* the pool it came from (cuMemAllocAsync / FromPool), or NULL */
     bool freeing;    /* a cuMemFreeAsync is queued for it (asynchronous mode) */
     bool ipc;        /* exported (cuIpcGetMemHandle): backed by its own memfd, ipc_fd */
     bool ipc_import; /* opened with cuIpcOpenMemHandle: not charged, closed by refcount */
@@ -263,19 +263,31 @@ struct CUctx_st {
     int dev;
 };
 
+/* A stream-ordered memory pool: each device's default one (in its sim_device), or one the
+ * program made (cuMemPoolCreate: malloc'd, on sim.pools until it is destroyed and holds no
+ * allocation). Its reservation follows its use in SIM_POOL_CHUNK steps; what it keeps beyond
+ * that is bounded by its release threshold (sim_mem.c, pool_settle). */
+typedef struct sim_pool {
+    uint32_t magic;
+    int dev;
+    bool created;   /* cuMemPoolCreate's (a device's default pool cannot be destroyed) */
+    bool destroyed; /* cuMemPoolDestroy'd while it held allocations: gone with the last one */
+    size_t max_size; /* CUmemPoolProps.maxSize: its reservation's limit (0: the device's) */
+    uint64_t release_threshold;
+    size_t used, used_high; /* pool allocations now, and their high-water mark */
+    size_t reserved, reserved_high; /* the device memory the pool holds (SIM_POOL_CHUNK) */
+    struct sim_pool *next;          /* sim.pools: the created pools */
+} sim_pool;
+
 /* One virtual device: its memory accounting, primary context, legacy stream and default pool. */
 typedef struct sim_device {
     size_t capacity, used, peak; /* used: allocations (cuMemAlloc*, cuMemCreate) */
     size_t ctx_bytes;            /* charged while the primary context is active */
     struct CUctx_st primary;
     sim_stream legacy;
-    struct {
-        uint32_t magic;
-        int dev;
-        uint64_t release_threshold;
-        size_t used, used_high; /* pool allocations now, and their high-water mark */
-        size_t reserved, reserved_high; /* the device memory the pool holds (SIM_POOL_CHUNK) */
-    } pool;
+    sim_pool pool;          /* the default pool */
+    sim_pool *current_pool; /* cuMemAllocAsync's (cuDeviceSetMemPool): the default pool unless
+                               the program set another */
     /* graph allocations: live now and the high-water mark; device memory kept for them (live
      * plus freed, until cuDeviceGraphMemTrim) and its high-water mark */
     size_t graph_used, graph_high, graph_reserved, graph_reserved_high;
@@ -320,6 +332,7 @@ typedef struct sim_state {
     size_t nkernels, capkernels;
     void **captures, **graphs, **execs; /* live captures, graphs, executable graphs */
     size_t ncaptures, capcaptures, ngraphs, capgraphs, nexecs, capexecs;
+    sim_pool *pools; /* the program's pools (cuMemPoolCreate), not yet gone */
     sim_fault_plan faults;
     uint64_t n_allocs, n_maps, faults_injected;
     sim_stats stats;

@@ -29,16 +29,19 @@
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 
-/* Each device's default memory pool is a token in its sim_device; other pools are not
- * modelled. */
-#define DEFAULT_POOL(d) ((CUmemoryPool)(void *)&sim.dev[d].pool)
+/* A pool's handle is its sim_pool: each device's default pool lives in its sim_device, the
+ * program's own (cuMemPoolCreate) on sim.pools. */
+#define POOL_HANDLE(p) ((CUmemoryPool)(void *)(p))
 
-/* The device whose default pool `pool` is, or -1. */
-static int pool_dev(CUmemoryPool pool)
+/* The live pool a handle names (a default pool, or a created one not destroyed), or NULL. Lock
+ * held. */
+static sim_pool *pool_find(CUmemoryPool handle)
 {
     for (int d = 0; d < sim.ndevices; d++)
-        if (pool == DEFAULT_POOL(d)) return d;
-    return -1;
+        if (handle == POOL_HANDLE(&sim.dev[d].pool)) return &sim.dev[d].pool;
+    for (sim_pool *p = sim.pools; p; p = p->next)
+        if (handle == POOL_HANDLE(p) && !p->destroyed) return p;
+    return NULL;
 }
 
 static size_t round_up(size_t n, size_t a)
@@ -226,35 +229,67 @@ static bool backing_cache_put(void *base, size_t size) /* under the sim lock */
     return true;
 }
 
-/* The pool's used bytes change by delta (an allocation's charge taken or given back); its
- * reservation follows in SIM_POOL_CHUNK steps and the device is charged for the difference. A
- * growth the device cannot hold changes nothing (CUDA_ERROR_OUT_OF_MEMORY); shrinking never
- * fails. Lock held. */
-static CUresult pool_use(int dev, int64_t delta)
+/* The pool gives reserved memory back to the device down to `keep` bytes (whole chunks, at
+ * least `keep`), never below what backs its allocations; nothing when it holds `keep` or less.
+ * CUDA's rule for cuMemPoolTrimTo(keep), and for the release threshold, which the driver applies
+ * at the next synchronization and the sim at the free itself. Lock held. */
+static void pool_settle(sim_pool *p, uint64_t keep)
 {
-    sim_device *d = &sim.dev[dev];
-    size_t used = delta >= 0                      ? d->pool.used + (size_t)delta
-                  : (size_t)-delta < d->pool.used ? d->pool.used - (size_t)-delta
-                                                  : 0;
-    size_t want = round_up(used, SIM_POOL_CHUNK);
-    if (want > d->pool.reserved) {
-        CUresult rc = sim_charge(dev, want - d->pool.reserved, true);
-        if (rc) return rc;
-    } else if (want < d->pool.reserved) {
-        sim_uncharge(dev, d->pool.reserved - want);
+    if (p->reserved <= keep) return;
+    size_t want = round_up(p->used, SIM_POOL_CHUNK);
+    size_t kept = round_up((size_t)keep, SIM_POOL_CHUNK); /* keep < reserved: no overflow */
+    if (kept > want) want = kept;
+    if (want >= p->reserved) return;
+    sim_uncharge(p->dev, p->reserved - want);
+    p->reserved = want;
+}
+
+/* A destroyed pool goes when its last allocation does (its memory back to the device). */
+static void pool_release_if_gone(sim_pool *p)
+{
+    if (!p->destroyed || p->used) return;
+    pool_settle(p, 0);
+    for (sim_pool **pp = &sim.pools; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    free(p);
+}
+
+/* The pool's used bytes change by delta (an allocation's charge taken or given back). Growth
+ * first takes the memory the pool holds unused; beyond it the reservation grows in
+ * SIM_POOL_CHUNK steps, the device charged for them (a growth the device or the pool's maxSize
+ * cannot hold changes nothing: CUDA_ERROR_OUT_OF_MEMORY). A shrink keeps up to the release
+ * threshold (pool_settle) and never fails. Lock held. */
+static CUresult pool_use(sim_pool *p, int64_t delta)
+{
+    if (delta < 0) {
+        p->used -= (size_t)-delta < p->used ? (size_t)-delta : p->used;
+        pool_settle(p, p->destroyed ? 0 : p->release_threshold);
+        return CUDA_SUCCESS;
     }
-    d->pool.used = used;
-    d->pool.reserved = want;
-    if (want > d->pool.reserved_high) d->pool.reserved_high = want;
+    size_t used = p->used + (size_t)delta;
+    size_t want = round_up(used, SIM_POOL_CHUNK);
+    if (want > p->reserved) {
+        if (p->max_size && want > p->max_size) return CUDA_ERROR_OUT_OF_MEMORY;
+        CUresult rc = sim_charge(p->dev, want - p->reserved, true);
+        if (rc) return rc;
+        p->reserved = want;
+    }
+    p->used = used;
+    if (p->reserved > p->reserved_high) p->reserved_high = p->reserved;
+    if (used > p->used_high) p->used_high = used;
     return CUDA_SUCCESS;
 }
 
-static CUresult device_alloc(int dev, CUdeviceptr *dptr, size_t size, bool from_pool)
+/* A device allocation on dev: cuMemAlloc's (pool NULL) or from a pool of dev's. */
+static CUresult device_alloc(int dev, CUdeviceptr *dptr, size_t size, sim_pool *from_pool)
 {
     if (!dptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     /* a pool allocation's charge is its share of the pool (pool_use charges the device) */
     size_t charge = from_pool ? round_up(size, SIM_ALLOC_ROUND) : round_up(size, SIM_ALLOC_PAGE);
-    CUresult rc = from_pool ? pool_use(dev, (int64_t)charge) : sim_charge(dev, charge, true);
+    CUresult rc = from_pool ? pool_use(from_pool, (int64_t)charge) : sim_charge(dev, charge, true);
     if (rc) return rc;
     int prot = sim.virtual_backing ? PROT_NONE : PROT_READ | PROT_WRITE;
     size_t msize = round_up(size, 4096);
@@ -272,16 +307,14 @@ static CUresult device_alloc(int dev, CUdeviceptr *dptr, size_t size, bool from_
         else if (p)
             munmap(mb, ms);
         if (from_pool)
-            pool_use(dev, -(int64_t)charge);
+            pool_use(from_pool, -(int64_t)charge);
         else
             sim_uncharge(dev, charge);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     r->charged = charge;
-    r->from_pool = from_pool;
+    r->pool = from_pool;
     r->dev = dev;
-    if (from_pool && sim.dev[dev].pool.used > sim.dev[dev].pool.used_high)
-        sim.dev[dev].pool.used_high = sim.dev[dev].pool.used;
     *dptr = (CUdeviceptr)p;
     return CUDA_SUCCESS;
 }
@@ -302,7 +335,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
     int dev;
     CUresult rc = sim_current_dev(&dev);
     if (!rc && sim_capture_prohibits_unsafe()) rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    if (!rc) rc = device_alloc(dev, dptr, size, false);
+    if (!rc) rc = device_alloc(dev, dptr, size, NULL);
     sim_cost(SIM_OP_MEM_ALLOC, size);
     sim_unlock();
     return rc;
@@ -327,7 +360,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size
     int dev;
     CUresult rc = sim_current_dev(&dev);
     if (!rc && sim_capture_prohibits_unsafe()) rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    if (!rc) rc = device_alloc(dev, dptr, p * height, false);
+    if (!rc) rc = device_alloc(dev, dptr, p * height, NULL);
     if (!rc) *pitch = p;
     sim_cost(SIM_OP_MEM_ALLOC, p * height);
     sim_unlock();
@@ -343,8 +376,9 @@ CUresult sim_device_free(CUdeviceptr dptr, bool async, size_t *freed)
     if (r->ipc_import) return CUDA_ERROR_INVALID_VALUE; /* cuIpcCloseMemHandle's to release */
     if (r->graph) return CUDA_ERROR_INVALID_VALUE;      /* graph_mem_free's */
     *freed = r->size;
-    if (r->kind == SIM_R_DEVICE && r->from_pool)
-        pool_use(r->dev, -(int64_t)r->charged);
+    sim_pool *pool = r->kind == SIM_R_DEVICE ? r->pool : NULL;
+    if (pool)
+        pool_use(pool, -(int64_t)r->charged);
     else if (r->kind == SIM_R_DEVICE)
         sim_uncharge(r->dev, r->charged);
     range_remove(r);
@@ -352,6 +386,7 @@ CUresult sim_device_free(CUdeviceptr dptr, bool async, size_t *freed)
         !r->ipc && backing_cache_put(r->map_base, r->map_size))
         r->map_base = NULL; /* recycled, not unmapped */
     range_destroy(r);
+    if (pool) pool_release_if_gone(pool);
     return CUDA_SUCCESS;
 }
 
@@ -527,15 +562,15 @@ static CUresult graph_mem_free(sim_range *r, sim_stream *st)
     return CUDA_SUCCESS;
 }
 
-/* A stream-ordered allocation on st from device dev's pool (its stream checked); lock held. */
-static CUresult stream_alloc(sim_stream *st, int dev, CUdeviceptr *dptr, size_t size)
+/* A stream-ordered allocation on st from pool (its stream checked); lock held. */
+static CUresult stream_alloc(sim_stream *st, sim_pool *pool, CUdeviceptr *dptr, size_t size)
 {
     if (st->capture)
         return !dptr || !size ? CUDA_ERROR_INVALID_VALUE : sim_capture_mem_alloc(st, size, dptr);
     if (dptr && !size) return CUDA_SUCCESS; /* and 0, as the real driver answers (drv_api.out) */
     /* a stream not captured while the capture rules forbid it: 900 on an H200 (capture_modes) */
     if (sim_capture_prohibits_unsafe()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    return device_alloc(dev, dptr, size, true);
+    return device_alloc(pool->dev, dptr, size, pool);
 }
 
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
@@ -545,7 +580,7 @@ CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
     sim_lock();
     sim_stream *st;
     CUresult rc = sim_stream_for_work(s, &st);
-    if (!rc) rc = stream_alloc(st, st->dev, dptr, size);
+    if (!rc) rc = stream_alloc(st, sim.dev[st->dev].current_pool, dptr, size);
     sim_cost(SIM_OP_MEM_ALLOC_ASYNC, size);
     sim_unlock();
     return rc;
@@ -556,10 +591,10 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool po
     CLEAR_OUT(dptr);
     SIM_CHECK_INIT();
     sim_lock();
-    int d = pool_dev(pool);
+    sim_pool *p = pool_find(pool);
     sim_stream *st;
-    CUresult rc = d < 0 ? CUDA_ERROR_INVALID_VALUE : sim_stream_for_work(s, &st);
-    if (!rc) rc = stream_alloc(st, d, dptr, size);
+    CUresult rc = !p ? CUDA_ERROR_INVALID_VALUE : sim_stream_for_work(s, &st);
+    if (!rc) rc = stream_alloc(st, p, dptr, size);
     sim_cost(SIM_OP_MEM_ALLOC_ASYNC, size);
     sim_unlock();
     return rc;
@@ -667,31 +702,43 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
     return rc;
 }
 
-/* ---- memory pools (the default pool only) ------------------------------------------------ */
+/* ---- memory pools ----------------------------------------------------------------------- */
 
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
 {
     SIM_CHECK_INIT();
     if (!pool) return CUDA_ERROR_INVALID_VALUE;
     if (dev < 0 || dev >= sim.ndevices) return CUDA_ERROR_INVALID_DEVICE;
-    *pool = DEFAULT_POOL(dev);
+    *pool = POOL_HANDLE(&sim.dev[dev].pool);
     return CUDA_SUCCESS;
 }
 
-/* The device's current pool: the one pool the virtual GPU has, the device's default, whether or
- * not the program set it (cuDeviceSetMemPool); cuMemAllocAsync allocates from it either way. */
+/* The device's current pool: its default one until the program sets another
+ * (cuDeviceSetMemPool), and again once that one is destroyed. cuMemAllocAsync allocates from
+ * it. */
 CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
-    return cuDeviceGetDefaultMemPool(pool, dev);
+    SIM_CHECK_INIT();
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= sim.ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    sim_lock();
+    *pool = POOL_HANDLE(sim.dev[dev].current_pool);
+    sim_unlock();
+    return CUDA_SUCCESS;
 }
 
-/* Setting the current pool: a pool of that device (its default one; other pools are not
- * modelled), else CUDA_ERROR_INVALID_VALUE, as the driver refuses a pool located elsewhere. */
+/* Setting the current pool: a live pool located on that device, else CUDA_ERROR_INVALID_VALUE,
+ * as the driver refuses a pool located elsewhere. */
 CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 {
     SIM_CHECK_INIT();
     if (dev < 0 || dev >= sim.ndevices) return CUDA_ERROR_INVALID_DEVICE;
-    return pool_dev(pool) == dev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    sim_pool *p = pool_find(pool);
+    CUresult rc = p && p->dev == dev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (!rc) sim.dev[dev].current_pool = p;
+    sim_unlock();
+    return rc;
 }
 
 /* CUDA 13's per-location form: a device's pool for device memory only (host locations and
@@ -704,26 +751,87 @@ CUresult cuMemSetMemPool(CUmemLocation *loc, CUmemAllocationType type, CUmemoryP
     return cuDeviceSetMemPool(loc->id, pool);
 }
 
+/* A pool of device memory on one device (CUmemPoolProps: allocType PINNED, a device location;
+ * handle types none or a POSIX descriptor, whose export is not modelled; maxSize bounds its
+ * reservation). Host-located pools and other handle types are not modelled. */
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+    SIM_CHECK_INIT();
+    if (!pool || !props) return CUDA_ERROR_INVALID_VALUE;
+    if (props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED) {
+        if (props->allocType == CU_MEM_ALLOCATION_TYPE_MANAGED)
+            return sim_unsupported("cuMemPoolCreate of a managed-memory pool");
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (props->location.type == CU_MEM_LOCATION_TYPE_HOST ||
+        props->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA)
+        return sim_unsupported("cuMemPoolCreate of a host-memory pool");
+    if (props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || props->location.id < 0 ||
+        props->location.id >= sim.ndevices)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE &&
+        props->handleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return sim_unsupported("cuMemPoolCreate with a handle type other than none or POSIX fd");
+    sim_pool *p = calloc(1, sizeof *p);
+    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    p->magic = sim.dev[0].pool.magic;
+    p->dev = props->location.id;
+    p->created = true;
+    p->max_size = props->maxSize;
+    sim_lock();
+    p->next = sim.pools;
+    sim.pools = p;
+    *pool = POOL_HANDLE(p);
+    sim_unlock();
+    return CUDA_SUCCESS;
+}
+
+/* A device's default pool cannot be destroyed (CUDA_ERROR_INVALID_VALUE). A destroyed pool that
+ * was its device's current one gives that place back to the default pool; its handle is invalid
+ * at once, but its allocations stay valid until they are freed, and the memory it holds goes
+ * back to the device with the last of them (at once when it holds none), as CUDA documents. */
+CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+    SIM_CHECK_INIT();
+    sim_lock();
+    sim_pool *p = pool_find(pool);
+    CUresult rc = p && p->created ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (!rc) {
+        if (sim.dev[p->dev].current_pool == p) sim.dev[p->dev].current_pool = &sim.dev[p->dev].pool;
+        p->destroyed = true;
+        pool_settle(p, 0);
+        pool_release_if_gone(p);
+    }
+    sim_unlock();
+    return rc;
+}
+
+/* Gives the pool's unused memory back to the device down to `keep` bytes (pool_settle). */
 CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
 {
     SIM_CHECK_INIT();
-    (void)keep; /* freed pool memory goes back at once: nothing to trim */
-    return pool_dev(pool) >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    sim_lock();
+    sim_pool *p = pool_find(pool);
+    if (p) pool_settle(p, keep);
+    sim_unlock();
+    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-/* The pool keeps nothing back (a freed block returns to the device at once), so its reserved
- * memory is its used memory. The high-water marks are real: the highest use since the start or
- * since the program reset them by setting them to 0 (the only value CUDA accepts for them). */
+/* The release threshold is how much reserved memory a pool keeps when its allocations are
+ * freed (pool_settle); lowering it gives the excess back at the next free or trim, as the
+ * driver does at the next synchronization. The high-water marks are the highest figures since
+ * the start or since the program reset them by setting them to 0 (the only value CUDA accepts
+ * for them). */
 CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     SIM_CHECK_INIT();
-    int d = pool_dev(pool);
-    if (d < 0 || !value) return CUDA_ERROR_INVALID_VALUE;
+    if (!value) return CUDA_ERROR_INVALID_VALUE;
     CUresult rc = CUDA_SUCCESS;
     sim_lock();
-    switch (attr) {
+    sim_pool *p = pool_find(pool);
+    switch (p ? (int)attr : -1) {
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-        sim.dev[d].pool.release_threshold = *(cuuint64_t *)value;
+        p->release_threshold = *(cuuint64_t *)value;
         break;
     case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
@@ -733,13 +841,13 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
         if (*(cuuint64_t *)value != 0)
             rc = CUDA_ERROR_INVALID_VALUE;
         else
-            sim.dev[d].pool.reserved_high = sim.dev[d].pool.reserved;
+            p->reserved_high = p->reserved;
         break;
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
         if (*(cuuint64_t *)value != 0)
             rc = CUDA_ERROR_INVALID_VALUE;
         else
-            sim.dev[d].pool.used_high = sim.dev[d].pool.used;
+            p->used_high = p->used;
         break;
     default:
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -752,16 +860,15 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     SIM_CHECK_INIT();
-    int d = pool_dev(pool);
-    if (d < 0 || !value) return CUDA_ERROR_INVALID_VALUE;
+    if (!value) return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
-    size_t used = sim.dev[d].pool.used, high = sim.dev[d].pool.used_high;
-    size_t reserved = sim.dev[d].pool.reserved, reserved_high = sim.dev[d].pool.reserved_high;
-    cuuint64_t threshold = sim.dev[d].pool.release_threshold;
+    sim_pool *p = pool_find(pool);
+    sim_pool now = p ? *p : (sim_pool){0};
     sim_unlock();
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
     switch (attr) {
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-        *(cuuint64_t *)value = threshold;
+        *(cuuint64_t *)value = now.release_threshold;
         break;
     case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
@@ -769,16 +876,16 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
         *(int *)value = 1;
         break;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
-        *(cuuint64_t *)value = reserved;
+        *(cuuint64_t *)value = now.reserved;
         break;
     case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
-        *(cuuint64_t *)value = used;
+        *(cuuint64_t *)value = now.used;
         break;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-        *(cuuint64_t *)value = reserved_high;
+        *(cuuint64_t *)value = now.reserved_high;
         break;
     case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-        *(cuuint64_t *)value = high;
+        *(cuuint64_t *)value = now.used_high;
         break;
     default:
         return CUDA_ERROR_INVALID_VALUE;
@@ -1405,7 +1512,7 @@ static int ptr_dev(const sim_range *r, const sim_mapping *m)
 static size_t mapping_size(const sim_range *r, const sim_mapping *m, size_t size)
 {
     if (m || r->graph) return size;
-    if (r->kind == SIM_R_DEVICE && r->from_pool) return round_up(size, SIM_POOL_CHUNK);
+    if (r->kind == SIM_R_DEVICE && r->pool) return round_up(size, SIM_POOL_CHUNK);
     if (r->kind == SIM_R_DEVICE || r->kind == SIM_R_HOST || r->kind == SIM_R_MANAGED)
         return round_up(size, SIM_ALLOC_PAGE);
     return size;
@@ -1447,7 +1554,7 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, uintptr_t p)
         *(int *)data = ptr_dev(r, m);
         break;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: /* not pool memory (an H200's answer) */
-        *(int *)data = r->kind == SIM_R_DEVICE && !r->graph && !r->from_pool;
+        *(int *)data = r->kind == SIM_R_DEVICE && !r->graph && !r->pool;
         break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
         *(CUdeviceptr *)data = (CUdeviceptr)base;
@@ -1468,7 +1575,7 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, uintptr_t p)
         *(unsigned *)data = m ? m->access : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
         break;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-        *(CUmemoryPool *)data = r->from_pool ? DEFAULT_POOL(r->dev) : NULL;
+        *(CUmemoryPool *)data = r->pool ? POOL_HANDLE(r->pool) : NULL;
         break;
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
         *(size_t *)data = mapping_size(r, m, size);
@@ -1917,7 +2024,7 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *out, CUdeviceptr dptr)
     int dev;
     CUresult rc = sim_current_dev(&dev);
     sim_range *r = rc ? NULL : sim_range_find((uintptr_t)dptr);
-    if (!rc && (!r || r->kind != SIM_R_DEVICE || r->from_pool || r->graph || r->ipc_import))
+    if (!rc && (!r || r->kind != SIM_R_DEVICE || r->pool || r->graph || r->ipc_import))
         rc = CUDA_ERROR_INVALID_VALUE; /* only cuMemAlloc memory (pools export differently) */
     if (!rc && !r->ipc) {
         size_t len = r->map_size ? r->map_size : round_up(r->size, 4096);

@@ -42,6 +42,7 @@
                                         11020) X(cuMemAllocFromPoolAsync,                                               \
                                                  11020) X(cuDeviceGetDefaultMemPool,                                    \
                                                           11020) X(cuDeviceGetMemPool, 11020) X(cuDeviceSetMemPool, 11020)                           \
+            X(cuMemPoolCreate, 11020) X(cuMemPoolDestroy, 11020)                                                    \
             X(cuMemPoolSetAttribute, 11020) X(cuMemPoolGetAttribute, 11020) X(                                          \
                 cuMemPoolTrimTo,                                                                                        \
                 11020) X(cuMemAllocManaged,                                                                             \
@@ -663,8 +664,28 @@ RT_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, enum cudaMemPo
     RT_CALL(DRV.cuMemPoolGetAttribute((CUmemoryPool)pool, (CUmemPool_attribute)attr, value));
 }
 
-/* Every virtual device can access every pool (the default pools are the only ones): the
- * descriptors are checked and nothing changes. */
+/* A pool of device memory (the runtime's properties are the driver's, field for field). */
+RT_EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const struct cudaMemPoolProps *props)
+{
+    if (!pool || !props) return rt_ret(cudaErrorInvalidValue);
+    RT_BEGIN();
+    CUmemPoolProps p = {0};
+    p.allocType = (CUmemAllocationType)props->allocType;
+    p.handleTypes = (CUmemAllocationHandleType)props->handleTypes;
+    p.location.type = (CUmemLocationType)props->location.type;
+    p.location.id = props->location.id;
+    p.maxSize = props->maxSize;
+    RT_CALL(DRV.cuMemPoolCreate((CUmemoryPool *)pool, &p));
+}
+
+RT_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool)
+{
+    RT_BEGIN();
+    RT_CALL(DRV.cuMemPoolDestroy((CUmemoryPool)pool));
+}
+
+/* Every virtual device can access every pool, the program's ones too: the descriptors are
+ * checked and nothing changes. */
 RT_EXPORT cudaError_t cudaMemPoolSetAccess(cudaMemPool_t pool, const struct cudaMemAccessDesc *d,
                                            size_t count)
 {

@@ -458,6 +458,7 @@ static void read_config(void)
         dv->primary.dev = d;
         dv->pool.magic = 0x504f4f4cu;
         dv->pool.dev = d;
+        dv->current_pool = &dv->pool;
     }
     if ((v = getenv("GPUMEM_SIM_ASYNC")) && *v) {
         if (!strcmp(v, "1"))
