@@ -1313,6 +1313,7 @@ static int fc_finish(fc_reader *r, adv_model *m) {
  * pages): each allocation's birth and death, the names applied as they come. */
 typedef struct ev_reader {
     adv_model *m;
+    int hooked; /* a device allocation row made through the framework's hook was read */
     const rinfo *r;
     u64map *ridx;
     const name_ev *names;
@@ -1606,6 +1607,7 @@ static int event_rows(void *ctx, const gm_event_row *rows, size_t n)
     for (size_t i = 0; i < n; i++) {
         const gm_event_row *w = &rows[i];
         int64_t k = w->kind;
+        if ((k == 1 || k == 3) && (w->flags & 4096)) L->hooked = 1;
         if (L->probe && (k == 31 || ((k == 1 || k == 3) && (w->flags & 4096)))) {
             L->found = k == 31 ? LOAD_AS_HISTORY : LOAD_AS_HOOKED;
             return 1;
@@ -1781,6 +1783,9 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     }
     /* GM_SQL_ERROR: a damaged tail, the model is what was read before it */
     int rc = pr == GM_PAGES_DONE ? SQLITE_DONE : SQLITE_ERROR;
+    /* every row of the whole recording read: whether one was made through the framework's hook
+     * is known (gm_replay_mark_served asks) */
+    if (pr == GM_PAGES_DONE && !d->scoped) m->hooked_rows = L.hooked ? ADV_HOOKED_SOME : ADV_HOOKED_NONE;
     u64map live = L.live, seq_idx = L.seq_idx;
     uint32_t *stacks = L.stacks;
     uint64_t *births = L.births, *evseq = L.evseq;
