@@ -3518,6 +3518,9 @@ int adv_accum(adv_model *m, unsigned k, const uint64_t *size_k)
         if (d > hi[s]) hi[s] = d; /* a free after the backward: the copies end with it */
     }
     free(opt0);
+    /* the lives are read no more: gone before the new events are made (16 bytes an allocation
+     * beside them) */
+    free(birth), free(death), birth = death = NULL;
     /* each step's copies go right after its last event hi[s]: its k - 1 copies of the events of
      * [lo[s], hi[s]] that shrank, in that order. Their places in the new array, from the steps in
      * the order of their hi (distinct: hi[s] is an event of step s), before any is made */
