@@ -5,7 +5,10 @@
  * the event sequence and the config: deterministic, and fast because nothing but the allocator's
  * own bookkeeping runs per event. Trace ids are arbitrary 64-bit values mapped to addresses by
  * an open-addressing table, or, when the caller numbered the trace's allocations by slot once for
- * many replays (alloc_trace_slots), by an array indexed by slot.
+ * many replays (alloc_trace_slots), by an array indexed by slot. A trace may come in pieces
+ * (alloc_replay_begin / feed / end: a caller that makes it as it goes never holds all of it); the
+ * replay's state then lives in an alloc_replay_run between the pieces, and alloc_replay is the
+ * same three on one piece.
  *
  * Text format, one event per line ('#' starts a comment, blank lines ignored):
  *   a <id> <size> [stream]    allocate size bytes on stream (default 0), framework allocator
@@ -765,12 +768,12 @@ struct alloc_replay_run {
     bool stopped;       /* an OOM, keep_going or an error ended it: what is fed is not replayed */
     int rc;
     char err[256];
-    struct timespec t0;
     double seconds; /* in the replay loop, over the pieces */
     alloc_replay_result_t out;
 };
 
-/* Takes fcv (sorted, malloc'ed; NULL with nfc 0): freed by run_free. */
+/* Takes fcv (sorted, malloc'ed; NULL with nfc 0): freed here on failure, else by
+ * alloc_replay_end. */
 static int run_begin(const alloc_config_t *cfg, const alloc_replay_opts_t *opts, fc_t *fcv, size_t nfc,
                      alloc_replay_run_t **runp, char *err, size_t errlen)
 {
