@@ -5,7 +5,10 @@
  * the event sequence and the config: deterministic, and fast because nothing but the allocator's
  * own bookkeeping runs per event. Trace ids are arbitrary 64-bit values mapped to addresses by
  * an open-addressing table, or, when the caller numbered the trace's allocations by slot once for
- * many replays (alloc_trace_slots), by an array indexed by slot.
+ * many replays (alloc_trace_slots), by an array indexed by slot. A trace may come in pieces
+ * (alloc_replay_begin / feed / end: a caller that makes it as it goes never holds all of it); the
+ * replay's state then lives in an alloc_replay_run between the pieces, and alloc_replay is the
+ * same three on one piece.
  *
  * Text format, one event per line ('#' starts a comment, blank lines ignored):
  *   a <id> <size> [stream]    allocate size bytes on stream (default 0), framework allocator
@@ -737,77 +740,140 @@ static int fc_after(const fc_t *v, size_t n, uint64_t id, uint64_t i)
     return lo < n && v[lo].id == id;
 }
 
-int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
-                 const alloc_trace_event_t *ev, size_t n, alloc_replay_result_t *out, char *err,
-                 size_t errlen)
-{
-    if (!out || (!ev && n)) return ALLOC_ERR_INVALID;
-    memset(out, 0, sizeof(*out));
-    out->oom_index = -1;
-    alloc_replay_opts_t o = {0};
-    if (opts) o = *opts;
-    /* the replay's allocator and backend are this thread's alone: neither locks */
-    alloc_mem_opts_t mo = {.capacity = o.capacity, .granularity = o.granularity,
-                           .top_down = o.top_down, .one_thread = true};
-    alloc_mem_backend_t *mb = alloc_mem_backend_create(&mo);
-    if (!mb) return ALLOC_ERR_NOMEM;
-    const alloc_backend_t *be = alloc_mem_backend(mb);
-    alloc_t *a = NULL;
+/* A replay under way (alloc_replay_begin .. alloc_replay_end): the allocator, the live
+ * allocations and the counters that alloc_replay_feed carries from one piece of the trace to the
+ * next. */
+struct alloc_replay_run {
+    alloc_replay_opts_t o;
     alloc_config_t c;
-    if (cfg)
-        c = *cfg;
-    else
-        alloc_config_default(&c);
-    if (o.device_total) { /* the key's share of the recorded device, as a limit */
-        c.limit = alloc_conf_limit(&c, o.device_total);
-        c.memory_fraction = -1;
-    }
-    int rc = alloc_create(be, &c, &a);
-    if (rc) {
-        alloc_mem_backend_destroy(mb);
-        return perr(err, errlen, "replay: cannot create the allocator: %s", alloc_strerror(rc));
-    }
-    a->mu.off = true;
-    lives_t ids = {.slot = o.slots};
-    if (o.slots ? !(ids.v = calloc(o.nslots ? o.nslots : 1, sizeof(*ids.v)))
-                : idmap_init(&ids.ids, 1024)) {
-        lives_free(&ids);
-        alloc_destroy(a);
-        alloc_mem_backend_destroy(mb);
-        return ALLOC_ERR_NOMEM;
-    }
-    /* under the pytorch presets, `ax` allocations are the device's, not the allocator's */
-    bool bypass = cfg && cfg->policy == ALLOC_POLICY_PYTORCH;
-    /* the trace says when frees complete (`fc`): a free is held exactly until its `fc` */
-    size_t nfc = 0;
-    for (size_t i = 0; i < n && !o.no_free_done; i++)
-        nfc += ev[i].kind == ALLOC_TR_FREE_DONE;
-    bool exact = nfc > 0;
-    fc_t *fcv = exact ? malloc(nfc * sizeof(*fcv)) : NULL;
-    if (exact && !fcv) {
-        lives_free(&ids);
-        alloc_destroy(a);
-        alloc_mem_backend_destroy(mb);
-        return ALLOC_ERR_NOMEM;
-    }
-    for (size_t i = 0, k = 0; exact && i < n; i++)
-        if (ev[i].kind == ALLOC_TR_FREE_DONE) fcv[k++] = (fc_t){ev[i].id, i};
-    if (exact && nfc > 1) qsort(fcv, nfc, sizeof(*fcv), fc_cmp);
-    heldv_t held = {.a = a};
+    bool have_cfg;
+    alloc_mem_backend_t *mb;
+    const alloc_backend_t *be;
+    alloc_t *a;
+    lives_t ids;
+    bool bypass; /* under the pytorch presets, `ax` allocations are the device's */
+    bool exact;  /* the trace says when frees complete (`fc`): a free is held exactly until its `fc` */
+    fc_t *fcv;
+    size_t nfc;
+    heldv_t held;
     /* the private pools a `pr` line released: their blocks' frees are no longer ordered on the
      * pool's key (a free there would make the pool anew) */
-    uint64_t *gone = NULL;
-    size_t ngone = 0, capgone = 0;
-    size_t cur_alloc = 0, cur_req = 0, cur_other = 0;
+    uint64_t *gone;
+    size_t ngone, capgone;
+    size_t cur_alloc, cur_req, cur_other;
     /* ALLOC_TR_ALLOC_DRIVER bytes live, and the highest reserved + those seen */
-    size_t cur_driver = 0, peak_with_driver = 0;
-    uint64_t recovered = 0; /* OOMs that landing held frees turned into successes */
+    size_t cur_driver, peak_with_driver;
+    uint64_t recovered; /* OOMs that landing held frees turned into successes */
+    uint64_t fed;       /* events fed so far: the next one's index in the whole trace */
+    bool stopped;       /* an OOM, keep_going or an error ended it: what is fed is not replayed */
+    int rc;
+    char err[256];
+    double seconds; /* in the replay loop, over the pieces */
+    alloc_replay_result_t out;
+};
+
+/* Takes fcv (sorted, malloc'ed; NULL with nfc 0): freed here on failure, else by
+ * alloc_replay_end. */
+static int run_begin(const alloc_config_t *cfg, const alloc_replay_opts_t *opts, fc_t *fcv, size_t nfc,
+                     alloc_replay_run_t **runp, char *err, size_t errlen)
+{
+    *runp = NULL;
+    alloc_replay_run_t *r = calloc(1, sizeof(*r));
+    if (!r) {
+        free(fcv);
+        return ALLOC_ERR_NOMEM;
+    }
+    r->fcv = fcv, r->nfc = nfc, r->exact = nfc > 0;
+    r->out.oom_index = -1;
+    if (opts) r->o = *opts;
+    /* the replay's allocator and backend are this thread's alone: neither locks */
+    alloc_mem_opts_t mo = {.capacity = r->o.capacity, .granularity = r->o.granularity,
+                           .top_down = r->o.top_down, .one_thread = true};
+    r->mb = alloc_mem_backend_create(&mo);
+    if (!r->mb) {
+        free(fcv), free(r);
+        return ALLOC_ERR_NOMEM;
+    }
+    r->be = alloc_mem_backend(r->mb);
+    r->have_cfg = cfg != NULL;
+    if (cfg)
+        r->c = *cfg;
+    else
+        alloc_config_default(&r->c);
+    if (r->o.device_total) { /* the key's share of the recorded device, as a limit */
+        r->c.limit = alloc_conf_limit(&r->c, r->o.device_total);
+        r->c.memory_fraction = -1;
+    }
+    int rc = alloc_create(r->be, &r->c, &r->a);
+    if (rc) {
+        alloc_mem_backend_destroy(r->mb);
+        free(fcv), free(r);
+        return perr(err, errlen, "replay: cannot create the allocator: %s", alloc_strerror(rc));
+    }
+    r->a->mu.off = true;
+    r->ids.slot = r->o.slots;
+    if (r->o.slots ? !(r->ids.v = calloc(r->o.nslots ? r->o.nslots : 1, sizeof(*r->ids.v)))
+                   : idmap_init(&r->ids.ids, 1024)) {
+        lives_free(&r->ids);
+        alloc_destroy(r->a);
+        alloc_mem_backend_destroy(r->mb);
+        free(fcv), free(r);
+        return ALLOC_ERR_NOMEM;
+    }
+    r->bypass = cfg && cfg->policy == ALLOC_POLICY_PYTORCH;
+    r->held.a = r->a;
+    *runp = r;
+    return ALLOC_OK;
+}
+
+int alloc_replay_begin(const alloc_config_t *cfg, const alloc_replay_opts_t *opts, const alloc_trace_fc_t *fc,
+                       size_t nfc, alloc_replay_run_t **run, char *err, size_t errlen)
+{
+    if (!run || (!fc && nfc)) return ALLOC_ERR_INVALID;
+    fc_t *fcv = NULL;
+    if (nfc) {
+        if (!(fcv = malloc(nfc * sizeof(*fcv)))) return ALLOC_ERR_NOMEM;
+        for (size_t k = 0; k < nfc; k++)
+            fcv[k] = (fc_t){fc[k].id, fc[k].at};
+        if (nfc > 1) qsort(fcv, nfc, sizeof(*fcv), fc_cmp);
+    }
+    return run_begin(cfg, opts, fcv, nfc, run, err, errlen);
+}
+
+bool alloc_replay_feed(alloc_replay_run_t *run, const alloc_trace_event_t *ev, size_t n)
+{
+    if (run->stopped) return false;
+    if (!ev && n) {
+        run->rc = perr(run->err, sizeof(run->err), "replay: event %llu: no events given",
+                     (unsigned long long)run->fed);
+        run->stopped = true;
+        return false;
+    }
+    const alloc_replay_opts_t o = run->o;
+    alloc_replay_result_t *out = &run->out;
+    const alloc_backend_t *be = run->be;
+    alloc_t *a = run->a;
+    const alloc_config_t *cfg = run->have_cfg ? &run->c : NULL, c = run->c;
+    const bool bypass = run->bypass, exact = run->exact;
+    const fc_t *fcv = run->fcv;
+    const size_t nfc = run->nfc;
+    lives_t ids = run->ids;
+    heldv_t held = run->held;
+    size_t cur_alloc = run->cur_alloc, cur_req = run->cur_req, cur_other = run->cur_other;
+    size_t cur_driver = run->cur_driver, peak_with_driver = run->peak_with_driver;
+    uint64_t recovered = run->recovered;
+    uint64_t *gone = run->gone;
+    size_t ngone = run->ngone, capgone = run->capgone;
+    int rc = ALLOC_OK;
+    bool stop = false;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* ids.slot indexes the whole trace: shifted so that this piece's event k is slot[k] */
+    if (ids.slot) ids.slot += run->fed;
     size_t i;
-    rc = ALLOC_OK;
     for (i = 0; i < n; i++) {
         const alloc_trace_event_t *e = &ev[i];
+        const uint64_t gi = run->fed + i; /* its index in the whole trace */
         /* the trace (and its slots) stream from memory faster than the hardware fetches them
          * ahead on its own: in a 10 M-event replay a sixth of this loop's own time (perf) was
          * the wait for each event's line */
@@ -846,7 +912,7 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                  * allocation it passes through */
                 if (r == ALLOC_ERR_OOM && out->oom_index < 0) {
                     /* the device is full: forensics from the allocator's point of view */
-                    out->oom_index = (int64_t)i;
+                    out->oom_index = (int64_t)gi;
                     alloc_stats_t st;
                     alloc_get_stats(a, &st);
                     out->oom.requested = out->oom.rounded = e->size;
@@ -873,17 +939,18 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                 l.size = info.size;
                 info_hit = info.cache_hit;
                 if (r == ALLOC_ERR_OOM && out->oom_index < 0) {
-                    out->oom_index = (int64_t)i;
+                    out->oom_index = (int64_t)gi;
                     alloc_last_oom(a, &out->oom);
                 }
             }
             if (r == ALLOC_ERR_OOM) {
-                if (!o.continue_after_oom) goto done;
+                if (!o.continue_after_oom) goto stop;
                 break;
             }
             if (r) {
-                rc = perr(err, errlen, "replay: event %zu: %s", i, alloc_strerror(r));
-                goto done;
+                rc = perr(run->err, sizeof(run->err), "replay: event %llu: %s", (unsigned long long)gi,
+                          alloc_strerror(r));
+                goto stop;
             }
             if (l.flags & RL_OTHER) {
                 out->other_allocs++;
@@ -904,7 +971,7 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
             l.id = e->id;
             if (lives_put(&ids, i, &l) < 0) {
                 rc = ALLOC_ERR_NOMEM;
-                goto done;
+                goto stop;
             }
             if (o.keep_going && (!info_hit || (l.flags & RL_DRIVER))) {
                 alloc_stats_t st;
@@ -912,7 +979,7 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                 size_t res = (size_t)st.reserved_bytes.peak;
                 if (!o.keep_going(o.keep_going_user, res > peak_with_driver ? res : peak_with_driver)) {
                     out->stopped = true;
-                    goto done;
+                    goto stop;
                 }
             }
             break;
@@ -949,13 +1016,13 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                 if (gone[k] == l.stream) to_pool = false; /* released: a plain free */
             uint64_t free_on = to_pool ? l.stream : e->stream;
             bool async = to_pool || (e->kind == ALLOC_TR_FREE_ASYNC && !(l.flags & RL_PRIVATE));
-            if (exact ? fc_after(fcv, nfc, e->id, i) : (l.flags & RL_USES) != 0) {
+            if (exact ? fc_after(fcv, nfc, e->id, gi) : (l.flags & RL_USES) != 0) {
                 if (held.n == held.cap) {
                     size_t nc = held.cap ? held.cap * 2 : 16;
                     held_t *nv = realloc(held.v, nc * sizeof(*nv));
                     if (!nv) {
                         rc = ALLOC_ERR_NOMEM;
-                        goto done;
+                        goto stop;
                     }
                     held.v = nv;
                     held.cap = nc;
@@ -987,7 +1054,7 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
                 uint64_t *ng = realloc(gone, nc * sizeof(*ng));
                 if (!ng) {
                     rc = ALLOC_ERR_NOMEM;
-                    goto done;
+                    goto stop;
                 }
                 gone = ng;
                 capgone = nc;
@@ -1011,38 +1078,87 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
             alloc_set_limit(a, e->size);
             break;
         default:
-            rc = perr(err, errlen, "replay: event %zu: unknown kind %u", i, e->kind);
-            goto done;
+            rc = perr(run->err, sizeof(run->err), "replay: event %llu: unknown kind %u", (unsigned long long)gi,
+                      e->kind);
+            goto stop;
         }
     }
-done:
+    goto fed;
+stop:
+    stop = true;
+fed:
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    out->events = i < n ? i + 1 : n;
-    out->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    run->seconds += (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    ids.slot = run->ids.slot; /* the table may have grown */
+    run->ids = ids;
+    run->held = held;
+    run->gone = gone, run->ngone = ngone, run->capgone = capgone;
+    run->cur_alloc = cur_alloc, run->cur_req = cur_req, run->cur_other = cur_other;
+    run->cur_driver = cur_driver, run->peak_with_driver = peak_with_driver;
+    run->recovered = recovered;
+    run->fed += stop ? i + 1 : n; /* the event that stopped it counts, as alloc_replay's did */
+    run->stopped = stop;
+    run->rc = rc;
+    return !stop;
+}
+
+int alloc_replay_end(alloc_replay_run_t *run, alloc_replay_result_t *out, char *err, size_t errlen)
+{
+    if (!run) return ALLOC_ERR_INVALID;
+    alloc_t *a = run->a;
+    int rc = run->rc;
+    if (rc && err && errlen) snprintf(err, errlen, "%s", run->err);
+    alloc_replay_result_t *r = &run->out;
+    r->events = run->fed;
+    r->seconds = run->seconds;
     alloc_stats_t st;
     alloc_get_stats(a, &st);
-    out->peak_reserved = (size_t)st.reserved_bytes.peak;
-    if (peak_with_driver > out->peak_reserved) out->peak_reserved = peak_with_driver;
+    r->peak_reserved = (size_t)st.reserved_bytes.peak;
+    if (run->peak_with_driver > r->peak_reserved) r->peak_reserved = run->peak_with_driver;
     /* the one utilization gpumem reports everywhere (gpumem report, the benches): what the
      * allocator handed out over what it took from the device */
-    out->utilization =
-        out->peak_reserved ? (double)out->peak_allocated / (double)out->peak_reserved : 1.0;
-    out->device_allocs = st.num_device_alloc;
-    out->device_frees = st.num_device_free;
-    out->driver_calls = st.num_backend_calls;
-    out->cache_hits = st.cache_hits;
-    out->cache_misses = st.cache_misses;
-    out->num_ooms += st.num_ooms - recovered;
-    if (rc == 0 && opts && opts->end_walk) {
-        int wr = alloc_walk(a, opts->end_walk, opts->end_walk_user);
+    r->utilization = r->peak_reserved ? (double)r->peak_allocated / (double)r->peak_reserved : 1.0;
+    r->device_allocs = st.num_device_alloc;
+    r->device_frees = st.num_device_free;
+    r->driver_calls = st.num_backend_calls;
+    r->cache_hits = st.cache_hits;
+    r->cache_misses = st.cache_misses;
+    r->num_ooms += st.num_ooms - run->recovered;
+    if (rc == 0 && run->o.end_walk) {
+        int wr = alloc_walk(a, run->o.end_walk, run->o.end_walk_user);
         if (wr) rc = perr(err, errlen, "replay: the walk of the end state stopped (%d)", wr);
     }
-    free(held.v);
-    free(gone);
-    free(fcv);
-    alloc_mem_backend_counters(mb, &out->backend);
-    lives_free(&ids);
+    alloc_mem_backend_counters(run->mb, &r->backend);
+    if (out) *out = *r;
+    free(run->held.v);
+    free(run->gone);
+    free(run->fcv);
+    lives_free(&run->ids);
     alloc_destroy(a);
-    alloc_mem_backend_destroy(mb);
+    alloc_mem_backend_destroy(run->mb);
+    free(run);
     return rc;
+}
+
+int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
+                 const alloc_trace_event_t *ev, size_t n, alloc_replay_result_t *out, char *err,
+                 size_t errlen)
+{
+    if (!out || (!ev && n)) return ALLOC_ERR_INVALID;
+    memset(out, 0, sizeof(*out));
+    out->oom_index = -1;
+    /* the trace's `fc` lines as (id, index), sorted */
+    size_t nfc = 0;
+    for (size_t i = 0; i < n && !(opts && opts->no_free_done); i++)
+        nfc += ev[i].kind == ALLOC_TR_FREE_DONE;
+    fc_t *fcv = nfc ? malloc(nfc * sizeof(*fcv)) : NULL;
+    if (nfc && !fcv) return ALLOC_ERR_NOMEM;
+    for (size_t i = 0, k = 0; nfc && i < n; i++)
+        if (ev[i].kind == ALLOC_TR_FREE_DONE) fcv[k++] = (fc_t){ev[i].id, i};
+    if (nfc > 1) qsort(fcv, nfc, sizeof(*fcv), fc_cmp);
+    alloc_replay_run_t *run;
+    int rc = run_begin(cfg, opts, fcv, nfc, &run, err, errlen);
+    if (rc) return rc;
+    alloc_replay_feed(run, ev, n);
+    return alloc_replay_end(run, out, err, errlen);
 }

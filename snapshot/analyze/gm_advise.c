@@ -1316,6 +1316,7 @@ static int fc_finish(fc_reader *r, adv_model *m) {
  * pages): each allocation's birth and death, the names applied as they come. */
 typedef struct ev_reader {
     adv_model *m;
+    int hooked; /* a device allocation row made through the framework's hook was read */
     const rinfo *r;
     u64map *ridx;
     const name_ev *names;
@@ -1609,6 +1610,7 @@ static int event_rows(void *ctx, const gm_event_row *rows, size_t n)
     for (size_t i = 0; i < n; i++) {
         const gm_event_row *w = &rows[i];
         int64_t k = w->kind;
+        if ((k == 1 || k == 3) && (w->flags & 4096)) L->hooked = 1;
         if (L->probe && (k == 31 || ((k == 1 || k == 3) && (w->flags & 4096)))) {
             L->found = k == 31 ? LOAD_AS_HISTORY : LOAD_AS_HOOKED;
             return 1;
@@ -1784,6 +1786,9 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     }
     /* GM_SQL_ERROR: a damaged tail, the model is what was read before it */
     int rc = pr == GM_PAGES_DONE ? SQLITE_DONE : SQLITE_ERROR;
+    /* every row of the whole recording read: whether one was made through the framework's hook
+     * is known (gm_replay_mark_served asks) */
+    if (pr == GM_PAGES_DONE && !d->scoped) m->hooked_rows = L.hooked ? ADV_HOOKED_SOME : ADV_HOOKED_NONE;
     u64map live = L.live, seq_idx = L.seq_idx;
     uint32_t *stacks = L.stacks;
     uint64_t *births = L.births, *evseq = L.evseq;
@@ -2475,7 +2480,71 @@ int adv_fc_merge(adv_model *m)
     return 0;
 }
 
-int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t errsz)
+/* adv_replay's trace, made a piece at a time and fed to the replay as it is made: a candidate's
+ * replay holds a piece of its trace, not all of it (32 bytes an event: on 10 M events the trace
+ * was a third of advise's peak memory). A first pass (emit_fc) finds the `fc` events' places in
+ * the whole trace, which the replay needs ahead of the frees they hold (alloc_replay_begin). */
+enum { FEED_PIECE = 4096 };
+typedef struct trace_feed {
+    const adv_model *m;
+    const unsigned char *mark; /* adv_to_trace's capture bounds, by model event */
+    uint64_t at;               /* the trace's events so far */
+    alloc_trace_fc_t *fc;      /* emit_fc: the `fc` events found, (id, index) */
+    size_t nfc;
+    alloc_replay_run_t *run; /* emit_feed: the replay fed */
+    alloc_trace_event_t *piece;
+    size_t n;
+} trace_feed;
+
+static void emit_fc(void *ctx, const adv_ev *e, size_t i)
+{
+    trace_feed *f = ctx;
+    alloc_trace_event_t x;
+    trace_event(f->m, e, &x);
+    unsigned mk = f->mark && i != SIZE_MAX ? f->mark[i] : 0;
+    f->at += (mk & 1) != 0;
+    if (x.kind == ALLOC_TR_FREE_DONE) f->fc[f->nfc++] = (alloc_trace_fc_t){x.id, f->at};
+    f->at += 1 + ((mk & 2) != 0);
+}
+
+static void emit_feed(void *ctx, const adv_ev *e, size_t i)
+{
+    trace_feed *f = ctx;
+    if (f->n + 3 > FEED_PIECE) {
+        alloc_replay_feed(f->run, f->piece, f->n); /* a stopped replay takes no more: the walk goes on */
+        f->n = 0;
+    }
+    alloc_trace_event_t x;
+    trace_event(f->m, e, &x);
+    unsigned mk = f->mark && i != SIZE_MAX ? f->mark[i] : 0;
+    if (mk & 1) f->piece[f->n++] = (alloc_trace_event_t){.kind = ALLOC_TR_CAPTURE_BEGIN, .stream = x.stream};
+    f->piece[f->n++] = x;
+    if (mk & 2) f->piece[f->n++] = (alloc_trace_event_t){.kind = ALLOC_TR_CAPTURE_END, .stream = x.stream};
+}
+
+/* The model's `fc` events: its own (ADV_EV_FREE_DONE, frag's and tune's models) and its frees'
+ * landings */
+static size_t fc_events(const adv_model *m)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->nevs; i++)
+        n += has_landing(&m->evs[i]) || m->evs[i].kind == ADV_EV_FREE_DONE;
+    return n;
+}
+
+/* the replay's options: capacity 80 GiB (the replay engine's default) or twice the recorded
+ * peak: a prediction must never meet an OOM, and the allocator's per-range bookkeeping grows
+ * with it */
+static alloc_replay_opts_t replay_opts(const adv_model *m)
+{
+    size_t cap = (size_t)80 << 30;
+    if (2 * m->rec_peak_reserved > cap) cap = (size_t)(2 * m->rec_peak_reserved);
+    return (alloc_replay_opts_t){.capacity = cap, .top_down = m->top_down};
+}
+
+/* debugging (GPUMEM_ADVISE_DUMP): the whole trace made, written, and replayed; a %d in the path
+ * numbers each replay (0 the first) */
+static int replay_dumped(const adv_model *m, const char *dump, alloc_replay_result_t *out, char *err, size_t errsz)
 {
     size_t n;
     alloc_trace_event_t *t = adv_to_trace(m, &n);
@@ -2483,27 +2552,52 @@ int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t
         snprintf(err, errsz, "out of memory for a %zu-event trace", m->nevs);
         return -1;
     }
-    /* capacity: 80 GiB (the replay engine's default) or twice the recorded peak: a prediction
-     * must never meet an OOM, and the allocator's per-range bookkeeping grows with it */
-    size_t cap = (size_t)80 << 30;
-    if (2 * m->rec_peak_reserved > cap) cap = (size_t)(2 * m->rec_peak_reserved);
-    alloc_replay_opts_t o = {.capacity = cap, .top_down = m->top_down};
-    /* debugging: the replayed trace; a %d in the path numbers each replay (0 the first) */
-    const char *dump = getenv("GPUMEM_ADVISE_DUMP");
-    if (dump && *dump) {
-        static _Atomic unsigned nth;
-        unsigned k = atomic_fetch_add(&nth, 1);
-        const char *pct = strstr(dump, "%d");
-        char path[4096];
-        if (pct)
-            snprintf(path, sizeof path, "%.*s%u%s", (int)(pct - dump), dump, k, pct + 2);
-        else
-            snprintf(path, sizeof path, "%s", dump);
-        alloc_trace_write(path, t, n);
-    }
+    static _Atomic unsigned nth;
+    unsigned k = atomic_fetch_add(&nth, 1);
+    const char *pct = strstr(dump, "%d");
+    char path[4096];
+    if (pct)
+        snprintf(path, sizeof path, "%.*s%u%s", (int)(pct - dump), dump, k, pct + 2);
+    else
+        snprintf(path, sizeof path, "%s", dump);
+    alloc_trace_write(path, t, n);
+    alloc_replay_opts_t o = replay_opts(m);
     int rc = alloc_replay(&m->cfg, &o, t, n, out, err, errsz);
     free(t);
     return rc == ALLOC_OK ? 0 : -1;
+}
+
+int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t errsz)
+{
+    const char *dump = getenv("GPUMEM_ADVISE_DUMP");
+    if (dump && *dump) return replay_dumped(m, dump, out, err, errsz);
+    unsigned char *mark;
+    size_t ncap;
+    if (capture_marks(m, &mark, &ncap) != 0) {
+        snprintf(err, errsz, "out of memory for a %zu-event trace", m->nevs);
+        return -1;
+    }
+    size_t nfc = fc_events(m);
+    trace_feed f = {.m = m, .mark = mark, .fc = nfc ? malloc(nfc * sizeof *f.fc) : NULL,
+                    .piece = malloc(FEED_PIECE * sizeof *f.piece)};
+    int rc = -1;
+    if ((nfc && !f.fc) || !f.piece || trace_walk(m, emit_fc, &f) != 0) {
+        snprintf(err, errsz, "out of memory for a %zu-event trace", m->nevs);
+        goto out;
+    }
+    alloc_replay_opts_t o = replay_opts(m);
+    if (alloc_replay_begin(&m->cfg, &o, f.fc, f.nfc, &f.run, err, errsz) != ALLOC_OK) goto out;
+    free(f.fc), f.fc = NULL;
+    int walked = trace_walk(m, emit_feed, &f);
+    if (!walked && f.n) alloc_replay_feed(f.run, f.piece, f.n);
+    rc = alloc_replay_end(f.run, out, err, errsz) == ALLOC_OK ? 0 : -1;
+    if (walked) {
+        snprintf(err, errsz, "out of memory for a %zu-event trace", m->nevs);
+        rc = -1;
+    }
+out:
+    free(f.fc), free(f.piece), free(mark);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ rewriting */
@@ -3427,6 +3521,9 @@ int adv_accum(adv_model *m, unsigned k, const uint64_t *size_k)
         if (d > hi[s]) hi[s] = d; /* a free after the backward: the copies end with it */
     }
     free(opt0);
+    /* the lives are read no more: gone before the new events are made (16 bytes an allocation
+     * beside them) */
+    free(birth), free(death), birth = death = NULL;
     /* each step's copies go right after its last event hi[s]: its k - 1 copies of the events of
      * [lo[s], hi[s]] that shrank, in that order. Their places in the new array, from the steps in
      * the order of their hi (distinct: hi[s] is an event of step s), before any is made */

@@ -231,10 +231,16 @@ typedef struct adv_model {
     /* the number of gpumem's own capture pools among `pools` (one number, each capture its
      * stream; 0: none): adv_to_trace brackets each capture's allocations with `cb` / `ce` */
     uint32_t capture_pool;
+    /* ADV_HOOKED_*: whether the recording has a device allocation made through the framework's
+     * hook (events kind 1 / 3 with flag 4096: gpumem as PyTorch's allocator), as the load found
+     * it reading every row of the recording; ADV_HOOKED_UNKNOWN where it did not (one device's
+     * rows, a damaged tail, another loader): a scan of the events answers then */
+    int hooked_rows;
     /* ADV_BORROWS_*: the arrays that are another model's (adv_model_view), not this one's to
      * write or free; 0 for a loaded model or a deep copy */
     unsigned borrows;
 } adv_model;
+enum { ADV_HOOKED_UNKNOWN = 0, ADV_HOOKED_NONE = 1, ADV_HOOKED_SOME = 2 };
 enum {
     ADV_BORROWS_EVS = 1,    /* evs */
     ADV_BORROWS_ALLOCS = 2, /* allocs */

@@ -319,6 +319,18 @@ void gm_tune_rank(gm_replay_result *r, size_t n, int objective) {
     mark_costly(&t, objective); /* the same marks, their indices in the ranked results */
 }
 
+/* The search on trace, the model's events as the replay engine's (ntrace of them, taken: freed
+ * here); nevents: the model's (m's own may be gone already: gm_tune_run frees them before the
+ * replays start). */
+static int search_trace(gm_db *d, const adv_model *m, size_t nevents, alloc_trace_event_t *trace, size_t ntrace,
+                        const gm_tune_opts *o, gm_tune *t, char *err, size_t errsz);
+
+/* A recording without allocations: a valid answer (nothing to tune), not an error */
+static void tune_empty(const adv_model *m, const gm_tune_opts *o, gm_tune *t) {
+    t->limit = o->limit ? o->limit : m->cfg.limit; /* its JSON has every key, limit included */
+    t->empty = 1;
+}
+
 int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t errsz) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -328,7 +340,24 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
         t->best = t->recorded = SIZE_MAX;
         return -1;
     }
-    int rc = gm_tune_search(d, &am, o, t, err, errsz);
+    memset(t, 0, sizeof *t);
+    t->best = t->recorded = SIZE_MAX;
+    int rc = 0;
+    if (!am.nevs) {
+        tune_empty(&am, o, t);
+    } else {
+        size_t ntrace = 0, nevents = am.nevs;
+        alloc_trace_event_t *trace = adv_to_trace(&am, &ntrace);
+        /* the replays read the trace alone: the model's events (40 bytes each, more than the
+         * trace's 32) go before they start */
+        free(am.evs), am.evs = NULL, am.nevs = 0;
+        if (!trace) {
+            snprintf(err, errsz, "out of memory for a %zu-event trace", nevents);
+            rc = -1;
+        } else {
+            rc = search_trace(d, &am, nevents, trace, ntrace, o, t, err, errsz);
+        }
+    }
     adv_model_free(&am);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     t->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
@@ -338,22 +367,26 @@ int gm_tune_run(gm_db *d, const gm_tune_opts *o, gm_tune *t, char *err, size_t e
 int gm_tune_search(gm_db *d, const adv_model *model, const gm_tune_opts *o, gm_tune *t, char *err, size_t errsz) {
     memset(t, 0, sizeof *t);
     t->best = t->recorded = SIZE_MAX;
-    const adv_model am = *model; /* read only: the search replays its trace */
-    if (!am.nevs) { /* a recording without allocations: a valid answer (nothing to tune), not an error */
-        t->limit = o->limit ? o->limit : am.cfg.limit; /* its JSON has every key, limit included */
-        t->empty = 1;
+    if (!model->nevs) {
+        tune_empty(model, o, t);
         return 0;
     }
     size_t ntrace = 0;
-    alloc_trace_event_t *trace = adv_to_trace(&am, &ntrace);
+    alloc_trace_event_t *trace = adv_to_trace(model, &ntrace);
     if (!trace) {
-        snprintf(err, errsz, "out of memory for a %zu-event trace", am.nevs);
+        snprintf(err, errsz, "out of memory for a %zu-event trace", model->nevs);
         return -1;
     }
+    return search_trace(d, model, model->nevs, trace, ntrace, o, t, err, errsz);
+}
+
+static int search_trace(gm_db *d, const adv_model *m, size_t nevents, alloc_trace_event_t *trace, size_t ntrace,
+                        const gm_tune_opts *o, gm_tune *t, char *err, size_t errsz) {
+    const adv_model am = *m; /* read only: the search replays its trace */
     /* gpumem as PyTorch's allocator served cuBLAS's workspaces from its pool; PyTorch's own
      * allocator never sees them: the rows replay the recording, the "under PyTorch" figure
      * replays them outside (below) */
-    long served = gm_replay_is_torch(&am) ? 0 : gm_replay_mark_served(d, trace, ntrace);
+    long served = gm_replay_is_torch(&am) ? 0 : gm_replay_mark_served(d, &am, trace, ntrace);
     t->served_outside = served > 0 ? (int)served : 0;
     search s = {.t = t, .o = o};
     s.limit = o->limit_set ? o->limit : am.cfg.limit;
@@ -361,7 +394,7 @@ int gm_tune_search(gm_db *d, const adv_model *model, const gm_tune_opts *o, gm_t
      * per_process_memory_fraction key's share of the device (a preset has neither) */
     s.memory_fraction = am.cfg.memory_fraction;
     t->limit = s.limit;
-    t->nevents = am.nevs;
+    t->nevents = nevents;
     t->torch = gm_replay_is_torch(&am);
     if (t->torch) gm_torch_peak_reset(d, GM_TORCH_ALL_DEVICES, &t->reset);
     s.torch = t->torch;

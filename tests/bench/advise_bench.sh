@@ -10,6 +10,7 @@
 #   advise.budget40_reserved_gib  gpt2-xl: the --budget 40G plan, re-run: measured peak reserved
 #   advise.budget4_exit  gpt2-xl: the exit code of --budget 4G (1: cannot be met, and says why)
 #   advise.10m_s         advise on the 10-million-event database of the report benchmark
+#   advise.10m_rss_mb    its peak resident memory, MB (/usr/bin/time's %M; 0 without it)
 set -euo pipefail
 BUILD=${BUILD:-build}
 GM=$BUILD/gpumem
@@ -79,7 +80,9 @@ echo "BENCH advise.budget4_exit $rc code"
 
 # speed on the report benchmark's 10-million-event database
 "$BUILD/tests/bench/rec_bench" gen "$dir/10m.db" "${GPUMEM_BENCH_EVENTS:-10000000}" > /dev/null
+rss=(); [[ -x /usr/bin/time ]] && rss=(/usr/bin/time -f '%M' -o "$dir/10m.rss")
 start=$(date +%s.%N)
-"$GM" advise "$dir/10m.db" --json > "$dir/10m.json"
+"${rss[@]}" "$GM" advise "$dir/10m.db" --json > "$dir/10m.json"
 end=$(date +%s.%N)
 echo "BENCH advise.10m_s $(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.1f", e - s }') s"
+echo "BENCH advise.10m_rss_mb $(awk '{ k = $1 } END { printf "%.0f", k * 1024 / 1e6 }' "$dir/10m.rss" 2> /dev/null || echo 0) MB"

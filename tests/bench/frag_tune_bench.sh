@@ -8,6 +8,8 @@
 #   tune.10m_s                   gpumem tune, default search, on it: wall seconds, its replays
 #                                spread over the cores (bar, issue 41: <= 15)
 #   tune.10m_configs             configurations replayed by that search
+#   tune.10m_rss_mb              that tune's peak resident memory, MB (/usr/bin/time's %M; 0
+#                                without it)
 #   tune.gpt2_124m.pytorch_over_recommended
 #                                peak reserved under preset:pytorch over the recommendation's,
 #                                measured by re-running (GPT-2 124M, B 8, T 1024, --seq-jitter)
@@ -24,10 +26,12 @@ TIMEFORMAT='%U %S'
 end=$(date +%s.%N)
 echo "# frag on 10 M events: $(secs "$start" "$end") s wall" >&2
 echo "BENCH frag.10m_s $(awk '{ printf "%.2f", $1 + $2 }' "$dir/frag.cpu") s"
+rss=(); [[ -x /usr/bin/time ]] && rss=(/usr/bin/time -f '%M' -o "$dir/tune.rss")
 start=$(date +%s.%N)
-"$GM" tune --json "$dir/10m.db" > "$dir/tune.json" || true
+"${rss[@]}" "$GM" tune --json "$dir/10m.db" > "$dir/tune.json" || true
 end=$(date +%s.%N)
 echo "BENCH tune.10m_s $(secs "$start" "$end") s"
+echo "BENCH tune.10m_rss_mb $(awk '{ k = $1 } END { printf "%.0f", k * 1024 / 1e6 }' "$dir/tune.rss" 2> /dev/null || echo 0) MB"
 echo "BENCH tune.10m_configs $(jq '.results | length' "$dir/tune.json") configs"
 GPUMEM_SIM_BACKING=virtual GPUMEM_SIM_MEMORY=80G GPUMEM_CONF=preset:pytorch "$GM" record -q -o "$dir/pt.db" -- \
   "$TRAIN" --model gpt2 -B 8 -T 1024 --dry-run --steps 20 --seq-jitter --seed 5 > /dev/null 2>&1

@@ -1195,6 +1195,48 @@ static void replay_same(const alloc_replay_result_t *a, const alloc_replay_resul
     assert_memory_equal(&a->backend, &b->backend, sizeof(a->backend));
 }
 
+/* Test traces k = 0..2: synthetic ones, one with ids allocated again while live, stray frees, rs
+ * and ax lines (every 7th event's id repeated, every 11th a free of an id never allocated), one
+ * with fc; k = 3: an id's fc before its next free, which is then not held. */
+static void synth_test_trace(int k, alloc_trace_event_t **evp, size_t *np)
+{
+    alloc_trace_event_t *ev;
+    size_t n;
+    if (k == 3) { /* an id freed with an fc, allocated again, then freed without one: not held */
+        const char *t = "a 1 30000000\nf 1\na 2 30000000\nfc 1\na 1 30000000\nf 1\na 3 30000000\n";
+        char err[256];
+        assert_int_equal(alloc_trace_parse(t, strlen(t), evp, np, err, sizeof(err)), ALLOC_OK);
+        return;
+    }
+    assert_int_equal(alloc_trace_synth(k == 2 ? "fixed" : "jitter", 4, 3, &ev, &n), ALLOC_OK);
+    if (k == 1) {
+        for (size_t i = 7; i < n; i += 7)
+            if (ev[i].kind == ALLOC_TR_ALLOC && ev[i - 1].kind == ALLOC_TR_ALLOC) ev[i].id = ev[i - 1].id;
+        for (size_t i = 11; i < n; i += 11)
+            if (ev[i].kind == ALLOC_TR_FREE) ev[i].id = UINT64_MAX - i;
+        for (size_t i = 5; i < n; i += 13)
+            if (ev[i].kind == ALLOC_TR_ALLOC) ev[i].kind = ALLOC_TR_ALLOC_OTHER;
+    }
+    if (k == 2) { /* each third free waits for an fc two events later; each fifth has rs */
+        alloc_trace_event_t *m = malloc(2 * n * sizeof(*m));
+        assert_non_null(m);
+        size_t o = 0;
+        uint64_t pend = 0;
+        int late = 0;
+        for (size_t i = 0; i < n; i++) {
+            m[o++] = ev[i];
+            if (late && --late == 0) m[o++] = (alloc_trace_event_t){.id = pend, .kind = ALLOC_TR_FREE_DONE};
+            if (ev[i].kind == ALLOC_TR_ALLOC && i % 5 == 0)
+                m[o++] = (alloc_trace_event_t){.id = ev[i].id, .stream = 7, .kind = ALLOC_TR_RECORD_STREAM};
+            if (ev[i].kind == ALLOC_TR_FREE && i % 3 == 0 && !late) pend = ev[i].id, late = 2;
+        }
+        free(ev);
+        ev = m;
+        n = o;
+    }
+    *evp = ev, *np = n;
+}
+
 /* alloc_trace_slots: as many slots as allocations live at once, an id's slot from its allocation
  * to its free, and nothing for a free of an id not live; a replay with the slots is the replay
  * with the id table, also where ids repeat while live, frees name no live id, an allocation fails
@@ -1217,35 +1259,8 @@ static void test_replay_slots(void **state)
     free(slots);
     free(ev);
 
-    /* synthetic traces, one with ids allocated again while live, stray frees, rs and ax lines
-     * (every 7th event's id repeated, every 11th a free of an id never allocated), one with fc */
     for (int k = 0; k < 3; k++) {
-        assert_int_equal(alloc_trace_synth(k == 2 ? "fixed" : "jitter", 4, 3, &ev, &n), ALLOC_OK);
-        if (k == 1) {
-            for (size_t i = 7; i < n; i += 7)
-                if (ev[i].kind == ALLOC_TR_ALLOC && ev[i - 1].kind == ALLOC_TR_ALLOC) ev[i].id = ev[i - 1].id;
-            for (size_t i = 11; i < n; i += 11)
-                if (ev[i].kind == ALLOC_TR_FREE) ev[i].id = UINT64_MAX - i;
-            for (size_t i = 5; i < n; i += 13)
-                if (ev[i].kind == ALLOC_TR_ALLOC) ev[i].kind = ALLOC_TR_ALLOC_OTHER;
-        }
-        if (k == 2) { /* each third free waits for an fc two events later; each fifth has rs */
-            alloc_trace_event_t *m = malloc(2 * n * sizeof(*m));
-            assert_non_null(m);
-            size_t o = 0;
-            uint64_t pend = 0;
-            int late = 0;
-            for (size_t i = 0; i < n; i++) {
-                m[o++] = ev[i];
-                if (late && --late == 0) m[o++] = (alloc_trace_event_t){.id = pend, .kind = ALLOC_TR_FREE_DONE};
-                if (ev[i].kind == ALLOC_TR_ALLOC && i % 5 == 0)
-                    m[o++] = (alloc_trace_event_t){.id = ev[i].id, .stream = 7, .kind = ALLOC_TR_RECORD_STREAM};
-                if (ev[i].kind == ALLOC_TR_FREE && i % 3 == 0 && !late) pend = ev[i].id, late = 2;
-            }
-            free(ev);
-            ev = m;
-            n = o;
-        }
+        synth_test_trace(k, &ev, &n);
         assert_int_equal(alloc_trace_slots(ev, n, &slots, &ns), ALLOC_OK);
         for (int p = 0; alloc_preset_names[p]; p++) {
             alloc_config_t c;
@@ -1282,6 +1297,60 @@ static bool below_bar(void *user, size_t peak_reserved)
     assert_true(peak_reserved >= b->last); /* a peak so far never drops */
     b->last = peak_reserved;
     return peak_reserved < b->bar;
+}
+
+/* alloc_replay_begin / feed / end: the replay of a trace fed in pieces of any size, with its fc
+ * events given up front, is alloc_replay's of the whole (a free is held by an fc after it in the
+ * whole trace, not in its piece): on every test trace, preset, with and
+ * without slots, going on after OOMs or stopping at the first (under a limit), in pieces of 1, 3,
+ * 64 events or all at once. */
+static void test_replay_pieces(void **state)
+{
+    (void)state;
+    char err[256];
+    const size_t pieces[] = {1, 3, 64, SIZE_MAX};
+    for (int k = 0; k < 4; k++) {
+        alloc_trace_event_t *ev;
+        size_t n;
+        synth_test_trace(k, &ev, &n);
+        uint32_t *slots, ns;
+        assert_int_equal(alloc_trace_slots(ev, n, &slots, &ns), ALLOC_OK);
+        alloc_trace_fc_t *fc = malloc((n + 1) * sizeof(*fc));
+        assert_non_null(fc);
+        size_t nfc = 0;
+        for (size_t i = n; i-- > 0;) /* any order: backwards */
+            if (ev[i].kind == ALLOC_TR_FREE_DONE) fc[nfc++] = (alloc_trace_fc_t){ev[i].id, i};
+        assert_true(k < 2 || nfc > 0);
+        for (int p = 0; alloc_preset_names[p]; p++)
+            for (int lim = 0; lim < 2; lim++)
+                for (int sl = 0; sl < 2; sl++)
+                    for (size_t q = 0; q < sizeof(pieces) / sizeof(*pieces); q++) {
+                        alloc_config_t c;
+                        alloc_config_preset(&c, alloc_preset_names[p]);
+                        alloc_replay_result_t whole, fed;
+                        alloc_replay_opts_t o = {.continue_after_oom = k == 1 || k == 2, .slots = sl ? slots : NULL,
+                                                 .nslots = sl ? ns : 0};
+                        assert_int_equal(alloc_replay(&c, &o, ev, n, &whole, err, sizeof(err)), ALLOC_OK);
+                        if (lim) { /* allocations fail: the trace goes on, or stops at the first */
+                            c.limit = whole.peak_reserved / 2;
+                            assert_int_equal(alloc_replay(&c, &o, ev, n, &whole, err, sizeof(err)), ALLOC_OK);
+                            if (p == 0 && k < 3) assert_true(whole.oom_index >= 0);
+                        }
+                        alloc_replay_run_t *run;
+                        assert_int_equal(alloc_replay_begin(&c, &o, fc, nfc, &run, err, sizeof(err)), ALLOC_OK);
+                        for (size_t at = 0; at < n; at += pieces[q]) {
+                            size_t len = n - at < pieces[q] ? n - at : pieces[q];
+                            bool on = alloc_replay_feed(run, ev + at, len);
+                            /* it says it stopped once it stopped */
+                            assert_true(on || (whole.oom_index >= 0 && !o.continue_after_oom));
+                        }
+                        assert_int_equal(alloc_replay_end(run, &fed, err, sizeof(err)), ALLOC_OK);
+                        replay_same(&whole, &fed);
+                    }
+        free(fc);
+        free(slots);
+        free(ev);
+    }
 }
 
 /* keep_going: asked only after allocations the cache did not serve, with the peak so far; a
@@ -1442,6 +1511,7 @@ int main(void)
         cmocka_unit_test(test_replay_capture),
         cmocka_unit_test(test_replay_keep_going),
         cmocka_unit_test(test_replay_slots),
+        cmocka_unit_test(test_replay_pieces),
         cmocka_unit_test(test_guard_pages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
