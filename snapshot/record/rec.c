@@ -962,8 +962,29 @@ uint64_t rec_launch(const rec_launch_info *li) {
                 r->range = chunk;
                 rec_ring_publish_n(q, pos, chunk, nrec);
             }
+            if (i < n) { /* the last 1..5 words, zeros after them (t: the sixth, always 0 here) */
+                _Static_assert(REC_WORDS_PER_REC == 5, "the partial record's copy is of up to five words");
+                rec_rec *r = &q->slots[(pos + chunk) & q->mask].r;
+                uint64_t v[REC_WORDS_PER_REC] = {0};
+                switch (n - i) { /* a copy of variable length cost a small launch ~25 instructions */
+                case 5: v[4] = w[i + 4]; __attribute__((fallthrough));
+                case 4: v[3] = w[i + 3]; __attribute__((fallthrough));
+                case 3: v[2] = w[i + 2]; __attribute__((fallthrough));
+                case 2: v[1] = w[i + 1]; __attribute__((fallthrough));
+                default: v[0] = w[i];
+                }
+                memcpy(&r->addr, v, sizeof v);
+                r->t = 0;
+                r->kind = REC_R_WORDS;
+                r->device = (int16_t)((n - i) | REC_WORDS_T_WORD);
+                r->thread = thread;
+                r->stack = tag;
+                r->range = chunk;
+                rec_ring_publish_n(q, pos, chunk, nrec);
+                i = n, chunk++;
+            }
         }
-        for (; i < n; i += per, chunk++) { /* the last, partial record; or copies' access bytes */
+        for (; i < n; i += per, chunk++) { /* copies' records, with access bytes (a kernel's are all above) */
             launch_words_fill(&q->slots[(pos + chunk) & q->mask].r, li, i, n, per, t->thread, tag, chunk);
             rec_ring_publish_n(q, pos, chunk, nrec);
         }

@@ -33,6 +33,10 @@
  *                        is 400 words, the same 79 from word 301 (sizes before), into H00..H42
  *   uses_app groups pinned  the same with a pinned host buffer allocated first (the scan tests
  *                        the host span too)
+ *   uses_app hull        two launches of a kernel whose one parameter (80 words) holds 12
+ *                        pointers into Q0..Q6 and a pinned buffer Q_pinned among words that lie
+ *                        between the two spans (in their hull, in neither), sizes and zeros;
+ *                        prints whether the host span is below or above the device span
  *   uses_app phases      NVTX phases of every kind (tests/integration/preload_nvtx.sh's table):
  *                        per case an allocation K_<case> kept to the end (its size says the
  *                        case: 1..6 MiB) and one T_<case> memset and freed inside the case —
@@ -415,6 +419,61 @@ static void groups(int pinned)
     launches += 2;
 }
 
+/* ---- words between the spans ---------------------------------------------------------------- */
+
+static void k_hull(void **p) { (void)p; }
+
+#define HULL_WORDS 80
+#define HULL_DEV 7
+
+/* Two launches of k_hull, whose one parameter (80 words, five blocks of sixteen) holds pointers
+ * into Q0..Q6 and into a pinned buffer Q_pinned (its first and last byte among them) among words
+ * that lie between the host span and the device span (the gap: host addresses of the process,
+ * in neither span), sizes and zeros: a block of gap words alone, gap words in the groups of
+ * blocks that hold pointers, a block of sizes. 12 words are candidates, two word records. */
+static void hull(size_t pinned)
+{
+    void *hp = NULL;
+    RT(cudaMallocHost(&hp, pinned));
+    if (!hp)
+        return;
+    if (name_fn)
+        name_fn(hp, "Q_pinned");
+    uintptr_t h = (uintptr_t)hp, dlo = UINTPTR_MAX, dhi = 0, d[HULL_DEV];
+    for (int i = 0; i < HULL_DEV; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "Q%d", i);
+        d[i] = (uintptr_t)dev_alloc(name, 4096);
+        dlo = d[i] < dlo ? d[i] : dlo;
+        dhi = d[i] + 4096 > dhi ? d[i] + 4096 : dhi;
+    }
+    /* the gap, a mebibyte in from either side (the spans may be rounded up a little) */
+    uintptr_t glo = h < dlo ? h + pinned + (1u << 20) : dhi + (1u << 20), ghi = h < dlo ? dlo - (1u << 20) : h - (1u << 20);
+    if (!(h + pinned <= dlo || dhi <= h) || ghi <= glo || ghi - glo < (1u << 20)) {
+        printf("uses_app: hull: no gap between the pinned buffer %#lx and the device memory [%#lx, %#lx)\n",
+               (unsigned long)h, (unsigned long)dlo, (unsigned long)dhi);
+        bad++;
+        return;
+    }
+    printf("uses_app: hull: the host span is %s the device span\n", h < dlo ? "below" : "above");
+    static uint64_t arg[HULL_WORDS];
+    for (int i = 0; i < HULL_WORDS; i++) /* gap words, 8-aligned, each its own */
+        arg[i] = (glo + (ghi - glo) / HULL_WORDS * (uint64_t)i) & ~(uintptr_t)7;
+    for (int i = 32; i < 48; i++) /* a block of sizes and zeros */
+        arg[i] = i % 3 ? (uint64_t)i * 24 : 0;
+    /* the candidates: a device pointer or a pinned one in groups that hold gap words too */
+    arg[17] = d[0] + 8, arg[19] = h + 8, arg[20] = h, arg[23] = d[1];
+    arg[28] = d[2] + 4088, arg[29] = h + 255, arg[30] = h - 1; /* h - 1: outside both spans */
+    arg[63] = d[3], arg[64] = h + 16, arg[65] = d[4] + 16, arg[70] = d[5], arg[75] = h + 24, arg[79] = d[6];
+    size_t sz[] = {sizeof arg};
+    CUfunction f = kernel("k_hull", k_hull, 1, sz);
+    void *args[] = {arg};
+    dim3 g = {1, 1, 1}, b = {1, 1, 1};
+    RT(cudaLaunchKernel((const void *)f, g, b, args, 0, 0));
+    RT(cudaLaunchKernel((const void *)f, g, b, args, 0, 0));
+    launches += 2;
+}
+
 /* ---- NVTX phases -------------------------------------------------------------------------- */
 
 /* K_<c> (mib MiB, kept to the end) and T_<c> (4 KiB, memset and freed here) */
@@ -481,6 +540,8 @@ int main(int argc, char **argv)
         narrow(argc > 2 && !strcmp(argv[2], "pinned"));
     else if (!strcmp(mode, "groups"))
         groups(argc > 2 && !strcmp(argv[2], "pinned"));
+    else if (!strcmp(mode, "hull"))
+        hull(argc > 2 && !strcmp(argv[2], "big") ? 64u << 20 : 256);
     else if (!strcmp(mode, "phases"))
         phases();
     else if (!strcmp(mode, "sleep"))

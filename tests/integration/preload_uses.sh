@@ -19,6 +19,10 @@
 #    uses, wherever the word sits (a lone pointer, inside a struct, past the last group of four);
 #    with the host pointer into pinned memory, that buffer too (the device span alone is tested
 #    where there is no host span);
+#  - a parameter whose pointers into device memory and a pinned buffer sit among words between
+#    the two spans (in their hull, in neither: host mappings of the process), with the pinned
+#    buffer above the device memory (replace mode) and below it (record mode, 64 MiB): exactly
+#    the allocations pointed into get uses and no gap word is kept (the launch's word records);
 #  - copies and memsets carry their direction: destination written (2), source read (1);
 #  - record mode (the program's allocator) sees the same uses;
 #  - GPUMEM_USES=0 records no launch, and meta says so; the default is 1;
@@ -92,6 +96,21 @@ for m in "" pinned; do
   check_eq "groups${m:+ $m}: k_groups uses exactly G00..G42" "$(used_names "$DB" k_groups)" "$(printf 'G%02d\n' $(seq 0 42) | paste -sd ' ')"
   check_eq "groups${m:+ $m}: k_groups_wide uses exactly H00..H42" "$(used_names "$DB" k_groups_wide)" "$(printf 'H%02d\n' $(seq 0 42) | paste -sd ' ')"
 done
+
+# ---- words between the spans: in their hull, in neither (a prefilter by the hull alone keeps them) ---
+# 12 candidates among gap words: exactly Q0..Q6 and Q_pinned used, and two word records a launch
+# (the second launch's seq is the first's + 3): a gap word kept would make a third (no use: the
+# recorder finds no allocation there, but the launch carries it). Replace mode puts the pinned
+# buffer above the device memory, record mode's 64 MiB one below it.
+orders=
+for m in replace:256 record:big; do
+  DB=$TMP/hull-${m%%:*}.db
+  run_app "$DB" "$TMP/hull.out" GPUMEM_MODE=${m%%:*} "$APPS/uses_app" hull ${m#*:} || { fail "uses_app hull, ${m%%:*} mode"; cat "$TMP/hull.out" "$TMP/hull.out.err"; }
+  check_eq "hull ${m%%:*}: k_hull uses exactly Q0..Q6 and Q_pinned" "$(used_names "$DB" k_hull)" "Q0 Q1 Q2 Q3 Q4 Q5 Q6 Q_pinned"
+  check_eq "hull ${m%%:*}: two word records a launch (no gap word kept)" "$(q "$DB" "SELECT max(seq) - min(seq) FROM launches;")" 3
+  orders+=" $(sed -n 's/^uses_app: hull: the host span is \([a-z]*\) the device span$/\1/p' "$TMP/hull.out")"
+done
+check_eq "hull: the host span below and above the device span" "$(echo $orders | tr ' ' '\n' | sort | paste -sd ' ')" "above below"
 
 # ---- copies and memsets: direction -------------------------------------------------------------
 # acc DB NAME OP: the distinct access flags of one allocation's uses by copies (op 1) or memsets (2)
