@@ -720,6 +720,12 @@ int gm_python_nogil_agreed(void)
     return ng_state == 1 && ng.l;
 }
 
+/* 1 once it has disagreed: turned off for good. */
+int gm_python_nogil_refused(void)
+{
+    return ng_state < 0;
+}
+
 /* The first stack read with the GIL held, through the C API, is read again here and must come
  * out the same: the tabulated layout is then the interpreter's. Called with the GIL held. */
 void gm_python_nogil_check(const struct rec_pyframe *ref, int n)
