@@ -400,6 +400,7 @@ int gm_python_nogil_init(int minor);
 int gm_python_nogil_frames(struct rec_pyframe *out, int max, uint64_t *tag);
 void gm_python_nogil_check(const struct rec_pyframe *ref, int n);
 int gm_python_nogil_agreed(void);
+int gm_python_nogil_refused(void);
 /* python.c: the calling thread's Python frames now, innermost first, for a caller outside the
  * recorder's events (preload/torch_trace.c); 0 when Python frames are off or there are none.
  * *tag as gm_python_nogil_frames' (0 from the C API's reading). */

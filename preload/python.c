@@ -231,6 +231,26 @@ int gm_python_frames_now(rec_pyframe *out, int max, uint64_t *tag)
     return python_frames_tagged(out, max, tag);
 }
 
+/* The check python_nogil.c's reader waits for (gm_python_nogil_check), made now: the calling
+ * thread's stack read through the C API when it holds the GIL, then read again by the reader.
+ * gpumem/_torch.py calls it through ctypes.PyDLL (the GIL held) when it attaches the trace's
+ * tracker, as PyTorch initializes CUDA: PyTorch's ops release the GIL, so a program may never
+ * allocate holding it, and until the check is made every stack of gm_python_frames_now goes
+ * through the C API's layers first (Py_IsInitialized, PyGILState_Check) and the reader is used
+ * unchecked. gpumem starts here if no CUDA call has reached it yet (the program's first
+ * allocation follows; gm_python_start then makes the check). 1 when the reader has agreed (now
+ * or before), 0 when not (no GIL held, no frame, not recording), -1 when it disagreed (turned
+ * off, with its one line on stderr). */
+GM_EXPORT int gpumem_python_check(void)
+{
+    if (gm_mode() == GM_MODE_OFF || !python_on) return 0;
+    if (!gm_python_nogil_agreed() && !gm_python_nogil_refused()) {
+        rec_pyframe f[REC_MAX_PY_FRAMES];
+        python_frames(f, REC_MAX_PY_FRAMES);
+    }
+    return gm_python_nogil_agreed() ? 1 : gm_python_nogil_refused() ? -1 : 0;
+}
+
 /* A forked child records into its own database: its string ids start again. */
 static void python_fork_child(void)
 {
@@ -335,6 +355,10 @@ int gm_python_frames_now(struct rec_pyframe *out, int max, uint64_t *tag)
 {
     (void)out, (void)max;
     *tag = 0;
+    return 0;
+}
+GM_EXPORT int gpumem_python_check(void)
+{
     return 0;
 }
 #endif

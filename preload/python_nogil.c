@@ -526,9 +526,17 @@ static uintptr_t top_frame(void)
 /* The chain from f outwards, as keys: per frame visited (an entry shim left out) the code
  * object's address and the raw instruction with the owner in its top byte (3.11+ an address
  * below 2^47, 3.9/3.10 f_lasti as 32 bits); the keys' count, and in *hash the chain's hash
- * (the chain memo's key, folded in as the keys are read). Reads the thread's own frames only: no cache,
- * no lock. Stops where walk() would: a frame unaligned, unreadable or not one. objects: the
- * layout's frames are PyFrameObjects (3.9/3.10), a constant where it is inlined. */
+ * (the chain memo's key, folded in as the keys are read). Reads the thread's own frames only: no
+ * cache, no lock. Stops at a frame unaligned, unreadable or not one, or after MAX_VISITED frames
+ * visited (shims included). objects: the layout's frames are PyFrameObjects (3.9/3.10), a
+ * constant where it is inlined.
+ *
+ * This loop runs for every frame of every stack (~13 a stack of a tiny GPT-2 step), so a frame
+ * costs one test of where it lies: frames sit side by side in the thread's data stack, and the
+ * pages last seen readable (readable()) are a window [win_lo, win_lo + 8 * win_n) of aligned
+ * frame addresses. (f - win_lo) rotated right by 3 is below win_n exactly when f is in it and
+ * aligned (win_lo is a page's start); a null, unaligned or unseen f takes the slow path, which
+ * checks it as before and moves the window. win_n 0 at first: no f is in it. */
 static inline __attribute__((always_inline)) int collect_as(uintptr_t f, uintptr_t *key, uint64_t *hash,
                                                             const int objects)
 {
@@ -537,37 +545,43 @@ static inline __attribute__((always_inline)) int collect_as(uintptr_t f, uintptr
                     fr_code = (uintptr_t)l->fr_code, fr_instr = (uintptr_t)l->fr_instr,
                     fr_owner = (uintptr_t)l->fr_owner;
     uint64_t h = 0x9E3779B97F4A7C15ull;
-    int k = 0;
-    /* the pages already seen readable in this walk (frames sit side by side in the thread's data
-     * stack): f may be read where f - ok_lo <= ok_span, one comparison; none at first */
-    uintptr_t ok_lo = 1, ok_span = 0;
-    for (int seen = 0; f && seen < MAX_VISITED; seen++) {
-        if (!aligned(f)) break;
-        if (f - ok_lo > ok_span) {
-            if (!readable(f, (size_t)fr_size)) break;
-            ok_lo = f & ~(uintptr_t)4095;
-            ok_span = ((f + fr_size - 1) & ~(uintptr_t)4095) + 4096 - fr_size - ok_lo;
+    /* p: the next key; end: key + 2 * (MAX_VISITED - shims left out), so that the frames kept
+     * plus the shims are the frames visited */
+    uintptr_t *p = key, *end = key + 2 * MAX_VISITED;
+    uintptr_t win_lo = 0, win_n = 0;
+    while (p < end) {
+        uintptr_t d = f - win_lo;
+        if (((d >> 3) | (d << 61)) >= win_n) { /* outside the window, or unaligned, or null */
+            if (!f || !aligned(f) || !readable(f, (size_t)fr_size)) break;
+            win_lo = f & ~(uintptr_t)4095;
+            /* the last aligned frame start whose fr_size bytes end in the pages seen */
+            win_n = ((((f + fr_size - 1) & ~(uintptr_t)4095) + 4096 - fr_size - win_lo) >> 3) + 1;
         }
         uintptr_t back = ld_ptr(f + fr_back), code = ld_ptr(f + fr_code), raw;
+        /* stored ahead of the tests (a frame left out or the end leaves it past the keys kept):
+         * the two keys' stores then stay two plain stores */
+        p[0] = code;
         if (objects) { /* a PyFrameObject */
             if (ld_ptr(f + OB_TYPE) != ng.frame_type) break;
             raw = (uintptr_t)(uint32_t)ld_i32(f + fr_instr);
         } else {
             uintptr_t owner = ld_u8(f + fr_owner);
-            if (owner > OWNED_BY_CSTACK) break;
-            if (owner == OWNED_BY_CSTACK) { /* an entry shim (3.12+): as the C API, leave it out */
+            if (__builtin_expect(owner >= OWNED_BY_CSTACK, 0)) {
+                if (owner > OWNED_BY_CSTACK) break;
+                /* an entry shim (3.12+): as the C API, leave it out */
+                end -= 2;
                 f = back;
                 continue;
             }
             raw = ld_ptr(f + fr_instr) | owner << 56;
         }
-        key[k] = code;
-        key[k + 1] = raw;
-        k += 2;
+        p[1] = raw;
+        p += 2;
         /* one multiplication a frame: the next frame's mixes this frame's instruction in */
         h = ((h ^ code) * 0xff51afd7ed558ccdull) ^ raw;
         f = back;
     }
+    int k = (int)(p - key);
     h ^= (uint64_t)(k / 2);
     h ^= h >> 29;
     h *= 0xc4ceb9fe1a85ec53ull;
@@ -718,6 +732,12 @@ int gm_python_nogil_frames(struct rec_pyframe *out, int max, uint64_t *tag)
 int gm_python_nogil_agreed(void)
 {
     return ng_state == 1 && ng.l;
+}
+
+/* 1 once it has disagreed: turned off for good. */
+int gm_python_nogil_refused(void)
+{
+    return ng_state < 0;
 }
 
 /* The first stack read with the GIL held, through the C API, is read again here and must come

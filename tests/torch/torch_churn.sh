@@ -10,7 +10,11 @@
 #   string  the main thread, the functions compiled as "<string>" (exec of a string): their
 #           frames are Python frames though the file is no .py (the merge's frame_text)
 # and a `python -c` program (its code is "<string>" too): its tensor's innermost Python frame is
-# the program's <module>.
+# the program's <module>. Then the reader's check against Python's own reading: PyTorch's ops
+# release the GIL, so no allocation of these programs ever makes it; gpumem/_torch.py makes it
+# when it attaches the trace (gpumem_python_check, holding the GIL). With a frame layout that is
+# not the interpreter's (GPUMEM_DEBUG_PY_SKEW=N: every offset moved by N bytes) it must say so
+# in exactly one line, and no entry may carry frames read from the wrong fields.
 # (tests/integration/python_frames.sh checks the recorder's own events the same way.)
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
@@ -43,4 +47,17 @@ print("dash-c: done")' > "$tmp/dash-c.out" 2>&1 && grep -q "dash-c: done" "$tmp/
 else
   tail -5 "$tmp/dash-c.out"; bad "the recording of a python -c program failed"
 fi
+for skew in 8 -8 4; do
+  db=$tmp/skew$skew.db
+  GPUMEM_DEBUG_PY_SKEW=$skew "$G" record -q -o "$db" -- "$torch_py" tests/torch/torch_churn.py main \
+    > "$tmp/skew$skew.out" 2>&1 && grep -q "torch_churn: done" "$tmp/skew$skew.out" \
+    || { tail -5 "$tmp/skew$skew.out"; bad "skew $skew: the recording of torch_churn.py failed"; continue; }
+  lines=$(grep -c "frames are not laid out as gpumem expects; threads that released the GIL get native frames only" "$tmp/skew$skew.out")
+  framed=$(sqlite3 "$db" "SELECT count(*) FROM events e WHERE e.kind = 31 AND EXISTS (SELECT 1 FROM stack_frames f WHERE f.stack = e.stack AND f.python = 1)")
+  if [[ $lines -eq 1 && $framed -eq 0 ]]; then
+    ok "skew $skew: the layout is refused when the trace attaches (one line), no entry carries Python frames"
+  else
+    bad "skew $skew: $lines lines saying the layout is wrong (want 1), $framed entries with Python frames (want 0)"
+  fi
+done
 exit $fail

@@ -320,6 +320,13 @@ def _trace_attach():
         if lib.gpumem_torch_trace_attach() != 1:
             raise RuntimeError("PyTorch refused the trace tracker")
         own = ctypes.CDLL(None)  # gpumem_torch_trace_copy / _seq: libgpumem.so's
+        # the entries' Python stacks: the GIL-less frame reader checked against Python's own
+        # reading now, holding the GIL (a PyDLL's call); PyTorch's ops release the GIL, so no
+        # allocation of the program may ever make that check (preload/python.c)
+        check = getattr(ctypes.PyDLL(None), "gpumem_python_check", None)
+        if check is not None:
+            check.restype, check.argtypes = ctypes.c_int, []
+            check()
         seq, now = _seq_fn(own), _time_fn(own)  # both or neither (_stamp calls both)
         _state["seq"], _state["time"] = seq, now
         _state["trace"] = own
