@@ -380,7 +380,7 @@ void gm_nvtx_test_reset(void); /* tests and the fuzzer only: forget handles, log
 int gm_nvtx_user_push(const char *name);
 /* The same for a name pushed again and again: key is an address that names exactly this text for
  * the life of the process (a string never freed), by which the recorder's id of the name is kept.
- * Callers hold one lock around every call (torch_hooks.c: the GIL). */
+ * Any thread, no lock needed (the ids are kept per thread). */
 int gm_nvtx_user_push_kept(const void *key, const char *name);
 int gm_nvtx_user_pop(void);
 /* gm_nvtx_user_pop then gm_nvtx_user_push_kept(key, name) (a module's range in place of the

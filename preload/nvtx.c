@@ -286,11 +286,12 @@ static int range_push(const char *domain, const char *name) { return range_push_
 /* The recorder's id of a name pushed under a kept key (gm_nvtx_user_push_kept): PyTorch's module
  * hooks push the same ~25 module paths each step, and interning each again (the recorder's
  * per-thread cache holds 8) cost a hash, the recorder's lock and a compare, ~200 instructions
- * a push. Direct-mapped by the key; a key that loses its slot is interned again. */
-static struct {
+ * a push. Direct-mapped by the key; a key that loses its slot is interned again. Per thread, so
+ * that the callers need no lock (torch_hooks.c pushes from autograd's thread without the GIL). */
+static __thread struct {
     const void *key;
     uint32_t sid, gen;
-} kept_sid[256];
+} kept_sid[256] __attribute__((tls_model("initial-exec")));
 
 static uint32_t name_sid(const void *key, const char *name)
 {

@@ -18,7 +18,7 @@
  * when this is absent): "step N/fwd|bwd|opt/<module path>" ranges, one module range open at a
  * time, "step N" and "bwd" opened by the first backward node of a pass and closed by the
  * engine's end-of-backward callback, no range while the program names its own phases
- * (gpumem._user_ranges), an Exception inside a hook swallowed after _torch._warn's one warning.
+ * (gpumem._user_ranges, which gpumem also tells this file: user_ranges_on), an Exception inside a hook swallowed after _torch._warn's one warning.
  *
  * Interface: gpumem_torch_hooks((resolve, warn, first_grad, grad_enabled, queue_callback,
  * gpumem, torch.Tensor)) returns (fwd_pre, fwd_post, opt_begin, opt_end, changed_grads, changed_state,
@@ -34,7 +34,9 @@
  * dlsym(RTLD_DEFAULT), and only functions of the stable ABI and the stable PyMethodDef,
  * PyType_Spec and PyMemberDef layouts are used (no object layout is read but the object head of
  * the one type made here, wrap_call's). Every function here runs holding the GIL (PyTorch calls
- * hooks with it), which is also the lock of this file's shared state.
+ * hooks with it), which is also the lock of this file's shared state; the one exception,
+ * gpumem_torch_cpaths_run's common case on autograd's thread, touches only that thread's state
+ * and paths that no longer change.
  */
 #include "preload/gm_internal.h"
 
@@ -82,7 +84,6 @@ static struct {
     void (*PyErr_SetString)(PyObject *, const char *);
     PyObject *(*PyErr_NoMemory)(void);
     PyObject *(*PyErr_Occurred)(void);
-    PyObject *(*PyDict_GetItemWithError)(PyObject *, PyObject *);
     PyObject *(*PyObject_GetItem)(PyObject *, PyObject *);
     PyObject *(*PyObject_GetIter)(PyObject *);
     PyObject *(*PyIter_Next)(PyObject *);
@@ -102,9 +103,7 @@ static struct {
     void (*Py_DecRef)(PyObject *);
     PyObject *None;             /* &_Py_NoneStruct */
     PyObject *PyDict_Type;      /* &PyDict_Type */
-    PyObject *PyModule_Type;    /* &PyModule_Type */
     PyObject *PyTuple_Type;     /* &PyTuple_Type */
-    PyObject *(*PyModule_GetDict)(PyObject *);
     PyObject **PyExc_Exception; /* the exported variables, read when used */
     PyObject **PyExc_AttributeError;
     PyObject **PyExc_TypeError;
@@ -144,6 +143,7 @@ typedef struct {
 typedef struct {
     const void *module; /* the key only, as id(module) is _Hooks.paths': never dereferenced */
     PyObject *enc, *cb;
+    const char *label; /* enc's text (enc is never released) */
 } hk_mod;
 
 typedef struct {
@@ -162,7 +162,6 @@ static struct {
     PyObject *s_user_ranges, *s_requires_grad, *s_grad_fn, *s_register_prehook, *s_register_hook,
         *s_fwd_what, *s_bwd_what, *s_data_ptr, *s_grad, *s_params, *s_items, *s_id, *s_next_id;
     PyObject *bwd_end, *out_gone, *fns;
-    PyObject *gpumem_dict; /* gpumem's __dict__ when it is a module's dict, else NULL */
     long step;
     hk_mod *tab; /* module address -> hk_mod, open addressing; entries are never removed */
     size_t mask, count;
@@ -197,28 +196,29 @@ static int grow(void **arr, int *cap, size_t size)
     return 0;
 }
 
-/* The program names its own phases (gpumem.range, gpumem.annotate): 1, and no range is pushed
- * here; -1 with an exception. */
+/* The program names its own phases (gpumem.range, gpumem.annotate): no range is pushed here.
+ * gpumem._user_ranges as the C hooks see it, kept here so that a range push reads a flag, not
+ * the module's dict (~100 instructions, ~75 times a tiny GPT-2 step), and autograd's thread needs
+ * no GIL for it (gpumem_torch_cpaths_run). Its one writer is gpumem's _own_ranges
+ * (gpumem/__init__.py), which sets both through gpumem_torch_user_ranges; gpumem_torch_hooks
+ * also takes the attribute's value when the hooks are set up. Never cleared, like the attribute. */
+static atomic_int user_ranges_on;
+
+GM_EXPORT void gpumem_torch_user_ranges(void)
+{
+    atomic_store_explicit(&user_ranges_on, 1, memory_order_relaxed);
+}
+
 static int user_ranges(void)
 {
-    /* read in the module's dict (gpumem sets it as a global), the attribute lookup's answer for a
-     * module without its cost; the lookup raises what it raises when it is missing */
-    PyObject *v = hk.gpumem_dict ? py.PyDict_GetItemWithError(hk.gpumem_dict, hk.s_user_ranges) : NULL;
-    if (v) return py.PyObject_IsTrue(v); /* borrowed */
-    if (py.PyErr_Occurred()) return -1;
-    if (!(v = py.PyObject_GetAttr(hk.gpumem, hk.s_user_ranges))) return -1;
-    int r = py.PyObject_IsTrue(v);
-    py.Py_DecRef(v);
-    return r;
+    return atomic_load_explicit(&user_ranges_on, memory_order_relaxed);
 }
 
 /* key: NULL, or an address naming label for good (a module path's bytes, a pass's label) */
 static int push(hk_thread *t, int kind, int pass, const char *label, const void *key)
 {
     if (t->n == t->cap && grow((void **)&t->st, &t->cap, sizeof *t->st) != 0) return -1;
-    int u = user_ranges();
-    if (u < 0) return -1;
-    int pushed = !u && (key ? gm_nvtx_user_push_kept(key, label) : gm_nvtx_user_push(label)) >= 0;
+    int pushed = !user_ranges() && (key ? gm_nvtx_user_push_kept(key, label) : gm_nvtx_user_push(label)) >= 0;
     t->st[t->n++] = (hk_ent){(unsigned char)kind, (unsigned char)pass, (unsigned char)pushed};
     return 0;
 }
@@ -228,18 +228,16 @@ static void pop(hk_thread *t)
     if (t->st[--t->n].pushed) gm_nvtx_user_pop();
 }
 
-/* The module's range: in place of the innermost when that is a module's (flat), else on top. */
-static int enter_mod(hk_thread *t, PyObject *enc)
+/* The module's range: in place of the innermost when that is a module's (flat), else on top.
+ * label: enc's text. With room for one more range on t's stack it neither fails nor calls
+ * Python (gpumem_torch_cpaths_run calls it without the GIL then). */
+static int enter_mod(hk_thread *t, PyObject *enc, const char *label)
 {
-    const char *label = py.PyBytes_AsString(enc);
-    if (!label) return -1;
     /* enc is never released (module paths are kept for good): the key of its text */
     if (!t->n || t->st[t->n - 1].kind != K_MOD) return push(t, K_MOD, 0, label, enc);
     int was = t->st[--t->n].pushed;
     if (was) {
-        int u = user_ranges();
-        if (u < 0) return -1;
-        if (!u) { /* the pop and the push in one call */
+        if (!user_ranges()) { /* the pop and the push in one call */
             t->st[t->n++] = (hk_ent){K_MOD, 0, gm_nvtx_user_swap_kept(enc, label) >= 0};
             return 0;
         }
@@ -356,7 +354,8 @@ static int mod_lookup(PyObject *module, hk_mod *out)
     PyObject *enc = py.PyUnicode_AsEncodedString(path, "utf-8", "replace");
     py.Py_DecRef(path);
     if (!enc) return -1;
-    PyObject *cb = py.PyCFunction_NewEx(&bwd_start_def, enc, NULL);
+    const char *label = py.PyBytes_AsString(enc);
+    PyObject *cb = label ? py.PyCFunction_NewEx(&bwd_start_def, enc, NULL) : NULL;
     if (!cb || ((hk.count + 1) * 2 > hk.mask + 1 && tab_grow() != 0)) {
         py.Py_DecRef(enc);
         if (cb) py.Py_DecRef(cb);
@@ -365,7 +364,7 @@ static int mod_lookup(PyObject *module, hk_mod *out)
     i = mod_hash(module) & hk.mask;
     while (hk.tab[i].module)
         i = (i + 1) & hk.mask;
-    hk.tab[i] = (hk_mod){module, enc, cb};
+    hk.tab[i] = (hk_mod){module, enc, cb, label};
     hk.count++;
     *out = hk.tab[i];
     return 0;
@@ -374,14 +373,21 @@ static int mod_lookup(PyObject *module, hk_mod *out)
 /* ---- the node hooked last ------------------------------------------------------------------ */
 
 /* The paths of a C++ pre-hook (torch_prehook.cpp): the modules' path encodings (hk.tab's, which
- * are never released), read and appended to with the GIL held; freed when its two holders, the
- * hook and `last`, have let go (the hook lets go from wherever autograd destroys the node, GIL or
- * not: nothing of Python is released then). */
+ * are never released) and their text, appended to with the GIL held while `last` holds them;
+ * freed when its two holders, the hook and `last`, have let go (the hook lets go from wherever
+ * autograd destroys the node, GIL or not: nothing of Python is released then). `last` lets go
+ * with a release store of closed: from then on n and the paths never change, and autograd's
+ * thread reads them without the GIL (gpumem_torch_cpaths_run, after an acquire load). */
+typedef struct {
+    PyObject *enc;
+    const char *label;
+} cpath;
 typedef struct {
     _Atomic int refs;
+    atomic_int closed;
     int n, cap;
-    PyObject **enc; /* inl, until more than CPATHS_INL modules share the node */
-    PyObject *inl[4];
+    cpath *p; /* inl, until more than CPATHS_INL modules share the node */
+    cpath inl[4];
 } cpaths;
 #define CPATHS_INL 4
 
@@ -423,7 +429,7 @@ static struct {
 
 static void cpaths_free(cpaths *p)
 {
-    if (p->enc != p->inl) free(p->enc);
+    if (p->p != p->inl) free(p->p);
     free(p);
 }
 
@@ -432,9 +438,17 @@ static void cpaths_release(cpaths *p)
     if (p && atomic_fetch_sub(&p->refs, 1) == 1) cpaths_free(p);
 }
 
+/* `last`'s reference let go: the paths are final (the hook's reads need no GIL from now on). */
+static void cpaths_close(cpaths *p)
+{
+    if (!p) return;
+    atomic_store_explicit(&p->closed, 1, memory_order_release);
+    cpaths_release(p);
+}
+
 /* A node's first module path, held twice (the hook's and last's): NULL with an exception. One
  * allocation, the paths inside it (a calloc and a realloc a node before, 18 nodes a tiny step). */
-static cpaths *cpaths_new(PyObject *enc)
+static cpaths *cpaths_new(const hk_mod *m)
 {
     cpaths *p = malloc(sizeof *p);
     if (!p) {
@@ -442,23 +456,24 @@ static cpaths *cpaths_new(PyObject *enc)
         return NULL;
     }
     atomic_init(&p->refs, 2);
-    p->n = 1, p->cap = CPATHS_INL, p->enc = p->inl, p->inl[0] = enc;
+    atomic_init(&p->closed, 0);
+    p->n = 1, p->cap = CPATHS_INL, p->p = p->inl, p->inl[0] = (cpath){m->enc, m->label};
     return p;
 }
 
-static int cpaths_add(cpaths *p, PyObject *enc)
+static int cpaths_add(cpaths *p, const hk_mod *m)
 {
     if (p->n == p->cap) {
         int cap = p->cap * 2;
-        PyObject **e = p->enc == p->inl ? malloc((size_t)cap * sizeof *e) : realloc(p->enc, (size_t)cap * sizeof *e);
+        cpath *e = p->p == p->inl ? malloc((size_t)cap * sizeof *e) : realloc(p->p, (size_t)cap * sizeof *e);
         if (!e) {
             py.PyErr_NoMemory();
             return -1;
         }
-        if (p->enc == p->inl) memcpy(e, p->inl, sizeof p->inl);
-        p->enc = e, p->cap = cap;
+        if (p->p == p->inl) memcpy(e, p->inl, sizeof p->inl);
+        p->p = e, p->cap = cap;
     }
-    p->enc[p->n++] = enc;
+    p->p[p->n++] = (cpath){m->enc, m->label};
     return 0;
 }
 
@@ -472,7 +487,7 @@ static void last_release(void)
     if (handle) py.Py_DecRef(handle);
     if (paths) py.Py_DecRef(paths);
     if (node) py.Py_DecRef(node);
-    cpaths_release(cp);
+    cpaths_close(cp);
 }
 
 /* No hook registered since the last one (torch.utils.hooks.RemovableHandle: each handle takes
@@ -517,7 +532,7 @@ static int hold_last(PyObject *node, PyObject *out)
  * with an exception. */
 static int hook_node_cxx(const hk_mod *m, PyObject *node, PyObject *out)
 {
-    cpaths *cp = cpaths_new(m->enc); /* the hook's and last's */
+    cpaths *cp = cpaths_new(m); /* the hook's and last's */
     if (!cp) return -1;
     void *h = cxx.add(node, cp);
     if (!h) {
@@ -526,14 +541,14 @@ static int hook_node_cxx(const hk_mod *m, PyObject *node, PyObject *out)
     }
     cxx.added++;
     if (hold_last(node, out)) last.cp = cp, last.chook = h;
-    else cpaths_release(cp);
+    else cpaths_close(cp);
     return 1;
 }
 
 /* Module m's backward starts at node, the grad_fn of its output out. 0, or -1 with an exception. */
 static int hook_node(const hk_mod *m, PyObject *node, PyObject *out)
 {
-    if (node == last.node && last.cp && cxx.is_last(node, last.chook)) return cpaths_add(last.cp, m->enc);
+    if (node == last.node && last.cp && cxx.is_last(node, last.chook)) return cpaths_add(last.cp, m);
     if (node == last.node && last.paths && none_since()) return py.PyList_Append(last.paths, m->enc);
     last_release();
     int c = cxx.add ? hook_node_cxx(m, node, out) : 0; /* no Python handle, no Python call from
@@ -565,9 +580,9 @@ static int hook_tensor_cxx(const hk_mod *m, PyObject *out)
     int st = cxx.node_state(out, last.cp && last.tensor ? last.chook : NULL);
     if (st == -1) return -2;
     if (st == 0) return 0;
-    if (st == 1) return cpaths_add(last.cp, m->enc) == 0 ? 1 : -1;
+    if (st == 1) return cpaths_add(last.cp, m) == 0 ? 1 : -1;
     last_release();
-    cpaths *cp = cpaths_new(m->enc); /* the hook's and last's */
+    cpaths *cp = cpaths_new(m); /* the hook's and last's */
     if (!cp) {
         cxx.add_pending(NULL); /* lets go of the node it kept */
         return -1;
@@ -593,7 +608,7 @@ static int pre_work(PyObject *module)
     last_release();
     if (mod_lookup(module, &m) != 0) return -1;
     if (!t->nmods && open_step(t, P_FWD) != 0) return -1;
-    if (enter_mod(t, m.enc) != 0) return -1;
+    if (enter_mod(t, m.enc, m.label) != 0) return -1;
     if (t->nmods == t->capm && grow((void **)&t->mods, &t->capm, sizeof *t->mods) != 0) return -1;
     t->mods[t->nmods++] = m;
     return 0;
@@ -736,7 +751,8 @@ static int post_work(PyObject *output)
     if (!t->nmods) return 0;
     hk_mod m = t->mods[--t->nmods];
     if (t->nmods) {
-        if (enter_mod(t, t->mods[t->nmods - 1].enc) != 0) return -1;
+        const hk_mod *up = &t->mods[t->nmods - 1];
+        if (enter_mod(t, up->enc, up->label) != 0) return -1;
     } else {
         if (t->n && t->st[t->n - 1].kind == K_MOD) pop(t);
         close_pass(t);
@@ -920,7 +936,8 @@ static PyObject *bwd_start(PyObject *enc, PyObject *arg)
     } else {
         close_abandoned_fwd(t, i);
     }
-    if (enter_mod(t, enc) != 0) return swallow(hk.s_bwd_what);
+    const char *label = py.PyBytes_AsString(enc);
+    if (!label || enter_mod(t, enc, label) != 0) return swallow(hk.s_bwd_what);
     return none();
 }
 
@@ -938,13 +955,28 @@ static PyObject *bwd_starts(PyObject *paths, PyObject *arg)
 
 /* A C++ pre-hook's call (torch_prehook.cpp: autograd's thread, without the GIL): the modules'
  * bwd_start's, as bwd_starts. An error that is not an Exception (swallowed by bwd_start) is
- * reported as unraisable: a C++ hook cannot raise into the backward. */
+ * reported as unraisable: a C++ hook cannot raise into the backward.
+ *
+ * Without the GIL where bwd_start would call no Python: the paths closed (final), the backward
+ * pass open on this thread (no "step N" to open, no callback to queue) and room on the thread's
+ * stack (enter_mod then cannot fail). Everything read or written then is this thread's (tls),
+ * the closed paths, the user-ranges flag and the recorder's range calls, which take no lock of
+ * Python's (nvtx.c keeps its name ids per thread). Taking the GIL only to run these cost ~420
+ * instructions a node (18 a tiny GPT-2 step). */
 GM_EXPORT void gpumem_torch_cpaths_run(void *paths)
 {
     cpaths *p = paths;
+    hk_thread *t = &tls;
+    int i = 0, b;
+    if (atomic_load_explicit(&p->closed, memory_order_acquire) && (b = bwd_pass(t)) < t->n) {
+        close_abandoned_fwd(t, b); /* pops only; a no-op for the paths after the first */
+        for (; i < p->n && t->n < t->cap; i++)
+            enter_mod(t, p->p[i].enc, p->p[i].label);
+        if (i == p->n) return;
+    }
     int g = py.PyGILState_Ensure();
-    for (int i = 0; i < p->n; i++) {
-        PyObject *r = bwd_start(p->enc[i], NULL);
+    for (; i < p->n; i++) {
+        PyObject *r = bwd_start(p->p[i].enc, NULL);
         if (r) {
             py.Py_DecRef(r);
         } else {
@@ -1407,7 +1439,6 @@ static int find_python(void)
     HK_SYM(PyErr_SetString);
     HK_SYM(PyErr_NoMemory);
     HK_SYM(PyErr_Occurred);
-    HK_SYM(PyDict_GetItemWithError);
     HK_SYM(PyObject_GetItem);
     HK_SYM(PyObject_GetIter);
     HK_SYM(PyIter_Next);
@@ -1427,9 +1458,7 @@ static int find_python(void)
     HK_SYM(Py_DecRef);
     py.None = gm_real_dlsym_fn(RTLD_DEFAULT, "_Py_NoneStruct");
     py.PyDict_Type = gm_real_dlsym_fn(RTLD_DEFAULT, "PyDict_Type");
-    py.PyModule_Type = gm_real_dlsym_fn(RTLD_DEFAULT, "PyModule_Type");
     py.PyTuple_Type = gm_real_dlsym_fn(RTLD_DEFAULT, "PyTuple_Type");
-    HK_SYM(PyModule_GetDict);
     py.PyExc_Exception = gm_real_dlsym_fn(RTLD_DEFAULT, "PyExc_Exception");
     py.PyExc_AttributeError = gm_real_dlsym_fn(RTLD_DEFAULT, "PyExc_AttributeError");
     py.PyExc_TypeError = gm_real_dlsym_fn(RTLD_DEFAULT, "PyExc_TypeError");
@@ -1482,15 +1511,15 @@ GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
         if (*s) py.Py_DecRef(*s);
         *s = o;
     }
-    if (hk.gpumem_dict) py.Py_DecRef(hk.gpumem_dict);
-    hk.gpumem_dict = NULL;
-    PyObject *gt = py.PyObject_Type(hk.gpumem);
-    if (gt == py.PyModule_Type && (hk.gpumem_dict = py.PyModule_GetDict(hk.gpumem)))
-        py.Py_IncRef(hk.gpumem_dict); /* a plain module's: user_ranges reads it */
-    if (gt) py.Py_DecRef(gt);
-    if (hk.fns) return hk.fns;
     int ok = 1;
-    hk.s_user_ranges = intern("_user_ranges", &ok);
+    if (!hk.s_user_ranges && !(hk.s_user_ranges = intern("_user_ranges", &ok))) return NULL;
+    /* the program may have named its phases before (gpumem's _own_ranges told the flag too) */
+    PyObject *u = py.PyObject_GetAttr(hk.gpumem, hk.s_user_ranges);
+    int on = u ? py.PyObject_IsTrue(u) : -1;
+    if (u) py.Py_DecRef(u);
+    if (on < 0) return NULL;
+    if (on) gpumem_torch_user_ranges();
+    if (hk.fns) return hk.fns;
     hk.s_requires_grad = intern("requires_grad", &ok);
     hk.s_grad_fn = intern("grad_fn", &ok);
     hk.s_register_prehook = intern("register_prehook", &ok);

@@ -63,6 +63,17 @@ struct GmPreHook final : torch::autograd::FunctionPreHook {
     void compiled_args(torch::dynamo::autograd::CompiledNodeArgs &) const override {}
 };
 
+// t's autograd metadata where its grad_fn and grad are the fields themselves: the tensor is not a
+// view (a view's grad_fn may be remade from its base: VariableHooks::grad_fn). *meta is NULL for
+// a tensor without metadata (no grad_fn, no gradient). False: ask PyTorch's own accessors.
+// Those go through the variable hooks' virtual calls (grad_fn(), ~140 instructions; grad() asks
+// is_leaf(), another grad_fn(), to decide on its warning), for what these two fields hold.
+bool plain_meta(const at::Tensor &t, torch::autograd::AutogradMeta **meta)
+{
+    *meta = torch::autograd::impl::get_autograd_meta(t);
+    return !*meta || !(*meta)->is_view_;
+}
+
 torch::autograd::Node *node_of(PyObject *o)
 {
     if (torch::autograd::THPCppFunction_Check(o))
@@ -123,6 +134,12 @@ PyObject *grad_of(PyObject *o)
     if (!THPVariableClass || !THPVariable_CheckExact(o) || at::impl::torch_function_mode_enabled()) return nullptr;
     try {
         const at::Tensor &t = THPVariable_Unpack(o);
+        torch::autograd::AutogradMeta *m;
+        if (plain_meta(t, &m)) {
+            if (!m) return THPVariable_Wrap(at::TensorBase()); // None
+            if (m->grad_fn_) return nullptr;                   // not a leaf
+            return THPVariable_Wrap(m->grad_);
+        }
         if (!t.is_leaf()) return nullptr;
         return THPVariable_Wrap(t.grad());
     } catch (const std::exception &) {
@@ -151,7 +168,10 @@ int tensor_node_state(PyObject *t, void *last_hook)
     pending.reset();
     if (!THPVariableClass || !THPVariable_CheckExact(t) || at::impl::torch_function_mode_enabled()) return -1;
     try {
-        const c10::intrusive_ptr<torch::autograd::Node> &fn = THPVariable_Unpack(t).grad_fn();
+        const at::Tensor &x = THPVariable_Unpack(t);
+        torch::autograd::AutogradMeta *m;
+        if (plain_meta(x, &m) && !m) return 0; // no metadata: no node
+        const c10::intrusive_ptr<torch::autograd::Node> &fn = m && !m->is_view_ ? m->grad_fn_ : x.grad_fn();
         if (!fn) return 0;
         if (last_hook && last_node.lock().get() == fn.get() && !fn->pre_hooks().empty() &&
             fn->pre_hooks().back().get() == last_hook)

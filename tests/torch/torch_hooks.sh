@@ -7,7 +7,8 @@
 # (plain; --checkpoint --accum 2) and on torch_hooks_edge.py (a tuple and a dict output, a tuple
 # whose tensor that needs a gradient is in a dict, a leaf returned as is, no_grad, an output whose
 # requires_grad raises: one warning; a program that names its own phases: no ranges from the
-# hooks; a child's output dropped: freed at once, the C hooks holding its node no longer than the
+# hooks from then on, whether it starts before the first module call, in a module's forward, in a
+# tensor hook on autograd's thread or with gpumem.annotate between steps; a child's output dropped: freed at once, the C hooks holding its node no longer than the
 # output lives), and which gradients and optimizer state the optimizer hooks name again
 # (torch_hooks_ident.py, a table of changes each scanned by the hooks and by _Hooks' Python scan on
 # its own dictionaries: a new gradient at the old one's _cdata and data pointer is named, a state
@@ -73,11 +74,22 @@ for h in c py; do
 done
 
 edge=tests/torch/torch_hooks_edge.py
-for u in 0 1; do
+for u in 0 1 fwd bwd annotate; do
   rec "edge$u.c" C USER_RANGES=$u -- "$edge"
   rec "edge$u.py" PY USER_RANGES=$u -- "$edge"
   same "edge (USER_RANGES=$u)" "edge$u.c" "edge$u.py"
 done
+# named from the second step on: the hooks' ranges of the first step, none of the third
+for u in fwd bwd annotate; do
+  n1=$(grep -c '^[0-9]*[|]0[|]step 1/' "$tmp/edge$u.c.ranges"); n3=$(grep -c '[|]step 3' "$tmp/edge$u.c.ranges")
+  [[ $n1 -gt 0 && $n3 == 0 ]] && ok "edge (USER_RANGES=$u): $n1 ranges of step 1 from the hooks, none of step 3" \
+    || bad "edge (USER_RANGES=$u): $n1 ranges of step 1, $n3 of step 3 (want some, none)"
+done
+grep -q '[|]fwd/Pair[|]' "$tmp/edgeannotate.c.ranges" && ok "edge (USER_RANGES=annotate): gpumem.annotate's own ranges recorded" \
+  || bad "edge (USER_RANGES=annotate): no fwd/Pair range"
+grep -q '[|]step 2/bwd' "$tmp/edgebwd.c.ranges" && ok "edge (USER_RANGES=bwd): the hooks' step 2 backward ranges before the tensor hook" \
+  || bad "edge (USER_RANGES=bwd): no step 2 backward range (the tensor hook ran before every node hook?)"
+
 rec edge0.cg C GPUMEM_TORCH_GLOBAL_HOOKS=1 -- "$edge"
 same "edge (the C hooks as global hooks)" edge0.cg edge0.py
 grep -q -x 'hooks gpumem_module_call' "$tmp/edge0.c.log" && grep -q -x 'hooks builtin_function_or_method' "$tmp/edge0.cg.log" &&

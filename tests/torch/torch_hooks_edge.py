@@ -3,8 +3,11 @@ script does not reach, for tests/torch/torch_hooks.sh: an output that is a tuple
 tensors, a tuple whose first tensor needs no gradient (the second item's dict holds one that does),
 a leaf returned as is (its own tensor hook), a forward under no_grad, a module whose
 output's requires_grad raises (the hook's error swallowed with one warning), a module whose child's
-output is dropped (it is freed at once: the hooks keep nothing alive), and with USER_RANGES=1
-a program that names its own phases (no ranges from the hooks). Prints which hooks run: "hooks
+output is dropped (it is freed at once: the hooks keep nothing alive), and a program that names
+its own phases (no ranges from the hooks from then on), from where USER_RANGES says: 1 before the
+first module call, fwd inside a module's forward of the second step, bwd in a tensor hook of the
+second step's backward (autograd's thread, where the C hooks run without the GIL), annotate
+(gpumem.annotate) between the first and the second step. Prints which hooks run: "hooks
 gpumem_module_call" (the C ones run by a C Module.__call__, preload/torch_hooks.c's module_call),
 "hooks builtin_function_or_method" (the C ones as global hooks, GPUMEM_TORCH_GLOBAL_HOOKS=1),
 "hooks method" (Python's, as global hooks).
@@ -25,6 +28,10 @@ class Raising:
         raise ValueError("planted")
 
 
+USER = os.environ.get("USER_RANGES", "0")
+STEP = 0
+
+
 class Inner(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -32,7 +39,10 @@ class Inner(torch.nn.Module):
         self.seq = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
 
     def forward(self, x):
-        return self.seq(self.lin(x)), {"x": [x]}
+        h = self.lin(x)
+        if USER == "fwd" and STEP == 1 and torch.is_grad_enabled():
+            gpumem.range("mine")  # between two child modules' ranges
+        return self.seq(h), {"x": [x]}
 
 
 class Pair(torch.nn.Module):
@@ -82,7 +92,7 @@ class Bad(torch.nn.Module):
         return Raising()
 
 
-if os.environ.get("USER_RANGES") == "1":
+if USER == "1":
     gpumem.range("mine")  # naming a phase is enough: the hooks stay out of the way
 inner, leaf, bad, waste, pair = Inner().cuda(), Leaf(), Bad(), Waste(), Pair().cuda()
 x = torch.randn(2, 4, device="cuda")
@@ -92,9 +102,14 @@ print("hooks", type(next(iter(glob.values())) if glob else vars(M.Module)["__cal
 # whatever runs the hooks, a module's signature is what PyTorch's own __call__ gives
 print("signature", inspect.signature(inner), inspect.signature(torch.nn.Module.__call__))
 for step in range(3):
+    STEP = step
+    if USER == "annotate" and step == 1:
+        gpumem.annotate(pair)  # its own ranges, recorded as a program's
     bad(x)
     waste(x)
     y, _ = inner(x)
+    if USER == "bwd" and step == 1:  # runs before the node of y's pre-hooks
+        y.register_hook(lambda g: (gpumem.range("mine"), g)[1])
     (y.sum() + leaf(x).sum() + pair(x)[1]["y"].sum()).backward()
     opt.step()
     opt.zero_grad(set_to_none=step == 1)

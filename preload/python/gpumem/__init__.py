@@ -87,7 +87,26 @@ def name(tensor_or_ptr, label):
 
 # Set when the program names its own phases (gpumem.range, gpumem.annotate): the ranges that
 # `gpumem record` would add for a PyTorch program (gpumem._torch) then stay out of its way.
+# Written only by _own_ranges: libgpumem.so's C hooks read their own copy of it.
 _user_ranges = False
+
+
+def _own_ranges():
+    """The program names its own phases: sets _user_ranges, which gpumem._torch's Python hooks
+    read, and tells libgpumem.so's C hooks (preload/torch_hooks.c, gpumem_torch_user_ranges),
+    which read a flag of their own (no module lookup per range, none of the GIL on autograd's
+    thread). The one writer of _user_ranges: an assignment elsewhere would reach the Python hooks
+    only. Never cleared."""
+    global _user_ranges
+    if _user_ranges:
+        return
+    _user_ranges = True
+    try:
+        tell = ctypes.CDLL(None).gpumem_torch_user_ranges
+    except (AttributeError, OSError):  # no libgpumem.so here (or one without C hooks)
+        return
+    tell.argtypes, tell.restype = [], None
+    tell()
 
 
 class range(contextlib.ContextDecorator):  # noqa: A001 - the name the README documents
@@ -95,8 +114,7 @@ class range(contextlib.ContextDecorator):  # noqa: A001 - the name the README do
     exactly like nvtxRangePush/nvtxRangePop (allocations inside it get it as their phase)."""
 
     def __init__(self, label):
-        global _user_ranges
-        _user_ranges = True
+        _own_ranges()
         self.label = _bytes(label)
         self._pushed = []
 
@@ -131,8 +149,7 @@ def annotate(model, prefix=None):
     starts, or at the end of the backward pass, whichever comes first: autograd does not tell
     every module when its backward ends (not when no input needs a gradient), and ranges must
     stay nested."""
-    global _user_ranges
-    _user_ranges = True
+    _own_ranges()
     if _gpumem() is None:
         return []
     import threading
