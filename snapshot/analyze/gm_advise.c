@@ -2388,12 +2388,19 @@ typedef struct trace_out {
     const unsigned char *mark; /* adv_to_trace's capture bounds, by model event */
 } trace_out;
 
+/* adv_to_trace's capture bounds of model event i (1: a `cb` before it, 2: a `ce` after it); 0
+ * for an event not in the model (i SIZE_MAX) or a trace without bounds */
+static inline unsigned trace_mark(const unsigned char *mark, size_t i)
+{
+    return mark && i != SIZE_MAX ? mark[i] : 0;
+}
+
 static void emit_trace(void *ctx, const adv_ev *e, size_t i)
 {
     trace_out *o = ctx;
     alloc_trace_event_t x;
     trace_event(o->m, e, &x);
-    unsigned mk = o->mark && i != SIZE_MAX ? o->mark[i] : 0;
+    unsigned mk = trace_mark(o->mark, i);
     if (mk & 1) o->t[o->n++] = (alloc_trace_event_t){.kind = ALLOC_TR_CAPTURE_BEGIN, .stream = x.stream};
     o->t[o->n++] = x;
     if (mk & 2) o->t[o->n++] = (alloc_trace_event_t){.kind = ALLOC_TR_CAPTURE_END, .stream = x.stream};
@@ -2501,7 +2508,7 @@ static void emit_fc(void *ctx, const adv_ev *e, size_t i)
     trace_feed *f = ctx;
     alloc_trace_event_t x;
     trace_event(f->m, e, &x);
-    unsigned mk = f->mark && i != SIZE_MAX ? f->mark[i] : 0;
+    unsigned mk = trace_mark(f->mark, i);
     f->at += (mk & 1) != 0;
     if (x.kind == ALLOC_TR_FREE_DONE) f->fc[f->nfc++] = (alloc_trace_fc_t){x.id, f->at};
     f->at += 1 + ((mk & 2) != 0);
@@ -2516,7 +2523,7 @@ static void emit_feed(void *ctx, const adv_ev *e, size_t i)
     }
     alloc_trace_event_t x;
     trace_event(f->m, e, &x);
-    unsigned mk = f->mark && i != SIZE_MAX ? f->mark[i] : 0;
+    unsigned mk = trace_mark(f->mark, i);
     if (mk & 1) f->piece[f->n++] = (alloc_trace_event_t){.kind = ALLOC_TR_CAPTURE_BEGIN, .stream = x.stream};
     f->piece[f->n++] = x;
     if (mk & 2) f->piece[f->n++] = (alloc_trace_event_t){.kind = ALLOC_TR_CAPTURE_END, .stream = x.stream};

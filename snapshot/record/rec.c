@@ -1069,20 +1069,29 @@ static uint64_t push_record(unsigned kind, uint64_t addr, uint64_t size, uint64_
 }
 
 /* name_sid: the name's id when the caller has it (rec_range_push_sid), else 0 and name interned */
+/* The thread's innermost open range (0: none, or deeper than the ranges kept), a push's parent */
+static inline uint32_t range_parent(const rec_tls *t) {
+    uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
+    return d ? t->ranges[d - 1] : 0;
+}
+
+/* A range opened on the thread: one level deeper, its id kept while the level is one kept */
+static inline int range_enter(rec_tls *t, uint32_t id) {
+    if (t->depth < REC_TLS_DEPTH) t->ranges[t->depth] = id;
+    return (int)++t->depth;
+}
+
 static int range_push(const char *domain, const char *name, uint32_t name_sid) {
     if (!ready()) return -1;
     rec_tls *t = my_tls();
-    uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
-    uint32_t parent = d ? t->ranges[d - 1] : 0;
+    uint32_t parent = range_parent(t);
     uint32_t id = 0; /* GPUMEM_NVTX=0: the level is kept (a pop answers as NVTX does), no range */
     if (rec_g.ranges) {
         id = (uint32_t)(atomic_fetch_add(&rec_g.nranges, 1) + 1);
         push_record(REC_R_RANGE_PUSH, id, parent, intern(domain),
                     name_sid ? name_sid : intern(name ? name : ""));
     }
-    if (t->depth < REC_TLS_DEPTH) t->ranges[t->depth] = id;
-    t->depth++;
-    return (int)t->depth;
+    return range_enter(t, id);
 }
 
 int rec_range_push(const char *domain, const char *name) { return range_push(domain, name, 0); }
@@ -1116,8 +1125,7 @@ int rec_range_swap_sid(uint32_t name_sid, const char *name) {
         if (popped) push_record(REC_R_RANGE_POP, popped, 0, 0, 0);
         return range_push(NULL, name, name_sid);
     }
-    uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
-    uint32_t parent = d ? t->ranges[d - 1] : 0;
+    uint32_t parent = range_parent(t);
     uint32_t id = (uint32_t)(atomic_fetch_add(&rec_g.nranges, 1) + 1);
     uint32_t sid = name_sid ? name_sid : intern(name ? name : "");
     rec_ring *q = &rec_g.ring;
@@ -1131,9 +1139,7 @@ int rec_range_swap_sid(uint32_t name_sid, const char *name) {
         push_record(REC_R_RANGE_POP, popped, 0, 0, 0);
         push_record(REC_R_RANGE_PUSH, id, parent, 0, sid);
     }
-    if (t->depth < REC_TLS_DEPTH) t->ranges[t->depth] = id;
-    t->depth++;
-    return (int)t->depth;
+    return range_enter(t, id);
 }
 
 uint64_t rec_range_start(const char *domain, const char *name) {
