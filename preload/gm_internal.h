@@ -398,7 +398,17 @@ int gm_python_nogil_init(int minor);
 /* tag (may be NULL): nonzero when the frames are a memoized chain's, the same tag always the
  * same frames (python_nogil.c, the chain memo); 0 otherwise. */
 int gm_python_nogil_frames(struct rec_pyframe *out, int max, uint64_t *tag);
-void gm_python_nogil_check(const struct rec_pyframe *ref, int n);
+/* A frame as the C API reads it, for the check: the code object's address, its name's and file's
+ * text, the line (0: none). Texts, not recorder strings: the check interns nothing, since the
+ * stack it reads may never be recorded (a `strings` row no row refers to). */
+typedef struct gm_pyref {
+    uintptr_t code;
+    const char *function, *file;
+    uint32_t line;
+} gm_pyref;
+void gm_python_nogil_check(const gm_pyref *ref, int n);
+/* 1 while the check is still to be made (a layout known, neither agreed nor refused). */
+int gm_python_nogil_pending(void);
 int gm_python_nogil_agreed(void);
 int gm_python_nogil_refused(void);
 /* python.c: the calling thread's Python frames now, innermost first, for a caller outside the

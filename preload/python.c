@@ -22,7 +22,8 @@
  * Python; the first stack read here is handed to it to check that it reads the same.
  *
  * Cost. A code object's name and file are read once (PyObject_GetAttrString) and interned as
- * recorder strings; the cache keeps a reference to the code object, so its address can never
+ * recorder strings at its first frame recorded (a stack read only for python_nogil.c's check
+ * interns nothing: no row would refer to its strings); the cache keeps a reference to the code object, so its address can never
  * be reused for another one while it is cached. Per frame then: GetBack, GetCode, the line,
  * two DecRefs and one cache probe (BENCH rec.app_ns_python, tests/bench/python_bench.sh).
  * The cache is only touched with the GIL held, so the GIL is its lock.
@@ -66,7 +67,8 @@ static struct {
 
 typedef struct code_ent {
     PyObject *code;          /* a reference we hold; NULL = empty slot */
-    uint32_t function, file; /* recorder string ids; 0 = to intern (new, or after a fork) */
+    uint32_t function, file; /* recorder string ids; 0 = to intern (new, only read for the
+                              * check, or after a fork) */
     char *fn_text, *file_text;
 } code_ent;
 
@@ -121,19 +123,14 @@ static int cache_grow(void)
 }
 
 /* The entry of a code object, created on first sight (with the GIL held); NULL when the cache
- * is full or the attributes cannot be read. */
+ * is full or the attributes cannot be read. Its texts are read, not interned: code_strings does
+ * that for a frame that is recorded. */
 static code_ent *code_lookup(PyObject *code)
 {
     uint32_t i = code_hash(code) & cache_mask;
     for (;;) {
         code_ent *e = &cache[i];
-        if (e->code == code) {
-            if (!e->function) {
-                e->function = rec_string(e->fn_text);
-                e->file = rec_string(e->file_text);
-            }
-            return e;
-        }
+        if (e->code == code) return e;
         if (!e->code) break;
         i = (i + 1) & cache_mask;
     }
@@ -154,19 +151,27 @@ static code_ent *code_lookup(PyObject *code)
     py.Py_IncRef(code);
     e->code = code;
     e->fn_text = fn, e->file_text = file;
-    e->function = rec_string(fn);
-    e->file = rec_string(file);
     cache_count++;
     return e;
 }
 
-/* The calling thread's Python frames, innermost first; *tag as gm_python_nogil_frames' (0 when
- * read through the C API). */
-static int python_frames_tagged(rec_pyframe *out, int max, uint64_t *tag)
+/* The recorder's strings of a code object's frame, interned at the first frame recorded. */
+static void code_strings(code_ent *e, rec_pyframe *out)
 {
-    *tag = 0;
-    if (in_capture || !py.Py_IsInitialized()) return 0;
-    if (!py.PyGILState_Check()) return gm_python_nogil_frames(out, max, tag);
+    if (!e->function) {
+        e->function = rec_string(e->fn_text);
+        e->file = rec_string(e->file_text);
+    }
+    out->function = e->function;
+    out->file = e->file;
+}
+
+/* The calling thread's Python frames through the C API (the GIL held), innermost first, at most
+ * max: into out (may be NULL), whose names are interned, and into ref (may be NULL; max <=
+ * REC_MAX_PY_FRAMES), as texts; ref's are handed to python_nogil.c's check. A stack read only
+ * for the check (out NULL) interns nothing: it is never recorded. */
+static int python_frames_capi(rec_pyframe *out, gm_pyref *ref, int max)
+{
     in_capture = 1;
     /* 3.11 creates frame objects for the frames it is asked about, and such an allocation may
      * run the garbage collector on the spot; a finalizer that frees device memory would then
@@ -180,8 +185,6 @@ static int python_frames_tagged(rec_pyframe *out, int max, uint64_t *tag)
         PyObject *code = py.PyFrame_GetCode(f);
         code_ent *e = code ? code_lookup(code) : NULL;
         if (e) {
-            out[n].function = e->function;
-            out[n].file = e->file;
             int line, lasti = py.PyFrame_GetLasti ? py.PyFrame_GetLasti(f) : -1;
             if (lasti >= 0) {
                 struct line_ent *le =
@@ -196,7 +199,13 @@ static int python_frames_tagged(rec_pyframe *out, int max, uint64_t *tag)
             } else {
                 line = py.PyFrame_GetLineNumber(f);
             }
-            out[n].line = line > 0 ? (uint32_t)line : 0;
+            uint32_t at = line > 0 ? (uint32_t)line : 0;
+            if (out) {
+                code_strings(e, &out[n]);
+                out[n].line = at;
+            }
+            if (ref)
+                ref[n] = (gm_pyref){(uintptr_t)code, e->fn_text, e->file_text, at};
             n++;
         }
         if (code) py.Py_DecRef(code);
@@ -206,9 +215,31 @@ static int python_frames_tagged(rec_pyframe *out, int max, uint64_t *tag)
     }
     if (f) py.Py_DecRef(f);
     if (gc_was > 0) py.PyGC_Enable();
-    gm_python_nogil_check(out, n);
+    if (ref) gm_python_nogil_check(ref, n);
     in_capture = 0;
     return n;
+}
+
+/* The calling thread's Python frames, innermost first; *tag as gm_python_nogil_frames' (0 when
+ * read through the C API). The first read with the GIL held makes python_nogil.c's check. */
+static int python_frames_tagged(rec_pyframe *out, int max, uint64_t *tag)
+{
+    *tag = 0;
+    if (in_capture || !py.Py_IsInitialized()) return 0;
+    if (!py.PyGILState_Check()) return gm_python_nogil_frames(out, max, tag);
+    gm_pyref ref[REC_MAX_PY_FRAMES];
+    if (max > REC_MAX_PY_FRAMES) max = REC_MAX_PY_FRAMES;
+    return python_frames_capi(out, gm_python_nogil_pending() ? ref : NULL, max);
+}
+
+/* The check alone (gpumem_python_check, gm_python_start): the stack is read through both
+ * readers and compared, nothing recorded, nothing interned. */
+static void python_check_now(void)
+{
+    gm_pyref ref[REC_MAX_PY_FRAMES];
+    if (in_capture || !py.Py_IsInitialized() || !py.PyGILState_Check() || !gm_python_nogil_pending())
+        return;
+    python_frames_capi(NULL, ref, REC_MAX_PY_FRAMES);
 }
 
 /* The provider (rec.h). */
@@ -244,10 +275,7 @@ int gm_python_frames_now(rec_pyframe *out, int max, uint64_t *tag)
 GM_EXPORT int gpumem_python_check(void)
 {
     if (gm_mode() == GM_MODE_OFF || !python_on) return 0;
-    if (!gm_python_nogil_agreed() && !gm_python_nogil_refused()) {
-        rec_pyframe f[REC_MAX_PY_FRAMES];
-        python_frames(f, REC_MAX_PY_FRAMES);
-    }
+    python_check_now();
     return gm_python_nogil_agreed() ? 1 : gm_python_nogil_refused() ? -1 : 0;
 }
 
@@ -346,8 +374,7 @@ void gm_python_start(void)
     python_on = 1;
     /* python_nogil.c's layout is checked at the first stack read with the GIL held: now, when
      * this thread holds it (a program whose allocations all release it may never do so). */
-    rec_pyframe first[REC_MAX_PY_FRAMES];
-    python_frames(first, REC_MAX_PY_FRAMES);
+    python_check_now();
 }
 #else
 void gm_python_start(void) {}

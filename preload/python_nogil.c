@@ -411,36 +411,49 @@ static inline __attribute__((always_inline)) int ident_matches(uintptr_t code, c
            ld_i64(id->table + BYTES_SIZE) == id->table_size;
 }
 
+/* Reads the code object at code: its identity, first traceable instruction (3.11+, else 0), name
+ * and file (fn: 256 bytes, path: 1024); 0, or -1 when it is not a readable code object. was: the
+ * cache's entry that held this address (its pages and its name's and table's known readable),
+ * or NULL. Touches no cache and interns nothing (the check reads through it too). */
+static int code_read(uintptr_t code, const ng_code *was, ng_ident *id, int32_t *firsttraceable,
+                     char *fn, char *path)
+{
+    const py_layout *l = ng.l;
+    if (!aligned(code) || (!was && !readable(code, (size_t)l->co_size)) ||
+        ld_ptr(code + OB_TYPE) != ng.code_type)
+        return -1;
+    *id = (ng_ident){.name = ld_ptr(code + (uintptr_t)l->co_name),
+                     .file = ld_ptr(code + (uintptr_t)l->co_filename),
+                     .table = ld_ptr(code + (uintptr_t)l->co_lines),
+                     .first = ld_i32(code + (uintptr_t)l->co_firstlineno)};
+    if (!aligned(id->name) || !aligned(id->file) || !aligned(id->table) ||
+        ((!was || id->name != was->id.name) && !readable(id->name, 32)) ||
+        ((!was || id->table != was->id.table) && !readable(id->table, 24)))
+        return -1;
+    id->name_hash = ld_i64(id->name + STR_HASH), id->name_len = ld_i64(id->name + STR_LENGTH);
+    id->table_size = ld_i64(id->table + BYTES_SIZE);
+    if (id->table_size < 0 || read_str(id->name, fn, 256) != 0 || read_str(id->file, path, 1024) != 0)
+        return -1;
+    *firsttraceable = l->co_firsttraceable >= 0 ? ld_i32(code + (uintptr_t)l->co_firsttraceable) : 0;
+    return 0;
+}
+
 /* The entry of the code object at code (type and identity checked), filled on first sight;
  * NULL when it is not a readable code object. */
 static const ng_code *code_entry(uintptr_t code)
 {
-    const py_layout *l = ng.l;
     ng_code *e = &code_cache[addr_hash(code) & (CODE_SLOTS - 1)];
     /* An address cached was seen readable, with its name and line table, and pages are never
      * forgotten (above): for those, the readable() probes are skipped, not the identity check. */
     int seen = e->code == code;
     if (seen && ident_matches(code, &e->id)) return e;
-    if (!aligned(code) || (!seen && !readable(code, (size_t)l->co_size)) ||
-        ld_ptr(code + OB_TYPE) != ng.code_type)
-        return NULL;
-    ng_ident id = {.name = ld_ptr(code + (uintptr_t)l->co_name),
-                   .file = ld_ptr(code + (uintptr_t)l->co_filename),
-                   .table = ld_ptr(code + (uintptr_t)l->co_lines),
-                   .first = ld_i32(code + (uintptr_t)l->co_firstlineno)};
-    if (!aligned(id.name) || !aligned(id.file) || !aligned(id.table) ||
-        ((!seen || id.name != e->id.name) && !readable(id.name, 32)) ||
-        ((!seen || id.table != e->id.table) && !readable(id.table, 24)))
-        return NULL;
-    id.name_hash = ld_i64(id.name + STR_HASH), id.name_len = ld_i64(id.name + STR_LENGTH);
-    id.table_size = ld_i64(id.table + BYTES_SIZE);
+    ng_ident id;
+    int32_t firsttraceable;
     char fn[256], path[1024];
-    if (id.table_size < 0 || read_str(id.name, fn, sizeof fn) != 0 || read_str(id.file, path, sizeof path) != 0)
-        return NULL;
+    if (code_read(code, seen ? e : NULL, &id, &firsttraceable, fn, path) != 0) return NULL;
     e->code = code;
     e->id = id;
-    e->firsttraceable =
-        l->co_firsttraceable >= 0 ? ld_i32(code + (uintptr_t)l->co_firsttraceable) : 0;
+    e->firsttraceable = firsttraceable;
     e->function = rec_string(fn);
     e->file_id = rec_string(path);
     return e;
@@ -455,6 +468,35 @@ static int line_of(const ng_code *e, int64_t addr)
         c->line = table_line(e->id.table, e->id.table_size, e->id.first, addr);
     }
     return c->line;
+}
+
+/* A chain key's instruction word split: the owner (3.11+, its top byte; else 0) and the raw
+ * instruction. */
+static inline uintptr_t key_instr(uintptr_t key, int *owner)
+{
+    if (ng.l->fr_owner < 0) {
+        *owner = 0;
+        return key;
+    }
+    *owner = (int)(key >> 56);
+    return key & (((uintptr_t)1 << 56) - 1);
+}
+
+/* The byte offset of the instruction the frame of code at raw runs (< 0: not started) into
+ * *addr; -1 for an incomplete frame (still copying its arguments in), which the C API leaves out
+ * too. */
+static int frame_addr(uintptr_t code, uintptr_t raw, int owner, int32_t firsttraceable, int64_t *addr)
+{
+    const py_layout *l = ng.l;
+    if (l->fr_owner < 0) {
+        int32_t lasti = (int32_t)(uint32_t)raw;
+        *addr = lasti < 0 ? -1 : l->lines == LINES_310 ? (int64_t)lasti * 2 : lasti;
+        return 0;
+    }
+    uintptr_t base = code + (uintptr_t)l->co_code;
+    if (owner != OWNED_BY_GENERATOR && raw < base + (uintptr_t)firsttraceable * 2) return -1;
+    *addr = raw < base ? -1 : (int64_t)((raw - base) & ~(uintptr_t)1);
+    return 0;
 }
 
 /* What a frame gives, by (code object, raw instruction, owner): the frame kept as out, or left
@@ -655,7 +697,6 @@ static void memo_put(const uintptr_t *key, int nraw, uint64_t h, const ng_ident 
  * *tag: nonzero when the frames are a memoized chain's (the same tag, the same frames), else 0. */
 static int walk(const uintptr_t *key, int nraw, uint64_t chain, rec_pyframe *out, int max, uint64_t *tag)
 {
-    const py_layout *l = ng.l;
     *tag = 0;
     /* read before any identity below: a code object freed after it makes the next hit check */
     uint64_t frees = atomic_load_explicit(&code_frees, memory_order_relaxed);
@@ -667,9 +708,8 @@ static int walk(const uintptr_t *key, int nraw, uint64_t chain, rec_pyframe *out
     ng_ident id[MEMO_MAX];
     int n = 0, i = 0, whole = h != 0; /* whole: every frame's code object known, so far */
     for (; i < nraw && n < max; i++) {
-        uintptr_t code = key[2 * i], raw = key[2 * i + 1];
-        int owner = l->fr_owner < 0 ? 0 : (int)(raw >> 56);
-        raw = l->fr_owner < 0 ? raw : raw & (((uintptr_t)1 << 56) - 1);
+        int owner;
+        uintptr_t code = key[2 * i], raw = key_instr(key[2 * i + 1], &owner);
         const ng_frame *hit = frame_hit(code, raw, owner);
         if (hit) {
             if (whole) id[i] = hit->id;
@@ -683,17 +723,9 @@ static int walk(const uintptr_t *key, int nraw, uint64_t chain, rec_pyframe *out
         }
         if (whole) id[i] = e->id;
         int64_t addr; /* byte offset of the instruction running, < 0: not started */
-        if (l->fr_owner < 0) {
-            int32_t lasti = (int32_t)(uint32_t)raw;
-            addr = lasti < 0 ? -1 : l->lines == LINES_310 ? (int64_t)lasti * 2 : lasti;
-        } else {
-            uintptr_t base = code + (uintptr_t)l->co_code, instr = raw;
-            /* an incomplete frame (still copying its arguments in): the C API skips it too */
-            if (owner != OWNED_BY_GENERATOR && instr < base + (uintptr_t)e->firsttraceable * 2) {
-                frame_put(code, raw, owner, e, 1, NULL);
-                continue;
-            }
-            addr = instr < base ? -1 : (int64_t)((instr - base) & ~(uintptr_t)1);
+        if (frame_addr(code, raw, owner, e->firsttraceable, &addr) != 0) {
+            frame_put(code, raw, owner, e, 1, NULL);
+            continue;
         }
         int line = line_of(e, addr);
         out[n].function = e->function;
@@ -740,14 +772,47 @@ int gm_python_nogil_refused(void)
     return ng_state < 0;
 }
 
+/* 1 while the check is still to be made. */
+int gm_python_nogil_pending(void)
+{
+    return ng_state == 0 && ng.l;
+}
+
+/* 1 when the calling thread's frames, read here, are ref[0..n): the same code objects, names,
+ * files and lines, frames left out as walk() leaves them out. Reads through code_read, no cache:
+ * nothing is interned for a stack that may never be recorded. */
+static int frames_match(const gm_pyref *ref, int n)
+{
+    uintptr_t f = top_frame();
+    if (!f) return 0;
+    uintptr_t key[2 * MAX_VISITED];
+    uint64_t chain;
+    int nraw = collect(f, key, &chain), m = 0;
+    for (int i = 0; i < nraw && m < n; i++) {
+        int owner;
+        uintptr_t code = key[2 * i], raw = key_instr(key[2 * i + 1], &owner);
+        ng_ident id;
+        int32_t firsttraceable;
+        int64_t addr;
+        char fn[256], path[1024];
+        if (code_read(code, NULL, &id, &firsttraceable, fn, path) != 0 ||
+            frame_addr(code, raw, owner, firsttraceable, &addr) != 0)
+            continue;
+        int line = table_line(id.table, id.table_size, id.first, addr);
+        const gm_pyref *r = &ref[m++];
+        if (r->code != code || strcmp(r->function, fn) != 0 || strcmp(r->file, path) != 0 ||
+            r->line != (line > 0 ? (uint32_t)line : 0))
+            return 0;
+    }
+    return m == n;
+}
+
 /* The first stack read with the GIL held, through the C API, is read again here and must come
  * out the same: the tabulated layout is then the interpreter's. Called with the GIL held. */
-void gm_python_nogil_check(const struct rec_pyframe *ref, int n)
+void gm_python_nogil_check(const gm_pyref *ref, int n)
 {
     if (ng_state != 0 || !ng.l || n <= 0) return;
-    rec_pyframe mine[REC_MAX_PY_FRAMES];
-    int m = gm_python_nogil_frames(mine, n, NULL);
-    if (m == n && memcmp(mine, ref, (size_t)n * sizeof *ref) == 0) {
+    if (frames_match(ref, n)) {
         ng_state = 1;
         return;
     }

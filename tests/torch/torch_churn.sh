@@ -14,7 +14,9 @@
 # release the GIL, so no allocation of these programs ever makes it; gpumem/_torch.py makes it
 # when it attaches the trace (gpumem_python_check, holding the GIL). With a frame layout that is
 # not the interpreter's (GPUMEM_DEBUG_PY_SKEW=N: every offset moved by N bytes) it must say so
-# in exactly one line, and no entry may carry frames read from the wrong fields.
+# in exactly one line, and no entry may carry frames read from the wrong fields. Last, in each of
+# those seven recordings every `strings` row is referred to by some row (the check interns
+# nothing: the stack it reads is not recorded).
 # (tests/integration/python_frames.sh checks the recorder's own events the same way.)
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
@@ -59,5 +61,25 @@ for skew in 8 -8 4; do
   else
     bad "skew $skew: $lines lines saying the layout is wrong (want 1), $framed entries with Python frames (want 0)"
   fi
+done
+# Every `strings` row is one some row refers to: by id (ranges' domain and name, names, ooms,
+# alloc_life, launches and uses' kernel) or, for a Python frame, by its text (frames.function and
+# file). The reader's check (gpumem_python_check, when the trace attaches) reads a stack that is
+# never recorded: it must intern none of its names.
+orphans="SELECT s.s FROM strings s WHERE
+  NOT EXISTS (SELECT 1 FROM ranges r WHERE r.domain = s.id OR r.name = s.id)
+  AND NOT EXISTS (SELECT 1 FROM names n WHERE n.name = s.id)
+  AND NOT EXISTS (SELECT 1 FROM ooms o WHERE o.name = s.id)
+  AND NOT EXISTS (SELECT 1 FROM alloc_life a WHERE a.name = s.id)
+  AND NOT EXISTS (SELECT 1 FROM launches l WHERE l.kernel = s.id)
+  AND NOT EXISTS (SELECT 1 FROM uses u WHERE u.kernel = s.id)
+  AND NOT EXISTS (SELECT 1 FROM frames f WHERE f.python = 1 AND (f.function = s.s OR f.file = s.s))"
+for name in churn-main churn-thread churn-string dash-c skew8 skew-8 skew4; do
+  db=$tmp/$name.db
+  [[ -f $db ]] || { bad "strings: $(basename "$db") was not recorded"; continue; }
+  n=$(sqlite3 "$db" "SELECT count(*) FROM strings") && left=$(sqlite3 "$db" "$orphans") \
+    || { bad "strings: $(basename "$db") cannot be read"; continue; }
+  if [[ $n -gt 0 && -z $left ]]; then ok "strings: each of $(basename "$db")'s $n strings is referred to"
+  else bad "strings: $(basename "$db") has strings no row refers to (of $n): $(echo $left)"; fi
 done
 exit $fail
