@@ -29,7 +29,8 @@ rec() { # rec NAME [record options] -- [script flags]
   GPUMEM_SIM_BACKING=memory "$G" record -q "${ropts[@]}" -o "$tmp/$name.db" -- "$torch_py" "$script" "${args[@]}" "$@" \
     > "$tmp/$name.out" 2>&1 || bad "$name: recording failed: $(tail -3 "$tmp/$name.out")"
 }
-q() { sqlite3 "$tmp/$1.db" "$2"; }
+# q NAME SQL: a query of NAME's recording; fails (never an empty answer) when it was not made
+q() { [[ -s $tmp/$1.db ]] && sqlite3 -bail "$tmp/$1.db" "$2"; }
 rec plain --
 rec ops --torch-ops --
 rec bf16 --torch-ops -- --autocast bf16
@@ -146,7 +147,8 @@ na=$(q gops "SELECT count(*) FROM torch_op_args")
 autocast_check gops "gops (gpumem's allocator): "
 
 # absent without --torch-ops, and the readers do without it
-[[ -z $(q plain "SELECT name FROM sqlite_master WHERE name LIKE 'torch_op%'") ]] && ok "plain: no op tables" || bad "plain: op tables made without --torch-ops"
+tables=$(q plain "SELECT name FROM sqlite_master WHERE name LIKE 'torch_op%'") && [[ -z $tables ]] && ok "plain: no op tables" \
+  || bad "plain: op tables made without --torch-ops, or no recording: '$tables'"
 for r in plain ops; do
   "$G" report "$tmp/$r.db" > "$tmp/$r.report" 2>&1 || bad "$r: report failed: $(tail -2 "$tmp/$r.report")"
 done
