@@ -2886,8 +2886,10 @@ int alloc_set_limit(alloc_t *a, size_t limit)
 {
     if (!a) return ALLOC_ERR_INVALID;
     LOCK(a);
-    a->cfg.limit = limit;
-    a->fraction_bound = a->key_bound = false; /* the caller's limit, in bytes */
+    /* the caller's limit in bytes, in place of the configured one: the ceiling of a later
+     * fraction call too, which a fraction of 1 gives back (alloc_fraction_limit) */
+    a->cfg.limit = a->bytes_limit = limit;
+    a->fraction_bound = a->key_bound = false;
     UNLOCK(a);
     return ALLOC_OK;
 }

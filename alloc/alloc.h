@@ -389,7 +389,10 @@ int alloc_empty_cache(alloc_t *a);
  * is capped at limit bytes from now on (ALLOC_NO_LIMIT: no cap), what is reserved already stays reserved
  * (PyTorch frees nothing when the fraction changes; the next request over it frees the cache and
  * retries). An OOM under it says ALLOC_LIMIT_BYTES (the caller's limit, whatever it stands for).
- * ALLOC_OK or ALLOC_ERR_INVALID (no allocator). */
+ * The limit replaces the limit in bytes configured (GPUMEM_LIMIT, the limit key) and whatever
+ * fraction was in force, and is the ceiling of a later alloc_set_memory_fraction as the
+ * configured one was: a later fraction's cap is taken only where lower, a fraction of 1 gives
+ * this limit back. ALLOC_OK or ALLOC_ERR_INVALID (no allocator). */
 int alloc_set_limit(alloc_t *a, size_t limit);
 
 /* The program's torch.cuda.set_per_process_memory_fraction with this allocator as PyTorch's: from
@@ -417,7 +420,8 @@ static inline size_t alloc_conf_limit(const alloc_config_t *cfg, size_t total)
 
 /* The limit a per-process memory fraction call leaves in force: its cap (bytes) where the fraction
  * is under 1 (whole: false) and the cap is below the limit in bytes bytes_limit (cfg->limit as
- * configured: GPUMEM_LIMIT, the limit key; ALLOC_NO_LIMIT: none), else bytes_limit. The
+ * configured: GPUMEM_LIMIT, the limit key, or the last alloc_set_limit's; ALLOC_NO_LIMIT: none),
+ * else bytes_limit. The
  * per_process_memory_fraction key plays no part: as in PyTorch it is only the starting fraction,
  * which the call replaces in either direction (alloc_conf_limit before the first call). The one
  * place of the rule: alloc_set_memory_fraction applies it, and so does a reader that replays a

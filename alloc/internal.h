@@ -282,7 +282,8 @@ struct alloc {
     bool events; /* backend tracks events */
     size_t gran;
     size_t capacity; /* device total bytes */
-    size_t bytes_limit; /* the limit in bytes configured (GPUMEM_LIMIT, the limit key), the
+    size_t bytes_limit; /* the limit in bytes configured (GPUMEM_LIMIT, the limit key) or set
+                           (alloc_set_limit, which replaces it), the
                            ceiling of every per-process memory fraction: the key's share at
                            create (alloc_conf_limit), then the calls' (alloc_fraction_limit) */
     bool fraction_bound; /* cfg.limit is alloc_set_memory_fraction's, below bytes_limit */

@@ -680,7 +680,9 @@ static size_t oom_limit(alloc_t *a, alloc_limit_from_t *from)
  * earlier call's, and the per_process_memory_fraction key's share (alloc_conf_limit, the limit
  * before any call), which is only the starting fraction. The OOM names what set its limit: the
  * fraction only where its cap is the limit, the key where its share is, else the limit in bytes
- * (none: no limit). */
+ * (none: no limit). A limit in bytes set at run time (alloc_set_limit, after the first call)
+ * replaces the configured one as the ceiling of the later call: the later fraction is capped by
+ * it, a later 1 gives it back, a higher one lifts the configured limit, ALLOC_NO_LIMIT removes it. */
 static void test_fraction_limit(void **state)
 {
     (void)state;
@@ -692,23 +694,33 @@ static void test_fraction_limit(void **state)
         size_t cap, limit;      /* the fraction's bytes, then the limit in force */
         alloc_limit_from_t from; /* what set the limit (alloc_oom_info.limit_from) */
         alloc_limit_from_t start_from; /* what set it before the calls (the key: its share) */
+        bool set;                      /* alloc_set_limit(set_limit) after first, before fraction */
+        size_t set_limit;
     } rows[] = {
-        {"", -1, 0.5, 512 * MiB, 512 * MiB, F, N},
-        {"limit:256M", -1, 0.5, 512 * MiB, 256 * MiB, B, B},          /* the limit is lower */
-        {"limit:512M", -1, 0.25, 256 * MiB, 256 * MiB, F, B},         /* the fraction is lower */
-        {"limit:512M", -1, 0.5, 512 * MiB, 512 * MiB, B, B},          /* equal: the limit's */
-        {"limit:256M", -1, 1, GiB, 256 * MiB, B, B},                  /* 1: the limit back */
-        {"limit:2G", -1, 1, GiB, 2 * GiB, B, B},                      /* even above the device */
-        {"", -1, 1, GiB, ALLOC_NO_LIMIT, N, N},                       /* 1, no limit: none */
-        {"", -1, 0, 0, 0, F, N},                                      /* 0: nothing may be reserved */
-        {"limit:512M", 0.25, 1, GiB, 512 * MiB, B, B},                /* a later 1 lifts an earlier cap */
-        {"limit:512M", 0.25, 0.375, 384 * MiB, 384 * MiB, F, B},      /* a later one replaces it */
-        {"per_process_memory_fraction:0.5", -1, 0.75, 768 * MiB, 768 * MiB, F, K}, /* replaces the key's, up */
-        {"per_process_memory_fraction:0.5", -1, 0.25, 256 * MiB, 256 * MiB, F, K}, /* and down */
-        {"limit:640M,per_process_memory_fraction:0.5", -1, 0.75, 768 * MiB, 640 * MiB, B, K}, /* the limit stays */
-        {"limit:768M,per_process_memory_fraction:0.5", -1, 1, GiB, 768 * MiB, B, K}, /* 1: the limit, not the key */
-        {"limit:256M,per_process_memory_fraction:0.5", -1, 1, GiB, 256 * MiB, B, B}, /* the limit, lower */
-        {"per_process_memory_fraction:0.5", 0.25, 0.75, 768 * MiB, 768 * MiB, F, K}, /* the last call's */
+        {"", -1, 0.5, 512 * MiB, 512 * MiB, F, N, false, 0},
+        {"limit:256M", -1, 0.5, 512 * MiB, 256 * MiB, B, B, false, 0},          /* the limit is lower */
+        {"limit:512M", -1, 0.25, 256 * MiB, 256 * MiB, F, B, false, 0},         /* the fraction is lower */
+        {"limit:512M", -1, 0.5, 512 * MiB, 512 * MiB, B, B, false, 0},          /* equal: the limit's */
+        {"limit:256M", -1, 1, GiB, 256 * MiB, B, B, false, 0},                  /* 1: the limit back */
+        {"limit:2G", -1, 1, GiB, 2 * GiB, B, B, false, 0},                      /* even above the device */
+        {"", -1, 1, GiB, ALLOC_NO_LIMIT, N, N, false, 0},                       /* 1, no limit: none */
+        {"", -1, 0, 0, 0, F, N, false, 0},                                      /* 0: nothing may be reserved */
+        {"limit:512M", 0.25, 1, GiB, 512 * MiB, B, B, false, 0},                /* a later 1 lifts an earlier cap */
+        {"limit:512M", 0.25, 0.375, 384 * MiB, 384 * MiB, F, B, false, 0},      /* a later one replaces it */
+        {"per_process_memory_fraction:0.5", -1, 0.75, 768 * MiB, 768 * MiB, F, K, false, 0}, /* replaces the key's, up */
+        {"per_process_memory_fraction:0.5", -1, 0.25, 256 * MiB, 256 * MiB, F, K, false, 0}, /* and down */
+        {"limit:640M,per_process_memory_fraction:0.5", -1, 0.75, 768 * MiB, 640 * MiB, B, K, false, 0}, /* the limit stays */
+        {"limit:768M,per_process_memory_fraction:0.5", -1, 1, GiB, 768 * MiB, B, K, false, 0}, /* 1: the limit, not the key */
+        {"limit:256M,per_process_memory_fraction:0.5", -1, 1, GiB, 256 * MiB, B, B, false, 0}, /* the limit, lower */
+        {"per_process_memory_fraction:0.5", 0.25, 0.75, 768 * MiB, 768 * MiB, F, K, false, 0}, /* the last call's */
+        {"", -1, 0.5, 512 * MiB, 256 * MiB, B, N, true, 256 * MiB},            /* the set limit is lower */
+        {"", -1, 0.25, 256 * MiB, 256 * MiB, F, N, true, 512 * MiB},           /* the fraction is */
+        {"", -1, 1, GiB, 256 * MiB, B, N, true, 256 * MiB},                    /* 1: the set limit back */
+        {"limit:256M", -1, 0.5, 512 * MiB, 512 * MiB, F, B, true, 768 * MiB},  /* a higher one lifts it */
+        {"limit:256M", -1, 0.5, 512 * MiB, 512 * MiB, F, B, true, ALLOC_NO_LIMIT}, /* none: removed */
+        {"limit:256M", -1, 1, GiB, ALLOC_NO_LIMIT, N, B, true, ALLOC_NO_LIMIT},
+        {"", 0.25, 1, GiB, 640 * MiB, B, N, true, 640 * MiB},                  /* after a fraction */
+        {"per_process_memory_fraction:0.5", -1, 0.75, 768 * MiB, 640 * MiB, B, K, true, 640 * MiB},
     };
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
         alloc_config_t cfg = conf(rows[i].conf);
@@ -723,13 +735,20 @@ static void test_fraction_limit(void **state)
         /* the limit before any call, the key's share included, is alloc_conf_limit's of the device */
         assert_int_equal(alloc_conf_limit(&cfg, GiB), start_limit);
         if (rows[i].first >= 0) assert_int_equal(alloc_set_memory_fraction(a, rows[i].first, NULL), ALLOC_OK);
+        size_t bytes = cfg.limit; /* the limit in bytes the call meets */
+        if (rows[i].set) {
+            assert_int_equal(alloc_set_limit(a, rows[i].set_limit), ALLOC_OK);
+            bytes = rows[i].set_limit;
+            assert_int_equal(oom_limit(a, &from), bytes); /* in force at once */
+            assert_int_equal(from, bytes == ALLOC_NO_LIMIT ? N : B);
+        }
         assert_int_equal(alloc_set_memory_fraction(a, rows[i].fraction, &cap), ALLOC_OK);
         size_t limit = oom_limit(a, &from);
         if (cap != rows[i].cap || limit != rows[i].limit || from != rows[i].from)
             fail_msg("row %zu (%s, fraction %g): cap %zu limit %zu from %d, want %zu %zu %d", i, rows[i].conf,
                      rows[i].fraction, cap, limit, (int)from, rows[i].cap, rows[i].limit, (int)rows[i].from);
         /* the rule itself, as a reader applies it to a recorded cap under the limit in bytes */
-        assert_int_equal(alloc_fraction_limit(cap, rows[i].fraction >= 1, cfg.limit), rows[i].limit);
+        assert_int_equal(alloc_fraction_limit(cap, rows[i].fraction >= 1, bytes), rows[i].limit);
         alloc_destroy(a);
         alloc_mem_backend_destroy(m);
     }
