@@ -1401,8 +1401,7 @@ static int pool_set(adv_model *m, uint32_t a, uint32_t num, adv_pool_ids *ids)
 int adv_pool_note(adv_model *m, uint32_t a, int kind, uint64_t flags, uint64_t alloc_id, adv_pool_ids *ids)
 {
     /* a pool the program chose, a graph's memory node: the driver's under any configuration */
-    if ((kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && (flags & GM_OWN_SEGMENT_FLAGS) &&
-        !(flags & REC_F_PRIVATE_POOL))
+    if (rec_is_own_segment((unsigned)kind, (unsigned)flags) && !(flags & REC_F_PRIVATE_POOL))
         return pool_set(m, a, ADV_POOL_DRIVER, ids);
     if (!(flags & REC_F_PRIVATE_POOL)) {
         if (m->pools && a < m->npools) m->pools[a] = 0;
@@ -1559,8 +1558,7 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
     e.t = t;
     if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) {
         /* passed through to the driver: the bytes it gave, as the report counts them */
-        uint64_t bytes = (row_kind == REC_ALLOC || row_kind == REC_ALLOC_ASYNC) &&
-                                 (flags & GM_OWN_SEGMENT_FLAGS) && size ? size : requested;
+        uint64_t bytes = rec_is_own_segment((unsigned)row_kind, (unsigned)flags) && size ? size : requested;
         uint32_t a = new_alloc(m, bytes, stream, 0, 0, (uint32_t)m->nallocs);
         if (a == UINT32_MAX || gm_grow_fast((void **)&L->stacks, &L->stcap, m->nallocs, sizeof *L->stacks) ||
             gm_grow_fast((void **)&L->births, &L->bcap, m->nallocs, sizeof *L->births))

@@ -371,7 +371,7 @@ static int fsweep_row(fsweep *w, const gm_event_row *e) {
             }
             uint64_t key = ahead ? gm_alloc_key(dev, (uint64_t)e->alloc_id) : 0;
             if (key && u64map_put(&w->ids, key, seq) != 0) key = 0;
-            int own = ((unsigned)e->flags & GM_OWN_SEGMENT_FLAGS) != 0;
+            int own = rec_is_own_segment(kind, (unsigned)e->flags);
             w->lv[slot] = (sweep_live){seq, size, key, own};
             if (u64map_put(&w->live, addr, slot) != 0) return -1;
             w->allocated += size;

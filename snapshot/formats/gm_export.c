@@ -150,7 +150,7 @@ int gm_export_trace(gm_db *d, FILE *out) {
             }
             int other = framework && !(sqlite3_column_int64(s, 5) & REC_F_FRAMEWORK);
             uint64_t fl = (uint64_t)sqlite3_column_int64(s, 5);
-            if ((fl & GM_OWN_SEGMENT_FLAGS) && !(fl & REC_F_PRIVATE_POOL)) {
+            if (rec_is_own_segment(kind, (unsigned)fl) && !(fl & REC_F_PRIVATE_POOL)) {
                 /* passed through to the driver (a pool the program chose, a graph's memory node):
                  * the bytes it gave, under any configuration */
                 int64_t bytes = (int64_t)sqlite3_column_int64(s, 8);

@@ -356,7 +356,7 @@ static int write_chrome(gm_db *d, gm_model *m, const gm_model *v, FILE *out)
         if (is_dev_alloc(kind)) {
             /* passed through as its own segment: in reserved to its free, as the model has it
              * (GM_ALLOC_OWN_SEGMENT; from the row, since the slices may be another view's) */
-            uint64_t own = ((uint64_t)sqlite3_column_int64(s, 8) & GM_OWN_SEGMENT_FLAGS) != 0;
+            uint64_t own = (uint64_t)rec_is_own_segment((unsigned)kind, (unsigned)sqlite3_column_int64(s, 8));
             alloc_dev[dev] += size;
             if (own) res_dev[dev] += size;
             changed = 1;

@@ -511,7 +511,7 @@ int gm_export_torch(gm_db *d, gm_model *m, FILE *out, uint64_t at)
                 /* passed through as its own segment (GM_ALLOC_OWN_SEGMENT): a segment_alloc before
                  * it, so that an import counts it in reserved as the report does */
                 uint8_t own = kind != REC_TORCH_ALLOC &&
-                              ((sqlite3_column_int64(s, 9) & GM_OWN_SEGMENT_FLAGS) || plain_own);
+                              (rec_is_own_segment((unsigned)kind, (unsigned)sqlite3_column_int64(s, 9)) || plain_own);
                 gm_tblk b = {.addr = addr, .size = size, .requested = req ? req : size, .birth = seq, .stack = stack,
                              .own_segment = own};
                 if (own) {

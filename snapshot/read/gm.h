@@ -235,7 +235,8 @@ typedef struct gm_alloc {
  * (REC_F_POOL, REC_F_GRAPH): memory the driver gave for exactly this block, its own segment, so
  * in reserved from its allocation to its free (README, "What each figure counts") */
 #define GM_ALLOC_OWN_SEGMENT 16u
-/* the events.flags of such an allocation (kinds 1 and 3) */
+/* the events.flags of such an allocation (kinds 1 and 3; rec_is_own_segment tests them with the
+ * kind) */
 #define GM_OWN_SEGMENT_FLAGS (REC_F_POOL | REC_F_GRAPH)
 
 /* CUDA graphs' memory in one view (the device's events, or PyTorch's merged history): the

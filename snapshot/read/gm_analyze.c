@@ -379,7 +379,7 @@ static void pools_free(gm_pools *p, uint64_t size) { p->allocated -= size < p->a
  * model's; a private pool's from the pools. */
 /* A device allocation passed through as its own segment (GM_ALLOC_OWN_SEGMENT). */
 static inline int is_own_segment(unsigned kind, unsigned flags) {
-    return (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && (flags & GM_OWN_SEGMENT_FLAGS);
+    return rec_is_own_segment(kind, flags);
 }
 
 /* A device's reserved bytes grown (map) or shrunk by size at seq, in figures devs (NULL: none
@@ -733,7 +733,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
                         0, 0};
         if (own) m->reserved += size, dev_reserved(m->devs, device, 1, size, seq), dev_device_peak(m, device, seq);
         if (priv) pools_alloc(&m->pools, size);
-        if (flags & REC_F_GRAPH) m->graph_nodes++, m->graph_node_bytes += size;
+        if (rec_is_graph_node(kind, flags)) m->graph_nodes++, m->graph_node_bytes += size;
         uint64_t *sum = sum_for(m, kind);
         *sum += size;
         if (sum == &m->allocated) m->requested += requested;

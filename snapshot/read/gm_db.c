@@ -98,7 +98,7 @@ static int recorded_sums(gm_db *d, uint64_t *allocated, uint64_t *reserved, uint
                 if (v & 1) r -= v >> 1 < r ? v >> 1 : r;
             }
             if (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) {
-                int own = (flags & GM_OWN_SEGMENT_FLAGS) != 0;
+                int own = rec_is_own_segment((unsigned)kind, flags);
                 nomem = u64map_put(&live, addr, size << 1 | (uint64_t)own) != 0;
                 a += size;
                 if (own) r += size;

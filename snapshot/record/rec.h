@@ -205,6 +205,18 @@ static inline int rec_is_cache_miss(unsigned kind, unsigned flags) {
 static inline int rec_is_served(unsigned kind, unsigned flags) {
     return rec_is_device_alloc(kind) && (flags & (REC_F_CACHE_HIT | REC_F_CACHE_MISS)) != 0;
 }
+/* a device allocation that is a graph's memory node: made by the driver for a stream-ordered
+ * allocation while its stream was capturing (passed through). REC_F_GRAPH means nothing on
+ * another kind. */
+static inline int rec_is_graph_node(unsigned kind, unsigned flags) {
+    return rec_is_device_alloc(kind) && (flags & REC_F_GRAPH) != 0;
+}
+/* a device allocation passed through as its own segment: from a pool the program chose
+ * (REC_F_POOL) or a graph's memory node (REC_F_GRAPH), memory the driver gave for exactly this
+ * block, in reserved from its allocation to its free */
+static inline int rec_is_own_segment(unsigned kind, unsigned flags) {
+    return rec_is_device_alloc(kind) && (flags & (REC_F_POOL | REC_F_GRAPH)) != 0;
+}
 
 /* ---- Hot path. ----------------------------------------------------------------------------
  * One fixed-size event into the lock-free ring: ~tens of ns without stacks.

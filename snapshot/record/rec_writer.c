@@ -1141,7 +1141,7 @@ static void event_row(writer *w, uint64_t seq, const rec_rec *r, uint64_t size) 
     row[12] = r->range;
     if (w->nev == EV_MULTI) flush_events(w);
     w->events++;
-    w->own_segment_allocs += (k == REC_ALLOC || k == REC_ALLOC_ASYNC) && (r->kind & (REC_F_POOL | REC_F_GRAPH));
+    w->own_segment_allocs += rec_is_own_segment(k, (unsigned)r->kind);
 }
 
 /* ---------------------------------------------------------------- access tracking */

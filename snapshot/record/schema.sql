@@ -86,9 +86,19 @@ CREATE TABLE ranges (id INTEGER PRIMARY KEY, parent INTEGER, thread INTEGER, kin
 CREATE INDEX ranges_parent ON ranges (parent);
 
 -- Every allocation event, in order. seq is global order (gaps are range/name records).
--- kind: see the `kinds` table. flags: 256 = served from cache, 512 = needed the driver (an
--- alloc with neither was passed to the real driver or runtime, not served by gpumem), 1024 =
--- pitched or 3D (1.3), 2048 = from a memory pool the program chose (1.3).
+-- kind: see the `kinds` table. flags: a bit means what the row's kind makes it mean (read it with
+-- the kind: `flags & 256` alone counts OOMs and interior frees too). On a device allocation
+-- (kinds 1, 3): 256 = served from cache, 512 = needed the driver (one with neither was passed to
+-- the real driver or runtime, not served by gpumem), 1024 = pitched or 3D (1.3), 2048 = from a
+-- memory pool the program chose (1.3), 4096 = made through the framework's hook, 16384 = a
+-- graph's memory node (the driver's, made during a stream capture), 32768 = in a graph capture's
+-- private pool. On a device free (2, 4): 8192 = its block waited for stream events (a
+-- free_completed, 29, follows). On a foreign free (9): 256 = interior pointer. On an OOM (13):
+-- 256 / 512 / 768 = the limit it met (the ooms table). On a segment event (14, 15, 18, 19) and
+-- PyTorch's rows (31-35): 32768 as above. On a bad access (30): 256 / 512 /
+-- 1024 = the operation. On torch_empty_cache (36) and torch_memory_fraction (37): 4096 =
+-- gpumem's allocator as PyTorch's; on 37, 1024 = the starting fraction. The same bit on another
+-- kind means nothing (snapshot/record/rec.h: rec_is_cache_hit, rec_is_graph_node...).
 -- Kinds 22..28 (1.3): vmm_create/vmm_release (addr = the physical handle, size = its bytes),
 -- vmm_map (11) carries the handle in alloc_id; device_info (addr = free, size = used,
 -- requested = total bytes as the real driver's cuMemGetInfo said; alloc_id 1 start, 2 a new
@@ -200,10 +210,11 @@ INSERT INTO kinds VALUES (29,'free_completed');
 -- one live allocation (past its end, or in freed memory). addr = the address accessed, size =
 -- the bytes of the access, requested = the allocation's requested size and alloc_id its id (both
 -- 0 when no allocation is live there), flags 256 = a memset, 512 = the destination of a copy,
--- 1024 = its source; stack = where the program made the call. Flag 16384 on an allocation: a
--- graph allocation (the driver's memory node, made during a stream capture). Flag 32768 on an
--- allocation or segment event: in a graph capture's private pool (gpumem's pools of a capture,
--- stream handle 4 x capture id + 1; or, kinds 31-35, a PyTorch pool other than (0, 0)).
+-- 1024 = its source; stack = where the program made the call. Flag 16384 on a device
+-- allocation (kinds 1, 3 only): a graph allocation (the driver's memory node, made during a
+-- stream capture). Flag 32768 on an allocation or segment event: in a graph capture's private
+-- pool (gpumem's pools of a capture, stream handle 4 x capture id + 1; or, kinds 31-35, a
+-- PyTorch pool other than (0, 0)).
 INSERT INTO kinds VALUES (30,'bad_access');
 
 -- Event kinds 31-35 (added within 1.3): PyTorch's own allocator, tensor by tensor, never written

@@ -10,6 +10,8 @@
 # free paths) recorded in gpumem's allocator (replace: 5 hits, 1 miss) and passed through
 # (GPUMEM_MODE=record: no allocation served, no hit rate), and copies of them with rows added by
 # sqlite3 after the last event, each row kind carrying the bits that are cache flags elsewhere.
+# (A second table does the same for flag 16384, a graph's memory node: the report's memory_nodes
+# count the device allocations' only.)
 # One table, a row per recording: the hit rate the report gives with the page reader, with SQLite,
 # and the one SQL gives (device allocations' flags 256 / (256 + 512), null where none was served),
 # which the rows of other kinds leave as it was; the control rows (device allocations flagged,
@@ -120,5 +122,39 @@ for row in "${table[@]}"; do
     [[ $want != "${!base_rate}" ]] && pass "$name ($base): the rate moves ($want)" ||
       fail "$name ($base): a control row left the rate at ${!base_rate}"
   fi
+done
+
+# Flag 16384 is a graph's memory node on a device allocation (1, 3) only: the report's
+# graphs.memory_nodes (JSON; its text line "memory nodes") counts those rows, with the page reader
+# and with SQLite alike, whatever other kinds carry the bit. name | base | kind | rows added
+graph_table=(
+  "host alloc|replace|5|6"
+  "managed alloc|replace|7|6"
+  "host alloc|record|5|6"
+  "free|replace|2|6"
+  "foreign free|replace|9|6"
+  "control: alloc|replace|1|6"
+  "control: alloc async|record|3|6"
+)
+# nodes SWEEP DB: report --json's memory node count (0 where null) and its text line's count
+nodes() {
+  local j t
+  j=$(GPUMEM_SWEEP=$1 "$GM" report --json "$2" 2> /dev/null | jq -r '.graphs.memory_nodes.allocations // 0') || j=report-failed
+  t=$(GPUMEM_SWEEP=$1 "$GM" report "$2" 2> /dev/null | awk '$1 == "memory" && $2 == "nodes" { print $3 }')
+  echo "$j ${t:-0}"
+}
+echo "# name | base | kind | rows | pages | sql | SQL's count"
+for row in "${graph_table[@]}"; do
+  IFS='|' read -r name base kind rows <<< "$row"
+  n=$((n + 1))
+  db=$TMP/row$n.db
+  cp "$TMP/$base.db" "$db"
+  add "$db" "$kind" 16384 "$rows"
+  want=$(sqlite3 "$db" "SELECT count(*) FROM events WHERE kind IN (1, 3) AND flags & 16384")
+  pages=$(nodes pages "$db") sql=$(nodes sql "$db")
+  echo "$name | $base | $kind | $rows | $pages | $sql | $want"
+  check_eq "graph node, $name ($base): the page reader's count (JSON and text) is SQL's" "$pages" "$want $want"
+  check_eq "graph node, $name ($base): SQLite's sweep's count (JSON and text) is SQL's" "$sql" "$want $want"
+  [[ $name == control* ]] && check_eq "graph node, $name ($base): the rows added counted" "$want" "$rows"
 done
 finish
