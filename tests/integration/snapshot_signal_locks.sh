@@ -9,14 +9,18 @@
 # as the program's own handler on top of the section would (kill, raise, abort, _exit: the
 # thread never goes back, and the writer goes on without the lock). Without the fix every row
 # waited out the handler's 3 s for a writer that could not get the lock, and left 'recording'.
+# And abort() there, under the program's own SIGABRT handler: that handler runs at once (the
+# flush before it skipped; it waited 10 s for the writer before).
 source tests/integration/snapshot_common.bash
 need "$GPUMEM"
 TRAIN=$BUILD/train_gpt2_sim
 [[ -f $BUILD/libgpumem.so && -x $TRAIN ]] || { echo "skipped: libgpumem.so or the trainer not built" >&2; exit 77; }
 ulimit -c 0
 # the fork's section: a program that allocates, then forks (the child leaves at once)
+# (with an argument: its own SIGABRT handler, installed before the recording opens)
 cat > "$TMP/fork.py" <<'PY'
-import ctypes, os
+import ctypes, os, signal, sys
+if len(sys.argv) > 1: signal.signal(signal.SIGABRT, lambda *_: None)
 ctypes.CDLL("libcudart.so.13", mode=ctypes.RTLD_GLOBAL)
 malloc = ctypes.CDLL(None).cudaMalloc
 p = [ctypes.c_void_p() for _ in range(4)]
@@ -62,4 +66,14 @@ for row in "${rows[@]}"; do
   check "$how ${sig} in the $([[ $where == fork ]] && echo "fork's section (db_lock)" || echo "lock's section $where")" \
     "$db" "$want" "$rc" "$wstate" $((($(date +%s%N) - t0) / 1000000))
 done
+# abort() in the fork's section where the program has its own SIGABRT handler: the ring is not
+# flushed first there (the flush would wait for a writer that needs the lock this thread holds,
+# 10 s, before the program's handler ran); the handler runs, the process dies of SIGABRT
+t0=$(date +%s%N)
+env --default-signal GPUMEM_TEST_SIGNAL_IN_LOCK="abort:6:fork" \
+  "$GPUMEM" record -q -o "$TMP/handled.db" -- python3 "$TMP/fork.py" handled > /dev/null 2> "$TMP/err"; rc=$?
+ms=$((($(date +%s%N) - t0) / 1000000))
+[[ $rc -eq 134 ]] || fail "abort in the fork's section, the program's own SIGABRT handler: exit $rc, want 134"
+(( ms < 8000 )) || fail "abort in the fork's section, the program's own SIGABRT handler: $ms ms (the flush before it waited for the writer)"
+echo "ok: abort in the fork's section, the program's own SIGABRT handler: exit 134 after $ms ms, no flush waiting for the lock"
 echo "ok: a signal sent into a section of the recorder's locks (SIGTERM, SIGHUP, SIGINT, SIGABRT; kill, raise, abort, _exit on top of it; the lock's and the fork's db_lock) closes the recording at once, consistent"
