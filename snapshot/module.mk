@@ -112,7 +112,7 @@ SCRIPT_TESTS += tests/integration/snapshot_leaks.sh tests/integration/snapshot_k
                 tests/integration/snapshot_fork.sh tests/integration/snapshot_record.sh \
                 tests/integration/snapshot_cli.sh tests/integration/snapshot_export.sh \
                 tests/integration/snapshot_safety.sh tests/integration/snapshot_diskfull.sh \
-                tests/integration/snapshot_signals.sh tests/integration/output_rule.sh tests/unit/snapshot_layers.sh tests/unit/test_scripts_lint.sh \
+                tests/integration/snapshot_signals.sh tests/integration/snapshot_signal_locks.sh tests/integration/output_rule.sh tests/unit/snapshot_layers.sh tests/unit/test_scripts_lint.sh \
                 tests/integration/snapshot_uses.sh tests/integration/snapshot_uses_report.sh \
                 tests/integration/snapshot_uses_unread.sh \
                 tests/integration/snapshot_devused.sh tests/integration/snapshot_devused_rules.sh \

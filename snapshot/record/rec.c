@@ -31,6 +31,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,6 +59,9 @@ static __thread rec_tls tls __attribute__((tls_model("initial-exec")));
 
 void rec_item_push(rec_item *it) {
     it->next = NULL;
+    /* the item whole before it is linked: a close from a signal handler may take the list as
+     * the section it interrupted left it (rec_close_ending) */
+    atomic_signal_fence(memory_order_seq_cst);
     *rec_g.items_tail = it;
     rec_g.items_tail = &it->next;
 }
@@ -254,8 +258,7 @@ static void calibrate_clock(rec_state *g) {
  * without the lifetimes of what was alive and without the last ~100 ms of events. Where the
  * program kept the default action, the recorder closes the recording first: the handler (only
  * async-signal-safe calls) stops recording, has the writer drain the ring and close with
- * state = 'interrupted', waits for it (at most 3 s: a writer blocked by a lock the interrupted
- * thread holds must not keep the process alive), then dies of the same signal as before.
+ * state = 'interrupted', waits for it (at most 3 s), then dies of the same signal as before.
  * A program that handles the signal itself and then kills itself with it (Python on Ctrl-C:
  * its handler raises KeyboardInterrupt, and at exit it puts the default action back and sends
  * SIGINT to itself) gets the same close from the preload's kill() (preload/core.c).
@@ -267,6 +270,76 @@ static _Atomic int signals_on; /* GPUMEM_SIGNALS (1 by default), read when the r
 static int in_recording_process(void) { return (long)getpid() == rec_g.pid; }
 
 int rec_signals_handled(void) { return atomic_load(&signals_on); }
+
+/* ---------------------------------------------------------------- sections of the lock
+ *
+ * A signal handler runs on the thread it interrupted, and that thread may be inside a section
+ * of rec_g.lock (a new string, a new stack, a new thread, an item) or of db_lock (the fork
+ * handlers, which hold both). The writer's close needs both (take_items, and every SQLite
+ * round), so a handler that waited for the close there waited for itself: the 3 s ran out and
+ * the file said 'recording'. Each thread therefore says, in initial-exec TLS, when it is in
+ * such a section; only the slow paths that take the lock do, never an event's fast path.
+ * What the handlers do with it: rec_close_ending. */
+static __thread struct {
+    volatile sig_atomic_t in;      /* in a section, or entering or leaving one (a sent signal waits) */
+    volatile sig_atomic_t owns;    /* REC_HOLD_*: held right now (set once taken, cleared before release) */
+    volatile sig_atomic_t pending; /* the signal that waits for the end of the section, 0 if none */
+    volatile long pending_pid;     /* the process it was sent to (a forked child's copy is not its own) */
+} sect __attribute__((tls_model("initial-exec")));
+
+/* The test hook (GPUMEM_TEST_SIGNAL_IN_LOCK, tests/integration/snapshot_signal_locks.sh). */
+static void test_signal_in_section(int where);
+static int test_sig_how;
+
+/* A signal waited at the end of a section: sent again to this thread now (the raw system call,
+ * not the preload's raise()), so that its handler runs where it holds nothing. */
+static __attribute__((noinline)) void sect_resend(void) {
+    int sig = sect.pending;
+    long pid = sect.pending_pid;
+    sect.pending = 0;
+    if (pid != (long)getpid()) return; /* it waited in the parent, before a fork: the parent's */
+    int e = errno;
+    syscall(SYS_tgkill, (pid_t)pid, (pid_t)gettid(), sig);
+    errno = e;
+}
+
+static inline void sect_enter(void) {
+    sect.in++;
+    atomic_signal_fence(memory_order_seq_cst);
+}
+
+static inline void sect_leave(void) {
+    atomic_signal_fence(memory_order_seq_cst);
+    if (--sect.in == 0 && __builtin_expect(sect.pending != 0, 0)) sect_resend();
+}
+
+static inline void app_lock(void) {
+    sect_enter();
+    pthread_mutex_lock(&rec_g.lock);
+    atomic_signal_fence(memory_order_seq_cst);
+    sect.owns |= REC_HOLD_LOCK;
+}
+
+static inline void app_unlock(void) {
+    if (__builtin_expect(test_sig_how != 0, 0)) test_signal_in_section(REC_HOLD_LOCK);
+    sect.owns &= ~REC_HOLD_LOCK;
+    atomic_signal_fence(memory_order_seq_cst);
+    pthread_mutex_unlock(&rec_g.lock);
+    sect_leave();
+}
+
+/* A signal that may wait for the end of the section its thread is in: one sent to the process
+ * (kill from a shell, a batch system, another thread; a timer). Not one this thread sent itself
+ * (raise, abort: SI_TKILL from this process): the code that sent it runs on top of the section
+ * and may never go back to it. */
+static int sect_defer(int sig, const siginfo_t *info) {
+    if (!sect.in || (info && info->si_code == SI_TKILL && info->si_pid == getpid())) return 0;
+    if (!sect.pending) {
+        sect.pending_pid = (long)getpid();
+        sect.pending = sig;
+    }
+    return 1;
+}
 
 /* The signals whose default action ends the process (signal(7): "Term" and "Core"), less the
  * crashes (fatal_sigs below: a fault may recur, and runtimes take them by design) and SIGTRAP
@@ -284,11 +357,34 @@ int rec_signal_ends(int sig) {
     return sig >= SIGRTMIN && sig <= SIGRTMAX;
 }
 
+/* The close when the process is about to end without its exit handlers: from the recorder's
+ * handlers and from the preload's kill, killpg, raise, _exit and _Exit. The caller's thread may
+ * be inside a section of rec_g.lock or db_lock (above), which the writer needs to close. Two
+ * ways out, both keeping the file whole:
+ *   - a signal sent to the process that lands in a section waits for its end (sect_defer: the
+ *     handler notes it and returns; the section ends, takes nothing more, and sends it again to
+ *     its thread, whose handler then holds nothing). The section completes what it started (an
+ *     id and the item that writes its row), so every id a written event refers to is written.
+ *     This is the usual case (kill from a shell or a batch system) and costs nothing elsewhere.
+ *   - where it cannot wait (the program's own handler, on top of the section, kills or _exits
+ *     the process or aborts; a fault in the section), this thread never goes back to the
+ *     section: the process ends when we return. It tells the writer so (rec_g.frozen, the locks
+ *     it holds), and the writer goes on without those locks (rec_writer.c, writer_lock): nobody
+ *     else can take them, so what they guard is the writer's alone. The item list is then as
+ *     the section left it: every item pushed before is taken; one being pushed is either linked
+ *     or not, and its id was never given to an event (a stack's id is published after its item,
+ *     a string's id is only returned after it).
+ * Taking the items without the lock and writing less (dropping what it could not take) was the
+ * other way: it would leave events whose string or stack rows were never written, and the
+ * readers join on those ids.
+ * Still bounded (3 s): a lock that is not ours (the C library's allocator, the driver's, under a
+ * timing resolver) held by the interrupted thread can still stop the writer. */
 void rec_close_ending(int sig) {
     rec_state *g = &rec_g;
     int expect = REC_ST_OPEN;
     if (in_recording_process() && atomic_compare_exchange_strong(&g->state, &expect, REC_ST_CLOSED)) {
         atomic_store(&g->interrupted, sig);
+        if (sect.owns) atomic_store(&g->frozen, (int)sect.owns);
         atomic_store(&g->writer_stop, 1);
         rec_ring_wake(&g->ring);
         for (int i = 0; i < 300 && !atomic_load(&g->writer_done); i++) {
@@ -298,7 +394,9 @@ void rec_close_ending(int sig) {
     }
 }
 
-static void on_terminating_signal(int sig) {
+static void on_terminating_signal(int sig, siginfo_t *info, void *ctx) {
+    (void)ctx;
+    if (sect_defer(sig, info)) return;
     rec_close_ending(sig);
     struct sigaction dfl = {.sa_handler = SIG_DFL};
     sigaction(sig, &dfl, NULL);
@@ -319,6 +417,10 @@ static void on_terminating_signal(int sig) {
  *     written, as for SIGTERM), the default action put back and the signal delivered again: a
  *     fault recurs when the handler returns, a sent signal (abort(), kill) is raised again.
  * A handler the program installs after the recording opened replaces this one: its choice.
+ * A signal sent from elsewhere that lands in a section of the recorder's lock waits for its end,
+ * as an ending one does (rec_close_ending); the program's handler then gets it from this thread
+ * (SI_TKILL). No flush where this thread holds the lock: the writer needs it, and the section
+ * may go on if the program's handler returns.
  * Only async-signal-safe work (atomics, nanosleep, bounded waits: the writer may wait for a
  * slot the crashed thread never published). SA_ONSTACK: the program's alternate stack, if it
  * set one, also serves a stack overflow. */
@@ -330,14 +432,16 @@ static void on_fatal_signal(int sig, siginfo_t *info, void *ctx) {
     size_t k = 0;
     while (k < N_FATAL && fatal_sigs[k] != sig) k++;
     if (k == N_FATAL) return;
+    /* a fault in a section cannot wait (the instruction faults again): rec_close_ending */
+    if (info && info->si_code <= 0 && sect_defer(sig, info)) return;
     const struct sigaction *prev = &fatal_prev[k];
     if ((prev->sa_flags & SA_SIGINFO) && prev->sa_sigaction) {
-        if (sig == SIGABRT) rec_flush();
+        if (sig == SIGABRT && !sect.owns) rec_flush();
         prev->sa_sigaction(sig, info, ctx);
         return;
     }
     if (!(prev->sa_flags & SA_SIGINFO) && prev->sa_handler != SIG_DFL && prev->sa_handler != SIG_IGN) {
-        if (sig == SIGABRT) rec_flush();
+        if (sig == SIGABRT && !sect.owns) rec_flush();
         prev->sa_handler(sig);
         return;
     }
@@ -347,7 +451,58 @@ static void on_fatal_signal(int sig, siginfo_t *info, void *ctx) {
     if (!info || info->si_code <= 0) raise(sig);
 }
 
+/* GPUMEM_TEST_SIGNAL_IN_LOCK=how:sig:where (tests only): once, inside a section (above), this
+ * thread sends sig the way `how` says: "sent" as another process would (kill from a shell: a
+ * SI_USER signal from the parent), "kill" (kill(getpid(), sig)), "raise", "abort" (sig unused)
+ * or "_exit" (sig the status); the last four as a program's handler would, running on top of
+ * the section. where: n, the n-th section of rec_g.lock in this process, or "fork", the fork
+ * handlers' (db_lock and the lock). */
+enum { TEST_SENT = 1, TEST_KILL, TEST_RAISE, TEST_ABORT, TEST_EXIT };
+static int test_sig_num;
+static long test_sig_at; /* -1: the fork's section */
+static _Atomic long test_sig_seen;
+
+static void test_signal_read(void) {
+    const char *v = getenv("GPUMEM_TEST_SIGNAL_IN_LOCK");
+    static const char *const hows[] = {"", "sent", "kill", "raise", "abort", "_exit"};
+    char how[8] = "", where[16] = "";
+    int sig = 0;
+    test_sig_how = 0;
+    if (!v || sscanf(v, "%7[^:]:%d:%15s", how, &sig, where) != 3) return;
+    for (int i = 1; i < 6; i++)
+        if (!strcmp(how, hows[i])) test_sig_how = i;
+    test_sig_num = sig;
+    test_sig_at = !strcmp(where, "fork") ? -1 : atol(where);
+    atomic_store(&test_sig_seen, 0);
+}
+
+static void test_signal_in_section(int where) {
+    if (where == REC_HOLD_DB ? test_sig_at != -1
+                             : test_sig_at <= 0 || atomic_fetch_add(&test_sig_seen, 1) + 1 != test_sig_at)
+        return;
+    int how = test_sig_how, sig = test_sig_num;
+    test_sig_how = 0; /* once */
+    if (how == TEST_SENT) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        si.si_signo = sig;
+        si.si_code = SI_USER;
+        si.si_pid = getppid();
+        si.si_uid = getuid();
+        syscall(SYS_rt_tgsigqueueinfo, getpid(), gettid(), sig, &si);
+    } else if (how == TEST_KILL) {
+        kill(getpid(), sig);
+    } else if (how == TEST_RAISE) {
+        raise(sig);
+    } else if (how == TEST_ABORT) {
+        abort();
+    } else if (how == TEST_EXIT) {
+        _exit(sig);
+    }
+}
+
 static void install_signal_handlers(void) {
+    test_signal_read();
     atomic_store(&signals_on, (int)env_long("GPUMEM_SIGNALS", 1, 0, 1));
     if (!atomic_load(&signals_on)) return;
     for (size_t i = 0; i < N_FATAL; i++) {
@@ -364,7 +519,7 @@ static void install_signal_handlers(void) {
         if (!rec_signal_ends(sig) || sigaction(sig, NULL, &old) != 0 || old.sa_handler != SIG_DFL ||
             (old.sa_flags & SA_SIGINFO))
             continue; /* the program handles it, or ignores it: its choice */
-        struct sigaction sa = {.sa_handler = on_terminating_signal};
+        struct sigaction sa = {.sa_sigaction = on_terminating_signal, .sa_flags = SA_SIGINFO};
         sigemptyset(&sa.sa_mask);
         sigaction(sig, &sa, NULL);
     }
@@ -569,9 +724,9 @@ static __attribute__((noinline)) void thread_register(rec_tls *t) {
     it->id = t->thread;
     it->a = (uint64_t)gettid();
     if (pthread_getname_np(pthread_self(), it->text, 32) != 0) it->text[0] = 0;
-    pthread_mutex_lock(&rec_g.lock);
+    app_lock();
     rec_item_push(it);
-    pthread_mutex_unlock(&rec_g.lock);
+    app_unlock();
 }
 
 static inline rec_tls *my_tls(void) {
@@ -619,7 +774,7 @@ static uint32_t intern(const char *s) {
 
 static uint32_t intern_slow(const char *s) {
     uint64_t h = str_hash(s);
-    pthread_mutex_lock(&rec_g.lock);
+    app_lock();
     struct rec_str_ent **b = &rec_g.strtab[h & rec_g.strtab_mask], *e;
     for (e = *b; e; e = e->next)
         if (e->h == h && strcmp(e->s, s) == 0) break;
@@ -644,7 +799,7 @@ static uint32_t intern_slow(const char *s) {
             free(it);
         }
     }
-    pthread_mutex_unlock(&rec_g.lock);
+    app_unlock();
     return id;
 }
 
@@ -693,7 +848,7 @@ static inline int stack_is(const struct rec_stack_frames *s, void *const *pcs, i
 
 static __attribute__((noinline)) uint32_t stack_id_slow(uint64_t key, void **pcs, int n, const rec_pyframe *py, int npy) {
     uint32_t id = 0;
-    pthread_mutex_lock(&rec_g.lock);
+    app_lock();
     uint64_t i = key & rec_g.stab_mask;
     for (int probe = 0; probe < 64; probe++, i = (i + 1) & rec_g.stab_mask) {
         uint64_t k = atomic_load_explicit(&rec_g.stab[i].key, memory_order_acquire);
@@ -730,7 +885,7 @@ static __attribute__((noinline)) uint32_t stack_id_slow(uint64_t key, void **pcs
         }
     }
     if (id == 0) atomic_fetch_add(&rec_g.stack_table_full, 1);
-    pthread_mutex_unlock(&rec_g.lock);
+    app_unlock();
     return id;
 }
 
@@ -1170,9 +1325,9 @@ void rec_thread_name(uint64_t tid, const char *name) {
     it->type = REC_I_THREAD_NAME;
     it->a = tid;
     memcpy(it->text, name, n + 1);
-    pthread_mutex_lock(&rec_g.lock);
+    app_lock();
     rec_item_push(it);
-    pthread_mutex_unlock(&rec_g.lock);
+    app_unlock();
 }
 
 void rec_name(uint64_t addr, const char *name) {
@@ -1203,9 +1358,9 @@ int rec_snapshot(enum rec_snap_reason reason, const rec_segment *segs, size_t ns
     it->n2 = nblocks;
     it->p = s;
     it->p2 = b;
-    pthread_mutex_lock(&rec_g.lock);
+    app_lock();
     rec_item_push(it);
-    pthread_mutex_unlock(&rec_g.lock);
+    app_unlock();
     return 0;
 }
 
@@ -1226,9 +1381,9 @@ void rec_oom(const rec_oom_info *info) {
     it->type = REC_I_OOM;
     it->id = seq;
     it->p = c;
-    pthread_mutex_lock(&rec_g.lock);
+    app_lock();
     rec_item_push(it);
-    pthread_mutex_unlock(&rec_g.lock);
+    app_unlock();
 }
 
 static void meta_item(const char *key, const char *value, int is_int) {
@@ -1240,9 +1395,9 @@ static void meta_item(const char *key, const char *value, int is_int) {
     it->n = kn;
     memcpy(it->text, key, kn + 1);
     memcpy(it->text + kn + 1, value, vn + 1);
-    pthread_mutex_lock(&rec_g.lock);
+    app_lock();
     rec_item_push(it);
-    pthread_mutex_unlock(&rec_g.lock);
+    app_unlock();
 }
 
 void rec_meta(const char *key, const char *value) {
@@ -1326,20 +1481,31 @@ static void atfork_prepare(void) {
     /* the writer is parked until the fork is done, and a producer waiting for room may hold a
      * lock the other fork handlers take: such producers drop instead (rec_ring.h) */
     if (fork_held) atomic_fetch_or(&rec_g.ring.no_wait, REC_RING_FORKING);
+    /* from here to the parent's or child's handler: a section of both locks (rec_close_ending) */
+    sect_enter();
     if (fork_held) pthread_mutex_lock(&rec_g.db_lock);
     pthread_mutex_lock(&rec_g.lock);
+    atomic_signal_fence(memory_order_seq_cst);
+    sect.owns |= REC_HOLD_LOCK | (fork_held ? REC_HOLD_DB : 0);
+    if (__builtin_expect(test_sig_how != 0, 0)) test_signal_in_section(REC_HOLD_DB);
 }
 
 static void atfork_parent(void) {
+    sect.owns &= ~(REC_HOLD_LOCK | REC_HOLD_DB);
+    atomic_signal_fence(memory_order_seq_cst);
     pthread_mutex_unlock(&rec_g.lock);
     if (fork_held) pthread_mutex_unlock(&rec_g.db_lock);
     if (fork_held) atomic_fetch_and(&rec_g.ring.no_wait, ~REC_RING_FORKING);
+    sect_leave(); /* a signal that waited for the fork: the parent's, sent again here */
 }
 
 static void atfork_child(void) {
     rec_state *g = &rec_g;
+    sect.owns &= ~(REC_HOLD_LOCK | REC_HOLD_DB);
+    atomic_signal_fence(memory_order_seq_cst);
     pthread_mutex_unlock(&g->lock);
     if (fork_held) pthread_mutex_unlock(&g->db_lock);
+    sect_leave(); /* not a signal that waited in the parent (sect_resend: its pid) */
     if (atomic_load(&g->state) != REC_ST_OPEN) return;
     /* The parent's connection, ring contents, ids and items are the parent's: forget them
      * without touching SQLite (closing the copied connection could checkpoint or delete the

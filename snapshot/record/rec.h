@@ -493,7 +493,10 @@ void rec_close(void);
  * closes with state = 'interrupted' and meta.signal), or by _exit (sig 0: state = 'closed'). The
  * writer drains the ring and closes; waits for it at most 3 s. Async-signal-safe: the
  * recorder's own signal handler calls it, and so do the preload's kill(), raise() and _exit().
- * A no-op unless recording, and in any process but the recording's own (a vfork child). */
+ * The caller must not go back to what its thread was doing (the process ends): where that
+ * thread holds the recorder's locks (a handler on top of one of its sections), the writer
+ * closes without them. A no-op unless recording, and in any process but the recording's own
+ * (a vfork child). */
 void rec_close_ending(int sig);
 /* GPUMEM_SIGNALS as read when the recording opened: 0 leaves the ending signals alone. */
 int rec_signals_handled(void);

@@ -122,6 +122,9 @@ typedef struct rec_state {
     _Atomic int writer_running;   /* the writer thread has started its loop (see rec_writer_start) */
     _Atomic int writer_done;      /* ... and has closed the database (the signal handler waits) */
     _Atomic int interrupted;      /* the ending signal (rec_signal_ends) that closed the recording, 0 if none */
+    _Atomic int frozen;           /* REC_HOLD_*: held by the thread closing in a signal handler, which
+                                     never goes back to its section (rec.c rec_close_ending): the
+                                     writer goes on without them (rec_writer.c writer_lock) */
     _Atomic uint64_t committed_seq; /* every record with seq <= this is in the file */
     _Atomic uint64_t flush_seq;     /* rec_flush() waits for this seq: commit as soon as drained */
     _Atomic uint64_t flush_req;     /* rec_flush()'s requests, numbered: items queued before one */
@@ -132,6 +135,8 @@ typedef struct rec_state {
     long pid;
     sqlite3 *db;
 } rec_state;
+
+enum { REC_HOLD_LOCK = 1, REC_HOLD_DB = 2 }; /* rec_state.lock, rec_state.db_lock */
 
 enum { REC_ST_NEW = 0, REC_ST_OPENING, REC_ST_OPEN, REC_ST_OFF, REC_ST_CLOSED };
 

@@ -913,12 +913,28 @@ static void flush_peak(writer *w, int dev, int force) {
     rec_item_free(it);
 }
 
+/* Takes m (REC_HOLD_* bit), or returns 0 without it once the thread that holds it is closing
+ * the recording in a signal handler (g->frozen, set by rec.c rec_close_ending): that thread
+ * never goes back to its section and nobody else can take the lock, so what it guards is the
+ * writer's alone, and waiting would only run out the handler's 3 s. Uncontended, one trylock. */
+static int writer_lock(rec_state *g, pthread_mutex_t *m, int bit) {
+    if (pthread_mutex_trylock(m) == 0) return 1;
+    for (;;) {
+        if (atomic_load(&g->frozen) & bit) return 0;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 2000000;
+        if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
+        if (pthread_mutex_timedlock(m, &until) == 0) return 1;
+    }
+}
+
 static void take_items(writer *w, rec_state *g) {
-    pthread_mutex_lock(&g->lock);
+    int held = writer_lock(g, &g->lock, REC_HOLD_LOCK);
     rec_item *it = g->items;
     g->items = NULL;
     g->items_tail = &g->items;
-    pthread_mutex_unlock(&g->lock);
+    if (held) pthread_mutex_unlock(&g->lock);
     while (it) {
         rec_item *next = it->next;
         int keep = 0;
@@ -1682,7 +1698,7 @@ static void *writer_main(void *arg) {
     int stall_said = 0;
     for (;;) {
         int stopping = atomic_load(&g->writer_stop);
-        pthread_mutex_lock(&g->db_lock);
+        int db_held = writer_lock(g, &g->db_lock, REC_HOLD_DB);
         size_t n = 0;
         if (!w->failed) {
             uint64_t req = atomic_load(&g->flush_req); /* before the items its caller queued */
@@ -1712,11 +1728,11 @@ static void *writer_main(void *arg) {
             }
         }
         if (stopping && n == 0) {
-            pthread_mutex_unlock(&g->db_lock);
+            if (db_held) pthread_mutex_unlock(&g->db_lock);
             /* every timed launch left gets its final answer, outside db_lock like the others */
             if (w->failed) timing_abandon(w);
             else timing_ask(w, 1);
-            pthread_mutex_lock(&g->db_lock);
+            db_held = writer_lock(g, &g->db_lock, REC_HOLD_DB);
             if (!w->failed) {
                 timing_write(w);
                 finish(w, g);
@@ -1733,10 +1749,10 @@ static void *writer_main(void *arg) {
                  * would only grow the main file; the WAL already holds every commit */
                 sqlite3_db_config(w->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
             }
-            pthread_mutex_unlock(&g->db_lock);
+            if (db_held) pthread_mutex_unlock(&g->db_lock);
             break;
         }
-        pthread_mutex_unlock(&g->db_lock);
+        if (db_held) pthread_mutex_unlock(&g->db_lock);
         /* producers waiting for room (the default back-pressure) go on now */
         if (atomic_load_explicit(&g->ring.no_wait, memory_order_acquire) & REC_RING_STALLED) {
             if (!stall_said++)
@@ -1779,6 +1795,7 @@ int rec_writer_start(rec_state *g) {
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old); /* the writer takes no signals of the program */
     atomic_store(&g->writer_stop, 0);
+    atomic_store(&g->frozen, 0);
     atomic_store(&g->writer_running, 0);
     atomic_store(&g->writer_done, 0);
     int rc = pthread_create(&g->writer, NULL, writer_main, g);
