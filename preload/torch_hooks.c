@@ -33,7 +33,8 @@
  * CPython is reached as python.c does: nothing links libpython, the functions are looked up with
  * dlsym(RTLD_DEFAULT), and only functions of the stable ABI and the stable PyMethodDef,
  * PyType_Spec and PyMemberDef layouts are used (no object layout is read but the object head of
- * the one type made here, wrap_call's). Every function here runs holding the GIL (PyTorch calls
+ * the one type made here, wrap_call's, and a dict's type and version tag, changed_state's memo,
+ * checked at setup). Every function here runs holding the GIL (PyTorch calls
  * hooks with it), which is also the lock of this file's shared state; the one exception,
  * gpumem_torch_cpaths_run's common case on autograd's thread, touches only that thread's state
  * and paths that no longer change.
@@ -124,6 +125,8 @@ static struct {
     int (*PyGILState_Ensure)(void);
     void (*PyGILState_Release)(int);
     void (*PyErr_WriteUnraisable)(PyObject *);
+    /* for dict_tags_check (changed_state's memo): without it, no memo */
+    int (*PyObject_SetItem)(PyObject *, PyObject *, PyObject *);
 } py;
 
 /* ---- state ---------------------------------------------------------------------------------- */
@@ -1122,6 +1125,7 @@ typedef struct {
 static struct {
     hk_seen *tab;
     size_t mask, count;
+    unsigned long long gen; /* bumped by every change of an entry or of where entries are */
 } seen;
 
 static size_t seen_hash(const void *p, Py_ssize_t kh)
@@ -1154,6 +1158,7 @@ static int seen_grow(void)
         return -1;
     }
     seen.tab = tab, seen.mask = n - 1;
+    seen.gen++;
     for (size_t i = 0; i < oldn; i++) {
         if (!old[i].p) continue;
         size_t j = seen_hash(old[i].p, old[i].kh) & seen.mask;
@@ -1172,9 +1177,12 @@ static int data_ptr_cxx(PyObject *v, unsigned long long *dp)
 }
 
 /* 1 when v is the value (p, k) was last named with, 0 when not (or none was), -1 with an
- * exception: _Hooks._unchanged. k NULL: p's gradient. */
-static int unchanged(const void *p, PyObject *k, PyObject *v)
+ * exception: _Hooks._unchanged. k NULL: p's gradient. *e_out (where not NULL): the entry of a 1
+ * answered by the weak reference read in place and the C++ data pointer, no Python code run but
+ * k's hash (NULL for any other answer or way). */
+static int unchanged(const void *p, PyObject *k, PyObject *v, hk_seen **e_out)
 {
+    if (e_out) *e_out = NULL;
     Py_ssize_t kh = k ? py.PyObject_Hash(k) : 0; /* an unhashable key raises, as dict.get does */
     if (kh == -1 && py.PyErr_Occurred()) return -1;
     if (!seen.tab) return 0;
@@ -1184,7 +1192,7 @@ static int unchanged(const void *p, PyObject *k, PyObject *v)
     /* the weak reference's object, or None; _ref's stand-in for an object that takes none is a
      * function, called */
     PyObject *was = py.PyWeakref_GetObject(e->ref); /* borrowed */
-    int same;
+    int same, c_only = was != NULL;
     if (was) {
         same = was == v;
     } else {
@@ -1201,7 +1209,10 @@ static int unchanged(const void *p, PyObject *k, PyObject *v)
     }
     if (!same) return 0;
     unsigned long long dp;
-    if (e->named_ok && data_ptr_cxx(v, &dp)) return e->named_u == dp; /* a Tensor's or Parameter's */
+    if (e->named_ok && data_ptr_cxx(v, &dp)) { /* a Tensor's or Parameter's */
+        if (e_out && c_only && e->named_u == dp) *e_out = e;
+        return e->named_u == dp;
+    }
     PyObject *named = e->named, *ptr; /* compared as Python compares */
     py.Py_IncRef(named);
     int eq = (ptr = data_ptr(v)) ? py.PyObject_RichCompareBool(named, ptr, PY_EQ) : -1;
@@ -1232,6 +1243,7 @@ static PyObject *remember(PyObject *self, PyObject *const *args, Py_ssize_t narg
         seen.count++;
     }
     PyObject *old_ref = e->ref, *old_named = e->named;
+    seen.gen++;
     py.Py_IncRef(ref), py.Py_IncRef(ptr);
     e->ref = ref, e->named = ptr;
     e->named_ok = 0;
@@ -1269,7 +1281,7 @@ static PyObject *changed_grads(PyObject *self, PyObject *const *args, Py_ssize_t
             if (g && g == py.None) {
                 r = 1;
             } else if (g) {
-                r = unchanged(p, NULL, g);
+                r = unchanged(p, NULL, g, NULL);
                 if (r == 0) r = py.PyList_Append(out, p) == 0 ? 1 : -1;
             }
             if (g) py.Py_DecRef(g);
@@ -1352,6 +1364,113 @@ static void pairs_close(pairs *w)
     w->it = NULL;
 }
 
+/* The last state scan that found every value unchanged, kept so that the next one (the tiny
+ * GPT-2's AdamW: 28 dicts, 84 values a step) can answer without walking the dicts, hashing the
+ * keys and probing the table: when the state dict and each parameter's dict are the ones walked
+ * and none changed since (CPython's dict version tag, below), they hold the same keys and values
+ * (alive: the dicts hold them); when no entry of the table changed either (seen.gen), each value's
+ * entry is the one found then, whose weak reference still answers that value; what is left to ask
+ * is each value's data pointer, read in C++ as the walk did. Any other answer (a pointer moved, a
+ * dict changed, a value the walk answered some other way) takes the walk, which alone builds the
+ * list; the memo runs no Python code and changes nothing, so falling back is exact. */
+typedef struct {
+    PyObject *st, *type; /* a parameter's state dict and its type then (borrowed: the state holds it) */
+    uint64_t tag;        /* its version tag then */
+    size_t n;            /* its values, the next n of smemo.v */
+} memo_dict;
+
+typedef struct {
+    PyObject *v; /* a value (borrowed: its dict holds it) */
+    hk_seen *e;  /* its entry (seen.gen guards where it is and what it holds) */
+} memo_val;
+
+static struct {
+    int ok;
+    PyObject *state, *type; /* the state dict (compared, not held: its tag tells a new one) */
+    uint64_t tag;
+    unsigned long long gen;
+    memo_dict *d;
+    memo_val *v;
+    size_t nd, nv, cap_d, cap_v;
+} smemo;
+
+/* A dict's version tag (PEP 509's ma_version_tag, right after the object head and ma_used in
+ * CPython 3.9-3.13's PyDictObject; 3.14 has none): every dict made or changed (an entry added,
+ * removed or given another value) takes a new one from a counter, so the same address with the
+ * same tag is the same dict, unchanged. dict_tags_check finds it there and working at setup;
+ * without that, no memo. */
+enum { DICT_TAG_OFF = 24, DICT_USED_OFF = 16, OB_TYPE_OFF = 8 };
+static int dict_tags;
+
+static uint64_t dict_tag(const PyObject *d)
+{
+    uint64_t t;
+    memcpy(&t, (const char *)d + DICT_TAG_OFF, sizeof t);
+    return t;
+}
+
+static PyObject *ob_type(const PyObject *o)
+{
+    PyObject *t;
+    memcpy(&t, (const char *)o + OB_TYPE_OFF, sizeof t);
+    return t;
+}
+
+static Py_ssize_t dict_used(const PyObject *d)
+{
+    Py_ssize_t n;
+    memcpy(&n, (const char *)d + DICT_USED_OFF, sizeof n);
+    return n;
+}
+
+static void dict_tags_check(void)
+{
+    dict_tags = 0;
+    if (!py.PyObject_SetItem) return;
+    PyObject *a = py.PyObject_CallObject(py.PyDict_Type, NULL), *b = NULL;
+    if (!a) {
+        py.PyErr_Clear();
+        return;
+    }
+    uint64_t t0 = dict_tag(a), t1 = 0, t2 = 0;
+    int ok = ob_type(a) == py.PyDict_Type && dict_used(a) == 0 &&
+             py.PyObject_SetItem(a, hk.s_items, py.None) == 0 && dict_used(a) == 1 && (t1 = dict_tag(a)) > t0 &&
+             py.PyObject_SetItem(a, hk.s_items, hk.s_grad) == 0 && (t2 = dict_tag(a)) > t1 &&
+             (b = py.PyObject_CallObject(py.PyDict_Type, NULL)) && dict_tag(b) > t2;
+    if (!b) py.PyErr_Clear();
+    if (b) py.Py_DecRef(b);
+    py.Py_DecRef(a);
+    dict_tags = ok;
+}
+
+/* 1: state is the memo's and nothing it holds changed (every value unchanged), else 0 */
+static int memo_same(PyObject *state)
+{
+    if (!smemo.ok || state != smemo.state || seen.gen != smemo.gen || ob_type(state) != smemo.type ||
+        dict_tag(state) != smemo.tag)
+        return 0;
+    const memo_val *mv = smemo.v;
+    for (size_t i = 0; i < smemo.nd; i++) {
+        const memo_dict *d = &smemo.d[i];
+        if (dict_tag(d->st) != d->tag || ob_type(d->st) != d->type) return 0;
+        for (const memo_val *end = mv + d->n; mv < end; mv++) {
+            unsigned long long dp;
+            if (!data_ptr_cxx(mv->v, &dp) || dp != mv->e->named_u) return 0;
+        }
+    }
+    return 1;
+}
+
+static int memo_room(void **a, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap) return 1;
+    size_t c = *cap ? *cap * 2 : 64;
+    void *p = realloc(*a, c * size);
+    if (!p) return 0;
+    *a = p, *cap = c;
+    return 1;
+}
+
 /* (state) -> [(p, k, v) for p, st in state.items() for k, v in st.items() if not unchanged] */
 static PyObject *changed_state(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1360,22 +1479,33 @@ static PyObject *changed_state(PyObject *self, PyObject *const *args, Py_ssize_t
         py.PyErr_SetString(*py.PyExc_TypeError, "changed_state(state)");
         return NULL;
     }
+    if (memo_same(args[0])) return py.PyList_New(0);
     PyObject *out = py.PyList_New(0), *p, *st, *k, *v;
     pairs outer = {0}, inner;
     int ok = out && pairs_open(&outer, args[0]) == 0, n;
+    /* the memo of this walk, kept where every value is answered unchanged in C */
+    int memo = ok && dict_tags && !outer.it;
+    uint64_t tag = memo ? dict_tag(args[0]) : 0;
+    unsigned long long gen = seen.gen;
+    smemo.ok = 0, smemo.nd = smemo.nv = 0;
     while (ok && (n = pairs_next(&outer, &p, &st)) != 0) {
         if (n < 0) {
             ok = 0;
             break;
         }
         ok = pairs_open(&inner, st) == 0;
+        memo = memo && ok && !inner.it && memo_room((void **)&smemo.d, &smemo.cap_d, smemo.nd, sizeof *smemo.d);
+        if (memo) smemo.d[smemo.nd++] = (memo_dict){st, ob_type(st), dict_tag(st), 0};
         while (ok && (n = pairs_next(&inner, &k, &v)) != 0) {
-            int r = n > 0 ? unchanged(p, k, v) : -1;
+            hk_seen *e = NULL;
+            int r = n > 0 ? unchanged(p, k, v, memo ? &e : NULL) : -1;
             if (r == 0) {
-                PyObject *e = py.PyTuple_Pack(3, p, k, v);
-                r = e && py.PyList_Append(out, e) == 0 ? 1 : -1;
-                if (e) py.Py_DecRef(e);
+                PyObject *t = py.PyTuple_Pack(3, p, k, v);
+                r = t && py.PyList_Append(out, t) == 0 ? 1 : -1;
+                if (t) py.Py_DecRef(t);
             }
+            memo = memo && e && memo_room((void **)&smemo.v, &smemo.cap_v, smemo.nv, sizeof *smemo.v);
+            if (memo) smemo.v[smemo.nv++] = (memo_val){v, e}, smemo.d[smemo.nd - 1].n++;
             if (n > 0) py.Py_DecRef(k), py.Py_DecRef(v);
             ok = r >= 0;
         }
@@ -1384,9 +1514,14 @@ static PyObject *changed_state(PyObject *self, PyObject *const *args, Py_ssize_t
         py.Py_DecRef(p), py.Py_DecRef(st);
     }
     pairs_close(&outer);
-    if (ok && !py.PyErr_Occurred()) return out;
-    if (out) py.Py_DecRef(out);
-    return NULL;
+    if (!ok || py.PyErr_Occurred()) {
+        if (out) py.Py_DecRef(out);
+        return NULL;
+    }
+    /* the tags and the generation are those from before each was read: Python code that the walk
+     * ran (a key's hash or ==) and changed one leaves a memo that never matches */
+    if (memo) smemo.ok = 1, smemo.state = args[0], smemo.type = ob_type(args[0]), smemo.tag = tag, smemo.gen = gen;
+    return out;
 }
 
 /* ---- making them ---------------------------------------------------------------------------- */
@@ -1480,6 +1615,7 @@ static int find_python(void)
     HK_SYM(PyGILState_Ensure);
     HK_SYM(PyGILState_Release);
     HK_SYM(PyErr_WriteUnraisable);
+    HK_SYM(PyObject_SetItem);
     return 0;
 }
 
@@ -1538,6 +1674,7 @@ GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
     if (!(dict_items = py.PyObject_GetAttr(py.PyDict_Type, hk.s_items)) ||
         !(dp.descr_type = py.PyObject_Type(dict_items)))
         return NULL;
+    dict_tags_check();
     hk.step = 1;
     enum { N = sizeof defs / sizeof defs[0] };
     PyObject *f[N];

@@ -216,6 +216,108 @@ got, want = hooks._changed_state(state), ref._changed_state(state)
 check("an OrderedDict and a defaultdict of state scanned in items() order",
       got == want and [x[1] for x in want] == ["max_exp_avg_sq", "step", "step", "exp_avg"])
 
+# A scan that found nothing new is kept (preload/torch_hooks.c's smemo) and answers the next one
+# where no dict of the state changed (their version tags) and no entry of the table did: each
+# value's data pointer is still read. Real tensors only (their pointers read in C++; the rows above
+# have a number and stand-ins, which the memo leaves to the walk; CUDA's, on the virtual GPU: its
+# start attaches the C++ side), each row scanned three times: the second makes the memo (the first
+# named something), the third is answered from it, and the next row's first must not be.
+dev = "cuda"
+groups = []
+a, b, c = (torch.nn.Parameter(torch.zeros(2)) for _ in range(3))
+tname.update({id(a): "a", id(b): "b", id(c): "c"})
+state = collections.defaultdict(dict)
+
+
+def m_first():
+    state[a].update(exp_avg=torch.zeros(4, device=dev), step=torch.tensor(0.0, device=dev))
+    state[b]["exp_avg"] = torch.zeros(4, device=dev)
+
+
+def m_inplace():
+    state[a]["exp_avg"].add_(1)
+    state[a]["step"] += 1
+
+
+def m_set():
+    state[a]["exp_avg"].set_(torch.ones(8, device=dev))  # the same object in the same dict, other memory
+
+
+def m_data():
+    state[b]["exp_avg"].data = torch.ones(8, device=dev)
+
+
+def m_replace():
+    state[a]["step"] = torch.tensor(5.0, device=dev)
+
+
+def m_add_key():
+    state[b]["step"] = torch.tensor(1.0, device=dev)
+
+
+def m_add_param():
+    state[c]["exp_avg"] = torch.zeros(4, device=dev)
+
+
+def m_del_key():
+    keep["step"] = state[a].pop("step")
+
+
+def m_readd_key():
+    state[a]["step"] = keep.pop("step")  # the value named before, back: not named again
+
+
+def m_copy_outer():
+    global state
+    state = collections.defaultdict(dict, state)
+
+
+def m_copy_inner():
+    state[a] = dict(state[a])
+
+
+def m_swap():
+    state[a]["exp_avg"], state[c]["exp_avg"] = state[c]["exp_avg"], state[a]["exp_avg"]
+
+
+def m_grad():
+    groups.append({"params": [a]})
+    a.grad = torch.ones(2)
+    state[b]["exp_avg"].set_(torch.ones(16, device=dev))  # the table changed by the gradient's entry too
+
+
+def m_view():
+    # another object at the same pointer named for the same key (another optimizer's state of
+    # the same parameter): the value in this state is then not the one last named
+    keep["view"] = state[a]["exp_avg"].view(-1)
+    hooks._seen_value(a, "exp_avg", keep["view"])
+    ref._seen_value(a, "exp_avg", keep["view"])
+
+
+memo_rows = [
+    ("real tensors' state named", m_first, ([], [("a", "exp_avg"), ("a", "step"), ("b", "exp_avg")])),
+    ("and not again", nothing, ([], [])),
+    ("changed in place: not named", m_inplace, ([], [])),
+    ("a value set_ to other memory is named", m_set, ([], [("a", "exp_avg")])),
+    ("a value's .data replaced is named", m_data, ([], [("b", "exp_avg")])),
+    ("a value replaced in its dict is named", m_replace, ([], [("a", "step")])),
+    ("a key added is named", m_add_key, ([], [("b", "step")])),
+    ("a parameter's state added is named", m_add_param, ([], [("c", "exp_avg")])),
+    ("a key removed: nothing", m_del_key, ([], [])),
+    ("the value named before put back: not named", m_readd_key, ([], [])),
+    ("the state dict copied: nothing", m_copy_outer, ([], [])),
+    ("a parameter's dict copied: nothing", m_copy_inner, ([], [])),
+    ("two values swapped: both named", m_swap, ([], [("a", "exp_avg"), ("c", "exp_avg")])),
+    ("a view named for its key: the value is named again", m_view, ([], [("a", "exp_avg")])),
+    ("a gradient named and a value moved", m_grad, (["a"], [("b", "exp_avg")])),
+]
+for what, change, want in memo_rows:
+    change()
+    for again, w in (("", want), (", scanned again", ([], [])), (", and again", ([], []))):
+        got, py_got = scan(hooks), scan(ref)
+        check("memo: %s%s (%s)" % (what, again, "as Python's" if got == py_got else
+                                   "Python's: %r, here: %r" % (py_got, got)), got == w and py_got == w)
+
 names = _torch._state["names"]
 n0 = len(names)
 t = Fake(0x7000, 0x7f0000004000)
