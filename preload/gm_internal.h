@@ -410,6 +410,9 @@ void gm_python_nogil_check(const gm_pyref *ref, int n);
 /* 1 while the check is still to be made (a layout known, neither agreed nor refused). */
 int gm_python_nogil_pending(void);
 int gm_python_nogil_agreed(void);
+/* gm_python_nogil_agreed()'s answer as a flag (0 until agreed, then 1 for good), read by
+ * gm_python_frames_now without a call. */
+extern int gm_python_nogil_ok;
 int gm_python_nogil_refused(void);
 /* python.c: the calling thread's Python frames now, innermost first, for a caller outside the
  * recorder's events (preload/torch_trace.c); 0 when Python frames are off or there are none.
@@ -459,6 +462,11 @@ static inline void gm_spin_lock(gm_spin *l)
     while (atomic_exchange_explicit(l, 1, memory_order_acquire))
         while (atomic_load_explicit(l, memory_order_relaxed))
             sched_yield();
+}
+/* 1 when taken at once (one exchange), 0 when held elsewhere (not taken: nothing to release). */
+static inline int gm_spin_trylock(gm_spin *l)
+{
+    return !atomic_exchange_explicit(l, 1, memory_order_acquire);
 }
 static inline void gm_spin_unlock(gm_spin *l)
 {

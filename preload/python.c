@@ -256,9 +256,11 @@ static int python_on; /* the provider is registered (gm_python_start) */
  * a frame, where the C API makes (3.11+) and reference-counts a frame object for each. */
 int gm_python_frames_now(rec_pyframe *out, int max, uint64_t *tag)
 {
+    /* agreed (only once gm_python_start registered the provider): the reader at once, one test
+     * of a flag and a jump, for every stack a step asks for */
+    if (__builtin_expect(gm_python_nogil_ok, 1)) return gm_python_nogil_frames(out, max, tag);
     *tag = 0;
     if (!python_on) return 0;
-    if (gm_python_nogil_agreed()) return gm_python_nogil_frames(out, max, tag);
     return python_frames_tagged(out, max, tag);
 }
 

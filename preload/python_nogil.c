@@ -349,6 +349,7 @@ static struct ng_line {
 static gm_spin ng_lock;
 static __thread int ng_busy __attribute__((tls_model("initial-exec")));
 static atomic_int ng_state; /* 0: not yet compared with the C API, 1: agreed, -1: disagreed (off) */
+int gm_python_nogil_ok;     /* ng_state 1 with a layout (gm_internal.h): python.c's one test */
 
 /* ---- code objects freed ----------------------------------------------------------------------
  * A code object can be replaced at its address (freed, another made there) only once it has been
@@ -740,14 +741,17 @@ static int walk(const uintptr_t *key, int nraw, uint64_t chain, rec_pyframe *out
 
 /* ---- the entry points (python.c) ------------------------------------------------------------ */
 
-int gm_python_nogil_frames(struct rec_pyframe *out, int max, uint64_t *tag)
+/* The frames from f, the thread's innermost (gm_python_nogil_frames' work once there is one):
+ * out of line, so that a thread running no Python frame (autograd's device threads, 67 stacks
+ * asked for a tiny GPT-2 step) does not set up the keys' 4 KiB and the registers the walk
+ * keeps. Entered by a jump (tag NULL is taken here, not in the caller's frame): its frame lies
+ * where gm_python_nogil_frames' own did, and so do the words it leaves on the thread's stack,
+ * which PyTorch's partly filled kernel argument structs pick up (called instead, a tiny GPT-2
+ * recording's seqs moved by 2: a launch's word records; tests/bench/README.md, "Tenth pass"). */
+static __attribute__((noinline)) int frames_from(uintptr_t f, struct rec_pyframe *out, int max, uint64_t *tag)
 {
     uint64_t none;
     if (!tag) tag = &none;
-    *tag = 0;
-    if (ng_state < 0 || !ng.l || ng_busy || (ng.is_finalizing && ng.is_finalizing())) return 0;
-    uintptr_t f = top_frame();
-    if (!f) return 0; /* nothing to read: the caches' lock is not taken */
     uintptr_t key[2 * MAX_VISITED];
     uint64_t chain;
     int nraw = collect(f, key, &chain);
@@ -760,10 +764,19 @@ int gm_python_nogil_frames(struct rec_pyframe *out, int max, uint64_t *tag)
     return n;
 }
 
+int gm_python_nogil_frames(struct rec_pyframe *out, int max, uint64_t *tag)
+{
+    if (tag) *tag = 0;
+    if (ng_state < 0 || !ng.l || ng_busy || (ng.is_finalizing && ng.is_finalizing())) return 0;
+    uintptr_t f = top_frame();
+    if (!f) return 0; /* nothing to read: the caches' lock is not taken */
+    return frames_from(f, out, max, tag);
+}
+
 /* 1 once the tabulated layout has agreed with the C API's reading (gm_python_nogil_check). */
 int gm_python_nogil_agreed(void)
 {
-    return ng_state == 1 && ng.l;
+    return gm_python_nogil_ok;
 }
 
 /* 1 once it has disagreed: turned off for good. */
@@ -814,6 +827,7 @@ void gm_python_nogil_check(const gm_pyref *ref, int n)
     if (ng_state != 0 || !ng.l || n <= 0) return;
     if (frames_match(ref, n)) {
         ng_state = 1;
+        gm_python_nogil_ok = 1; /* ng.l set: checked above */
         return;
     }
     ng_state = -1;

@@ -61,9 +61,14 @@ typedef struct rec_pyframe { uint32_t function, file, line; } rec_pyframe;
 /* One entry; the layout gm_torch.c reads (tt_rec there; little-endian, 72 bytes). */
 typedef struct tt_entry {
     uint64_t addr, size;
-    uint64_t seq;     /* the recorder's last claimed seq when PyTorch recorded the entry */
-    uint64_t t_ns;    /* the recorder's clock (ns since the recording started); in the ring its
-                       * raw ticks (rec_last_seq_ticks), turned into ns as they are copied out */
+    union {
+        struct {
+            uint64_t seq;  /* the recorder's last claimed seq when PyTorch recorded the entry */
+            uint64_t t_ns; /* the recorder's clock (ns since the recording started); in the ring
+                            * its raw ticks, turned into ns as they are copied out */
+        };
+        uint64_t seq_ticks[2]; /* both, as rec_last_seq_ticks writes them */
+    };
     uint64_t stream;  /* the CUDA stream's handle (0: the legacy default stream) */
     uint64_t pool[2]; /* PyTorch's MempoolId_t: (0, 0) the device's default pool, else a private
                        * one (a CUDA graph's, a torch.cuda.MemPool) */
@@ -76,8 +81,9 @@ _Static_assert(sizeof(tt_entry) == 72, "tt_entry: the 72-byte layout gm_torch.c 
 
 /* The actions kept: alloc .. segment_unmap (0-6), and oom (8: addr is the device's free bytes,
  * size the request), which the snapshot at an OOM shows; not snapshot (7), which only marks
- * PyTorch's own snapshots, nor annotate (9). */
+ * PyTorch's own snapshots, nor annotate (9). TT_KEPT: one bit each, tested in one shift. */
 enum { TT_ACTION_OOM = 8 };
+#define TT_KEPT (0x7Fu | 1u << TT_ACTION_OOM)
 
 /* The distinct Python stacks: their frames in one array (rec_pyframe: function and file as
  * recorder string ids, and the line), a stack being (first frame, count); found by the hash of
@@ -93,6 +99,8 @@ static struct {
     gm_spin lock;
     tt_entry *ring;
     size_t cap, max, head, n; /* head: the next slot; n: entries held (<= cap) */
+    size_t grow_at;           /* n at which the ring grows (cap while below max, else never:
+                               * tt_grow_at); 0 before the first slot */
     size_t per_device;        /* GPUMEM_TORCH_MAX_ENTRIES: max is this times the devices seen */
     int ndev;
     uint64_t seen;            /* entries noted since the start, kept or not */
@@ -117,9 +125,14 @@ static size_t tt_max(void)
 /* Grows the ring up to max; 0 when there is room. It is full only while not yet wrapped (held
  * entries in slots 0..n-1), so it is mapped memory moved with mremap: the pages written stay
  * where they are, none copied (a doubling copied every entry and faulted in its new pages). */
+static inline void tt_grow_at(void)
+{
+    tt.grow_at = tt.cap < tt.max ? tt.cap : SIZE_MAX;
+}
+
 static int tt_grow(void)
 {
-    if (tt.cap >= tt.max) return -1;
+    if (tt.cap >= tt.max) return tt_grow_at(), -1;
     size_t cap = tt.cap ? tt.cap * 2 : 4096;
     if (cap > tt.max) cap = tt.max;
     void *r = tt.ring ? mremap(tt.ring, tt.cap * sizeof *tt.ring, cap * sizeof *tt.ring, MREMAP_MAYMOVE)
@@ -129,6 +142,7 @@ static int tt_grow(void)
     tt.ring = r;
     tt.cap = cap;
     tt.head = tt.n;
+    tt_grow_at();
     return 0;
 }
 
@@ -177,8 +191,56 @@ lost:
     return 0;
 }
 
-GM_EXPORT void gpumem_torch_trace_entry(int action, int device, uint64_t addr, uint64_t size, uint64_t stream,
-                                        uint64_t pool_a, uint64_t pool_b)
+/* Room for one more device's entries (PyTorch keeps a ring per device) and the ring grown when
+ * full and below its cap: tt_claim's slow path, under tt.lock. -1 when not even the first slots
+ * could be mapped (nothing kept); once at the cap, the oldest entries are overwritten. */
+static __attribute__((noinline)) int tt_room(int device)
+{
+    if (device >= tt.ndev) {
+        if (!tt.per_device) tt.per_device = tt_max();
+        tt.ndev = device + 1;
+        tt.max = tt.per_device * (size_t)tt.ndev;
+        tt_grow_at();
+    }
+    return tt.n == tt.cap && tt_grow() != 0 && !tt.cap ? -1 : 0;
+}
+
+/* The next slot, taken (the caller fills it), with room already made; under tt.lock. */
+static inline __attribute__((always_inline)) tt_entry *tt_take(void)
+{
+    tt_entry *e = &tt.ring[tt.head];
+    tt.head = tt.head + 1 == tt.cap ? 0 : tt.head + 1;
+    if (tt.n < tt.cap) tt.n++;
+    return e;
+}
+
+/* The slot of the next entry, counted and taken (the caller fills it), under tt.lock; NULL when
+ * there is none. One test on the way: a device seen and a ring not due to grow. */
+static inline __attribute__((always_inline)) tt_entry *tt_claim(int device)
+{
+    tt.seen++;
+    if (__builtin_expect(device >= tt.ndev || tt.n == tt.grow_at, 0) && tt_room(device) != 0) return NULL;
+    return tt_take();
+}
+
+static inline __attribute__((always_inline)) void tt_fill(tt_entry *e, int action, int device, uint64_t addr,
+                                                          uint64_t size, uint64_t stream, uint64_t pool_a,
+                                                          uint64_t pool_b, uint32_t stack)
+{
+    e->addr = addr, e->size = size, e->stream = stream;
+    e->pool[0] = pool_a, e->pool[1] = pool_b, e->action = action, e->device = device;
+    e->stack = stack, e->pad = 0;
+}
+
+/* An allocation's or an OOM's entry: with the requesting thread's Python frames, read before the
+ * lock, after the seq and the clock (the OOM's stack is the line that asked). This is the entry as
+ * it was for every action (its own action test included), kept whole, and out of line (noipa: its
+ * code and frame are the ones it had): PyTorch's partly filled kernel argument structs pick up
+ * the words gpumem's frames leave on the thread's stack, and a launch's recorded uses with them
+ * (tests/bench/README.md, "Tenth pass"); a frame laid out otherwise here moved 3 uses rows of a
+ * tiny GPT-2 recording. The entries without a stack write no frame at all (below). */
+static __attribute__((noipa)) void tt_entry_stack(int action, int device, uint64_t addr, uint64_t size,
+                                                 uint64_t stream, uint64_t pool_a, uint64_t pool_b)
 {
     if (!((action >= 0 && action <= 6) || action == TT_ACTION_OOM) || device < 0) return;
     uint64_t seq = 0, ticks = 0;
@@ -208,6 +270,7 @@ GM_EXPORT void gpumem_torch_trace_entry(int action, int device, uint64_t addr, u
         if (!tt.per_device) tt.per_device = tt_max();
         tt.ndev = device + 1;
         tt.max = tt.per_device * (size_t)tt.ndev;
+        tt_grow_at();
     }
     if (tt.n == tt.cap && tt_grow() != 0 && !tt.cap) {
         gm_spin_unlock(&tt.lock); /* no memory for even the first slots: nothing kept */
@@ -219,6 +282,57 @@ GM_EXPORT void gpumem_torch_trace_entry(int action, int device, uint64_t addr, u
     e->stack = stack, e->pad = 0;
     tt.head = tt.head + 1 == tt.cap ? 0 : tt.head + 1;
     if (tt.n < tt.cap) tt.n++;
+    gm_spin_unlock(&tt.lock);
+}
+
+/* An entry without a stack, the whole way: the lock waited for, room made (a device seen the
+ * first time, the ring grown). */
+static __attribute__((noinline)) void tt_entry_plain(int action, int device, uint64_t addr, uint64_t size,
+                                                     uint64_t stream, uint64_t pool_a, uint64_t pool_b)
+{
+    gm_spin_lock(&tt.lock);
+    tt_entry *e = tt_claim(device);
+    if (e) {
+        tt_fill(e, action, device, addr, size, stream, pool_a, pool_b, 0);
+#ifdef GM_HAVE_REC
+        rec_last_seq_ticks_into(e->seq_ticks);
+#else
+        e->seq = e->t_ns = 0;
+#endif
+    }
+    gm_spin_unlock(&tt.lock);
+}
+
+/* ~435 entries a tiny GPT-2 step, 290 of them without a stack (frees, segments; most of autograd's
+ * thread's). Those take the lock in one exchange, fill their slot and read the seq and the clock
+ * into it last: no argument lives across a call, so none is saved and restored. The seq is read
+ * under tt.lock, where nothing between the entry's arrival and the read claims one. A lock held
+ * elsewhere, a device not seen yet or a ring due to grow: tt_entry_plain, the lock let go first. */
+GM_EXPORT void gpumem_torch_trace_entry(int action, int device, uint64_t addr, uint64_t size, uint64_t stream,
+                                        uint64_t pool_a, uint64_t pool_b)
+{
+    if ((unsigned)action > TT_ACTION_OOM || !(TT_KEPT >> action & 1) || device < 0) return;
+    if (action == 0 || action == TT_ACTION_OOM) {
+        tt_entry_stack(action, device, addr, size, stream, pool_a, pool_b);
+        return;
+    }
+    if (__builtin_expect(!gm_spin_trylock(&tt.lock), 0)) {
+        tt_entry_plain(action, device, addr, size, stream, pool_a, pool_b);
+        return;
+    }
+    if (__builtin_expect(device >= tt.ndev || tt.n == tt.grow_at, 0)) {
+        gm_spin_unlock(&tt.lock);
+        tt_entry_plain(action, device, addr, size, stream, pool_a, pool_b);
+        return;
+    }
+    tt.seen++;
+    tt_entry *e = tt_take();
+    tt_fill(e, action, device, addr, size, stream, pool_a, pool_b, 0);
+#ifdef GM_HAVE_REC
+    rec_last_seq_ticks_into(e->seq_ticks);
+#else
+    e->seq = e->t_ns = 0;
+#endif
     gm_spin_unlock(&tt.lock);
 }
 

@@ -1192,6 +1192,15 @@ uint64_t rec_last_seq_ticks(uint64_t *ticks) {
     return seq;
 }
 
+void rec_last_seq_ticks_into(uint64_t *st) {
+    if (atomic_load_explicit(&rec_g.state, memory_order_acquire) != REC_ST_OPEN) {
+        st[0] = st[1] = 0;
+        return;
+    }
+    st[0] = rec_ring_last_seq(&rec_g.ring); /* seq before time */
+    st[1] = rec_ticks();
+}
+
 uint64_t rec_ticks_ns(uint64_t ticks) {
     return ticks ? rec_ticks_to_ns(&rec_g, ticks) : 0;
 }

@@ -442,6 +442,10 @@ uint64_t rec_last_seq(void);
  * rec_last_seq() and sets *ticks to the clock's raw reading taken after it (0: not recording),
  * which rec_ticks_ns turns into rec_time_ns's ns later (the same clock for the recording's life). */
 uint64_t rec_last_seq_ticks(uint64_t *ticks);
+/* The same into st[0] (the seq) and st[1] (the ticks): two adjacent words where the caller keeps
+ * them (a trace entry's slot, written in place), so that nothing of the caller's lives across
+ * the call. */
+void rec_last_seq_ticks_into(uint64_t *st);
 uint64_t rec_ticks_ns(uint64_t ticks);
 
 /* ---- Python frames (schema 1.3). ---------------------------------------------------------

@@ -15,12 +15,15 @@
  *   - the recorder's writer (record/rec_writer.c, 2-bit keys): a Python frame of a taken key is
  *     one frames row however often it comes again;
  *   - PyTorch's trace entries (preload/torch_trace.c, 2-bit hashes, its Python frames from a
- *     stand-in below): every stack kept, each entry with its own, none lost. */
+ *     stand-in below): every stack kept, each entry with its own, none lost; and its ring
+ *     (torch_trace_ring_table, not a hash's: the file's one unit test) through an entry's two
+ *     ways, grown, wrapped and given a second device. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <cmocka.h>
 
@@ -380,6 +383,98 @@ int gm_python_frames_now(rec_pyframe *out, int max, uint64_t *tag)
     return 1;
 }
 
+/* The trace's ring through each way an entry takes (preload/torch_trace.c): an entry without a
+ * stack fills its slot after one test (a device seen, the ring not due to grow), an allocation's
+ * or an OOM's goes the whole way; both must leave the ring as one way would. Each row runs in a
+ * child of its own with its GPUMEM_TORCH_MAX_ENTRIES (read at the first entry: this test runs
+ * before any other makes one). n entries, actions 0-6 and 8 in turn (from 3), the ones at and after
+ * dev1_at on device 1 (the first of them action dev1_action); between them entries PyTorch gives
+ * that are not kept (actions 7, 9, -1, 10, device -1). Kept: the newest `kept`, oldest first,
+ * each with its own fields, the allocations' and OOMs' with a stack, the others' none. */
+static const struct tt_ring_row {
+    const char *what, *max;
+    int n, dev1_at, dev1_action, kept;
+} tt_ring_rows[] = {
+    {"grown past 4096 and 8192 slots to its cap", "10000", 9000, -1, 0, 9000},
+    {"wrapped at its cap: the newest kept", "5000", 12000, -1, 0, 5000},
+    {"a second device, first an allocation: its room, the ring grown", "3000", 5500, 2000, 0, 5500},
+    {"a second device, first a free: its room, the ring grown", "3000", 5500, 2000, 2, 5500},
+    {"a second device, first an OOM, once the first's is full", "3000", 5500, 3000, 8, 5500},
+};
+
+static int tt_ring_action(const struct tt_ring_row *r, int i)
+{
+    static const int cycle[8] = {0, 1, 2, 3, 4, 5, 6, 8};
+    /* +3: the entries at 3000, 4096 and 8192 (a cap reached, a ring full) are ones without a stack */
+    return i == r->dev1_at ? r->dev1_action : cycle[(i + 3) % 8];
+}
+
+/* 0, or what differs (said on stderr) */
+static int tt_ring_row_run(const struct tt_ring_row *r)
+{
+    setenv("GPUMEM_TORCH_MAX_ENTRIES", r->max, 1);
+    for (int i = 0; i < r->n; i++) {
+        int dev = r->dev1_at >= 0 && i >= r->dev1_at;
+        if (i % 5 == 0) { /* not kept, not counted */
+            static const int drop[5][2] = {{7, 0}, {9, 0}, {-1, 0}, {10, 0}, {0, -1}};
+            gpumem_torch_trace_entry(drop[i / 5 % 5][0], drop[i / 5 % 5][1], 1, 1, 1, 1, 1);
+        }
+        gpumem_torch_trace_entry(tt_ring_action(r, i), dev, 0x10000ull + (uint64_t)i * 512, (uint64_t)i + 1,
+                                 (uint64_t)i * 3, (uint64_t)i, (uint64_t)i + 7);
+    }
+    uint64_t seen = 0;
+    size_t bytes = gpumem_torch_trace_copy(NULL, 0, &seen), n = bytes / 72;
+    if (seen != (uint64_t)r->n || n != (size_t)r->kept) {
+        fprintf(stderr, "%s: seen %llu kept %zu, want %d and %d\n", r->what, (unsigned long long)seen, n, r->n, r->kept);
+        return 1;
+    }
+    unsigned char *ents = malloc(bytes);
+    if (!ents) return 1;
+    gpumem_torch_trace_copy(ents, bytes, &seen);
+    for (size_t k = 0; k < n; k++) {
+        int i = r->n - r->kept + (int)k;
+        uint64_t w[8];
+        int32_t action, device;
+        uint32_t stack;
+        memcpy(w, ents + k * 72, sizeof w); /* addr, size, seq, t_ns, stream, pool[2], then ints */
+        memcpy(&action, ents + k * 72 + 56, 4);
+        memcpy(&device, ents + k * 72 + 60, 4);
+        memcpy(&stack, ents + k * 72 + 64, 4);
+        int a = tt_ring_action(r, i), has_stack = a == 0 || a == 8;
+        if (w[0] != 0x10000ull + (uint64_t)i * 512 || w[1] != (uint64_t)i + 1 || w[4] != (uint64_t)i * 3 ||
+            w[5] != (uint64_t)i || w[6] != (uint64_t)i + 7 || action != a ||
+            device != (r->dev1_at >= 0 && i >= r->dev1_at) || (stack != 0) != has_stack) {
+            fprintf(stderr, "%s: entry %zu (the %d-th given) is addr %#llx action %d device %d stack %u\n", r->what,
+                    k, i, (unsigned long long)w[0], action, device, stack);
+            free(ents);
+            return 1;
+        }
+    }
+    free(ents);
+    return 0;
+}
+
+static void torch_trace_ring_table(void **state)
+{
+    (void)state;
+    uint64_t seen = 1;
+    gpumem_torch_trace_copy(NULL, 0, &seen);
+    assert_int_equal(seen, 0); /* the first test to make entries: each row's setting is read */
+    int failed = 0;
+    for (size_t k = 0; k < sizeof tt_ring_rows / sizeof *tt_ring_rows; k++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) _exit(tt_ring_row_run(&tt_ring_rows[k]));
+        int st = 0;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "torch_trace_ring_table: row '%s' failed\n", tt_ring_rows[k].what);
+            failed++;
+        }
+    }
+    assert_int_equal(failed, 0);
+}
+
 /* 40 one-frame stacks (4 hashes), each allocating 3 times: 40 stacks kept, an entry's stack is
  * its own line's */
 static void torch_trace_stacks_of_one_hash(void **state)
@@ -423,6 +518,7 @@ static void torch_trace_stacks_of_one_hash(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(torch_trace_ring_table), /* first: no entry made before it */
         cmocka_unit_test(bytemap_keeps_collisions_apart),
         cmocka_unit_test(recorder_stacks_of_one_hash),
         cmocka_unit_test(advise_ops_of_one_hash),
