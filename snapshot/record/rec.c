@@ -951,16 +951,21 @@ uint64_t rec_launch(const rec_launch_info *li) {
         if (!li->access) { /* a kernel's full records of six words: nothing but copies */
             const uint64_t *w = li->words;
             uint32_t thread = t->thread;
+            /* the ring's slots and mask in locals, each turn stored here: through
+             * rec_ring_publish_n the release stores had both loaded again twice a record, and
+             * the last record (the launch's, below) is the one that may wake the writer */
+            rec_slot *const slots = q->slots;
+            const uint64_t mask = q->mask;
             for (; i + REC_WORDS_PER_REC_T <= n; i += REC_WORDS_PER_REC_T, chunk++) {
-                rec_rec *r = &q->slots[(pos + chunk) & q->mask].r;
-                memcpy(&r->addr, w + i, REC_WORDS_PER_REC * sizeof(uint64_t));
-                r->t = w[i + REC_WORDS_PER_REC];
-                r->kind = REC_R_WORDS;
-                r->device = (int16_t)(REC_WORDS_PER_REC_T | REC_WORDS_T_WORD);
-                r->thread = thread;
-                r->stack = tag;
-                r->range = chunk;
-                rec_ring_publish_n(q, pos, chunk, nrec);
+                rec_slot *s = &slots[(pos + chunk) & mask];
+                memcpy(&s->r.addr, w + i, REC_WORDS_PER_REC * sizeof(uint64_t));
+                s->r.t = w[i + REC_WORDS_PER_REC];
+                s->r.kind = REC_R_WORDS;
+                s->r.device = (int16_t)(REC_WORDS_PER_REC_T | REC_WORDS_T_WORD);
+                s->r.thread = thread;
+                s->r.stack = tag;
+                s->r.range = chunk;
+                atomic_store_explicit(&s->turn, pos + chunk + 1, memory_order_release);
             }
             if (i < n) { /* the last 1..5 words, zeros after them (t: the sixth, always 0 here) */
                 _Static_assert(REC_WORDS_PER_REC == 5, "the partial record's copy is of up to five words");
