@@ -2409,9 +2409,11 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
     b->requested = size;
     b->stream = stream;
     /* the first block names the stream; another one mixes */
-    if (stream != atomic_load_explicit(&a->one_stream, memory_order_relaxed)) {
+    if (stream != atomic_load_explicit(&a->one_stream, memory_order_relaxed) &&
+        !atomic_load_explicit(&a->mixed_streams, memory_order_relaxed)) {
         if (a->next_id) atomic_store_explicit(&a->mixed_streams, true, memory_order_relaxed);
         else atomic_store_explicit(&a->one_stream, stream, memory_order_relaxed);
+        if (a->hooks.on_streams_change) a->hooks.on_streams_change(a->hooks.user);
     }
     b->stamp = ++a->next_id;
     if (a->fresh) ptrmap_put(&a->map, a->fresh->addr, a->fresh); /* room was made before */
@@ -2815,10 +2817,14 @@ size_t alloc_use_streams(alloc_t *a, const uint64_t *addrs, size_t n, uintptr_t 
      * address from a malloc that returned before this call, and the writes of that malloc (the
      * first block's one_stream, a later one's mixed_streams) happen before it; both flags
      * change at most once. */
-    if (!atomic_load_explicit(&a->mixed_streams, memory_order_relaxed) &&
-        atomic_load_explicit(&a->one_stream, memory_order_relaxed) == stream)
-        return 0;
+    if (alloc_one_stream(a, stream)) return 0;
     return use_streams_locked(a, addrs, n, stream);
+}
+
+bool alloc_one_stream(alloc_t *a, uintptr_t stream)
+{
+    return !atomic_load_explicit(&a->mixed_streams, memory_order_relaxed) &&
+           atomic_load_explicit(&a->one_stream, memory_order_relaxed) == stream;
 }
 
 /* ---- queries --------------------------------------------------------------------------------- */

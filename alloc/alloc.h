@@ -271,6 +271,9 @@ typedef struct alloc_hooks {
      * alloc_id and stream are the allocation's. Not called for frees reusable at once. */
     void (*on_free_landed)(void *user, uint64_t addr, size_t size, uintptr_t stream,
                            uint64_t alloc_id);
+    /* alloc_one_stream's answer may have changed: the first block named its stream, or a block
+     * on another stream mixed them (at most twice an allocator) */
+    void (*on_streams_change)(void *user);
 } alloc_hooks_t;
 void alloc_set_hooks(alloc_t *a, const alloc_hooks_t *hooks);
 
@@ -339,6 +342,12 @@ int alloc_record_stream(alloc_t *a, uint64_t ptr, uintptr_t stream);
  * narrow a plain alloc_free to named streams (tracking can miss a use: it still fences every
  * stream). Returns how many blocks gained the stream. */
 size_t alloc_use_streams(alloc_t *a, const uint64_t *addrs, size_t n, uintptr_t stream);
+
+/* True while every block allocated so far is on `stream` (or none was and `stream` is 0):
+ * alloc_use_streams adds nothing for `stream` then, and takes no lock. The answer changes at most
+ * twice, and on_streams_change is called each time, so a caller may skip alloc_use_streams for
+ * that stream until then (preload/uses.c: the launch's stream, memoised per thread). */
+bool alloc_one_stream(alloc_t *a, uintptr_t stream);
 
 /* CUDA graphs (PyTorch's private pools are the model). While a capture is underway the
  * allocator queries no event and never synchronizes (both would invalidate the capture), and the

@@ -32,6 +32,8 @@ typedef CUresult (*getproc_v2_fn)(const char *, void **, int, cuuint64_t,
 static getproc_v1_fn real_getproc_v1;
 static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
 static int driver_ok;      /* cuInit succeeded */
+/* driver_load has run (release): every hook asks, a launch's too, and pthread_once is a call */
+static _Atomic int driver_loaded;
 
 /* ---- hooks ---------------------------------------------------------------------------- */
 
@@ -1571,11 +1573,13 @@ static void driver_load(void)
         driver_ok = 1;
 out:
     gm_in_init--;
+    atomic_store_explicit(&driver_loaded, 1, memory_order_release);
 }
 
 int gm_driver_init(void)
 {
-    pthread_once(&driver_once, driver_load);
+    if (!atomic_load_explicit(&driver_loaded, memory_order_acquire))
+        pthread_once(&driver_once, driver_load);
     return driver_ok;
 }
 

@@ -336,6 +336,13 @@ int gm_heap_record_stream(CUdeviceptr ptr, CUstream stream);
 /* Access tracking: work on stream s of device dev touched these words (candidate addresses):
  * the live blocks they point into wait for s before a stream-ordered free reuses them. */
 void gm_heap_use_streams(int dev, CUstream s, const uint64_t *words, size_t n);
+/* 1 when no gm_heap_use_streams for (dev, s) can add anything while gm_heap_streams_gen keeps
+ * the value it had before this call (no allocator on dev, or all its blocks are on s:
+ * alloc_one_stream), so the launch hook skips the next ones (uses.c, use_streams); 0 otherwise. */
+int gm_heap_streams_settled(int dev, CUstream s);
+/* Owned by heap.c: bumped whenever an answer 1 of gm_heap_streams_settled may stop holding (a
+ * device's allocator made or reset, an allocator's blocks' streams changed). */
+extern _Atomic unsigned gm_heap_streams_gen;
 struct alloc;
 struct alloc_oom_info;
 struct alloc_stats;

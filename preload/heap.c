@@ -293,6 +293,20 @@ void gm_heap_note_stream(CUstream s)
  * too: while one is, allocations and frees ask whether their stream is capturing. */
 static _Atomic int captures_underway;
 
+_Atomic unsigned gm_heap_streams_gen;
+
+static void streams_gen_bump(void)
+{
+    atomic_fetch_add_explicit(&gm_heap_streams_gen, 1, memory_order_relaxed);
+}
+
+/* an allocator's blocks' streams changed (alloc_one_stream): called with its lock held */
+static void hk_streams_change(void *user)
+{
+    (void)user;
+    streams_gen_bump();
+}
+
 void gm_heap_capture_begin(void)
 {
     pthread_mutex_lock(&devs_lock);
@@ -412,7 +426,8 @@ static alloc_t *dev_get(CUdevice dev)
         if (gm_real.cuMemGetInfo_v2)
             be.mem_info = be_mem_info;
         if (alloc_create(&be, &gm_alloc_config, &a) == ALLOC_OK) {
-            alloc_hooks_t hk = {(void *)(intptr_t)dev, hk_map, hk_unmap, hk_oom, hk_free_landed};
+            alloc_hooks_t hk = {(void *)(intptr_t)dev, hk_map, hk_unmap, hk_oom, hk_free_landed,
+                                hk_streams_change};
             alloc_set_hooks(a, &hk);
             alloc_config_t cfg;
             alloc_get_config(a, &cfg);
@@ -425,6 +440,7 @@ static alloc_t *dev_get(CUdevice dev)
             gm_rec_note_device(dev, cfg.expandable_segments);
             d->a = a;
             atomic_store_explicit(&dev_alloc[dev], a, memory_order_release);
+            streams_gen_bump();
         } else {
             a = NULL;
         }
@@ -724,6 +740,15 @@ void gm_heap_use_streams(int dev, CUstream s, const uint64_t *words, size_t n)
     alloc_use_streams(a, words, n, gm_stream_key(s));
 }
 
+/* A launch on a capturing stream adds nothing either way (gm_heap_use_streams), so a capture
+ * changes no answer of this. */
+int gm_heap_streams_settled(int dev, CUstream s)
+{
+    if (dev < 0 || dev >= GM_MAX_DEVICES) return 1;
+    alloc_t *a = atomic_load_explicit(&dev_alloc[dev], memory_order_acquire);
+    return !a || alloc_one_stream(a, gm_stream_key(s));
+}
+
 int gm_heap_ipc_refuse(const char *fn, uintptr_t ptr)
 {
     CUdeviceptr base;
@@ -833,6 +858,7 @@ void gm_heap_reset(int dev)
     pthread_mutex_lock(&devs_lock);
     alloc_t *a = atomic_exchange(&dev_alloc[dev], NULL);
     devs[dev].a = NULL;
+    streams_gen_bump();
     pthread_mutex_unlock(&devs_lock);
     if (!a)
         return;

@@ -791,6 +791,40 @@ void gm_uses_kernel_begin(struct gm_uses_op *op, int device, CUfunction f, CUstr
     op->timing = timing_begin(s);
 }
 
+/* The stream and device of the thread's last launch for which gm_heap_streams_settled said
+ * that nothing can be added (PyTorch's: its one stream, every block on it), and
+ * gm_heap_streams_gen then: while it holds, the next launches there skip gm_heap_use_streams
+ * (~55 instructions a launch). */
+static __thread struct {
+    CUstream s;
+    int device;
+    int ok;
+    unsigned gen;
+} streams_memo __attribute__((tls_model("initial-exec")));
+
+__attribute__((noinline)) static void use_streams_call(int device, CUstream s, const uint64_t *w,
+                                                       size_t n, unsigned gen)
+{
+    gm_heap_use_streams(device, s, w, n);
+    streams_memo.ok = gm_heap_streams_settled(device, s);
+    streams_memo.s = s;
+    streams_memo.device = device;
+    streams_memo.gen = gen;
+}
+
+/* gm_heap_use_streams unless the memo says it adds nothing: a leaf, the call a tail call. Out of
+ * line, with gm_heap_use_streams' arguments, so that launch_record's frame stays as it was (what
+ * the hook's frames leave on the stack is read by PyTorch's partly filled argument structs:
+ * tests/bench/README.md, "Tenth pass"). */
+__attribute__((noinline)) static void use_streams(int device, CUstream s, const uint64_t *w, size_t n)
+{
+    unsigned gen = atomic_load_explicit(&gm_heap_streams_gen, memory_order_relaxed);
+    if (streams_memo.ok && streams_memo.gen == gen && streams_memo.s == s &&
+        streams_memo.device == device)
+        return;
+    use_streams_call(device, s, w, n, gen);
+}
+
 static void launch_record(struct gm_uses_op *op, CUresult r, unsigned kind, uint32_t name,
                           uint64_t bytes, const uint8_t *access)
 {
@@ -798,7 +832,7 @@ static void launch_record(struct gm_uses_op *op, CUresult r, unsigned kind, uint
     if (r == CUDA_SUCCESS) {
         /* the allocator learns the stream too, before the hook returns (so before any free the
          * program orders after this launch): a block used here is not reused ahead of it */
-        gm_heap_use_streams(op->device, op->s, op->w, op->n);
+        use_streams(op->device, op->s, op->w, op->n);
         rec_launch_info li = {
             .device = op->device,
             .stream = (uint64_t)(uintptr_t)op->s,

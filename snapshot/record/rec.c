@@ -1099,6 +1099,12 @@ uint64_t rec_launch(const rec_launch_info *li) {
     size_t per = li->access ? REC_WORDS_PER_REC : REC_WORDS_PER_REC_T;
     size_t nrec = (n + per - 1) / per + 1;
     rec_ring *q = &rec_g.ring;
+    /* the ring's slots and mask in locals (read before the claim, which reads them too), each
+     * turn stored here: through rec_ring_publish_n the release stores had both loaded again twice
+     * a record; the wake it makes at the last record is made once, after the launch's
+     * (rec_ring_published_n) */
+    rec_slot *const slots = q->slots;
+    const uint64_t mask = q->mask;
     uint64_t pos = rec_ring_claim_n(q, nrec);
     if (__builtin_expect(pos != UINT64_MAX, 1)) { /* the usual: room for all, written in place */
         uint32_t chunk = 0;
@@ -1107,19 +1113,20 @@ uint64_t rec_launch(const rec_launch_info *li) {
             const uint64_t *w = li->words;
             uint32_t thread = t->thread;
             for (; i + REC_WORDS_PER_REC_T <= n; i += REC_WORDS_PER_REC_T, chunk++) {
-                rec_rec *r = &q->slots[(pos + chunk) & q->mask].r;
-                memcpy(&r->addr, w + i, REC_WORDS_PER_REC * sizeof(uint64_t));
-                r->t = w[i + REC_WORDS_PER_REC];
-                r->kind = REC_R_WORDS;
-                r->device = (int16_t)(REC_WORDS_PER_REC_T | REC_WORDS_T_WORD);
-                r->thread = thread;
-                r->stack = tag;
-                r->range = chunk;
-                rec_ring_publish_n(q, pos, chunk, nrec);
+                rec_slot *s = &slots[(pos + chunk) & mask];
+                memcpy(&s->r.addr, w + i, REC_WORDS_PER_REC * sizeof(uint64_t));
+                s->r.t = w[i + REC_WORDS_PER_REC];
+                s->r.kind = REC_R_WORDS;
+                s->r.device = (int16_t)(REC_WORDS_PER_REC_T | REC_WORDS_T_WORD);
+                s->r.thread = thread;
+                s->r.stack = tag;
+                s->r.range = chunk;
+                atomic_store_explicit(&s->turn, pos + chunk + 1, memory_order_release);
             }
             if (i < n) { /* the last 1..5 words, zeros after them (t: the sixth, always 0 here) */
                 _Static_assert(REC_WORDS_PER_REC == 5, "the partial record's copy is of up to five words");
-                rec_rec *r = &q->slots[(pos + chunk) & q->mask].r;
+                rec_slot *s = &slots[(pos + chunk) & mask];
+                rec_rec *r = &s->r;
                 uint64_t v[REC_WORDS_PER_REC] = {0};
                 switch (n - i) { /* a copy of variable length cost a small launch ~25 instructions */
                 case 5: v[4] = w[i + 4]; __attribute__((fallthrough));
@@ -1135,16 +1142,19 @@ uint64_t rec_launch(const rec_launch_info *li) {
                 r->thread = thread;
                 r->stack = tag;
                 r->range = chunk;
-                rec_ring_publish_n(q, pos, chunk, nrec);
+                atomic_store_explicit(&s->turn, pos + chunk + 1, memory_order_release);
                 i = n, chunk++;
             }
         }
         for (; i < n; i += per, chunk++) { /* copies' records, with access bytes (a kernel's are all above) */
-            launch_words_fill(&q->slots[(pos + chunk) & q->mask].r, li, i, n, per, t->thread, tag, chunk);
-            rec_ring_publish_n(q, pos, chunk, nrec);
+            rec_slot *s = &slots[(pos + chunk) & mask];
+            launch_words_fill(&s->r, li, i, n, per, t->thread, tag, chunk);
+            atomic_store_explicit(&s->turn, pos + chunk + 1, memory_order_release);
         }
-        launch_fill(&q->slots[(pos + chunk) & q->mask].r, li, t, tag, n);
-        return rec_ring_publish_n(q, pos, chunk, nrec);
+        rec_slot *s = &slots[(pos + chunk) & mask];
+        launch_fill(&s->r, li, t, tag, n);
+        atomic_store_explicit(&s->turn, pos + chunk + 1, memory_order_release);
+        return rec_ring_published_n(q, pos, nrec);
     }
     /* no room for all of them now (or more than a quarter of the ring): built here and pushed in
      * batches of REC_LAUNCH_BATCH, rec_ring_push_n waiting for room or dropping */

@@ -164,15 +164,19 @@ static inline rec_slot *rec_ring_claim(rec_ring *q, uint64_t *pos_out) {
  * rec_ring_push_n them, which waits or drops). Each slot is published with rec_ring_publish_n
  * once filled, in order; as with rec_ring_claim, nothing but plain stores in between. */
 static inline uint64_t rec_ring_claim_n(rec_ring *q, size_t n) {
-    if (n == 0 || n > (q->mask + 1) / 4) return UINT64_MAX;
+    /* the slots and the mask read once (they live as long as the ring): the acquire load and
+     * the CAS would have them read again */
+    rec_slot *const slots = q->slots;
+    const uint64_t mask = q->mask;
+    if (n == 0 || n > (mask + 1) / 4) return UINT64_MAX;
     uint64_t pos = atomic_load_explicit(&q->head, memory_order_relaxed);
     for (int tries = 0; tries < 4; tries++) {
         /* the consumer frees slots in order: the last of the n free for this lap means all are */
-        rec_slot *last = &q->slots[(pos + n - 1) & q->mask];
+        rec_slot *last = &slots[(pos + n - 1) & mask];
         if (atomic_load_explicit(&last->turn, memory_order_acquire) != pos + n - 1) return UINT64_MAX;
         if (atomic_compare_exchange_weak_explicit(&q->head, &pos, pos + n, memory_order_relaxed,
                                                   memory_order_relaxed)) {
-            __builtin_prefetch(&q->slots[(pos + n - 1 + REC_RING_AHEAD) & q->mask], 1);
+            __builtin_prefetch(&slots[(pos + n - 1 + REC_RING_AHEAD) & mask], 1);
             return pos;
         }
     }
@@ -185,6 +189,14 @@ static inline uint64_t rec_ring_publish_n(rec_ring *q, uint64_t pos, size_t i, s
     atomic_store_explicit(&q->slots[(pos + i) & q->mask].turn, pos + i + 1, memory_order_release);
     if (i + 1 == n && (pos & q->wake_mask) + n > q->wake_mask) rec_ring_wake(q);
     return pos + i + 1;
+}
+
+/* For a caller that stored the turns of a rec_ring_claim_n's n slots itself, in order, each
+ * slot's pos + i + 1 once filled (rec_launch: the ring's slots and mask kept in registers): the
+ * wake rec_ring_publish_n makes at the last one. Returns the last one's seq. */
+static inline uint64_t rec_ring_published_n(rec_ring *q, uint64_t pos, size_t n) {
+    if ((pos & q->wake_mask) + n > q->wake_mask) rec_ring_wake(q);
+    return pos + n;
 }
 
 /* Publishes the record rec_ring_claim gave the slot of; returns its seq. */

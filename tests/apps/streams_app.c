@@ -26,6 +26,14 @@
  *                        with access tracking the new owner's bytes never reach the kernel
  *                        (meaningful on the asynchronous virtual GPU). Prints "uses reused
  *                        <0|1>" (whether the new allocation got the old block's address).
+ *   streams_app uses-memo fresh|mixed|reset
+ *                        the same read on stream B after a kernel on B that the launch hook
+ *                        found with nothing to add (its per-thread memo, preload/uses.c
+ *                        use_streams), the block then made where B is not its only stream:
+ *                        fresh: B's kernel ran before the device had an allocator, the block is
+ *                        cudaMalloc'ed (the legacy stream) and freed in order on it; mixed:
+ *                        every block was on B, the block is the first on A; reset: every block
+ *                        was on B, then cudaDeviceReset, and the block as in fresh.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -556,6 +564,71 @@ static void uses(void)
     RT(cudaStreamDestroy(sb));
 }
 
+static void k_nop(void **a) { (void)a; }
+/* k_fill(unsigned char *p, uint64_t n): the canary, 0xab */
+static void k_fill(void **a) { memset(*(unsigned char **)a[0], 0xab, *(uint64_t *)a[1]); }
+
+/* uses-memo: a kernel on B that gives the launch hook nothing to add, then the uses case on a
+ * block whose stream is not B (the hook must ask the allocator again: the memo is stale) */
+static void uses_memo(const char *how)
+{
+    size_t sz[] = {sizeof(void *), sizeof(uint64_t), sizeof(int *)}, nsz[] = {sizeof(void *)};
+    void *f = sim_kernel("k_slow_check", k_slow_check, 3, sz), *fnop = sim_kernel("k_nop", k_nop, 1, nsz),
+         *ffill = sim_kernel("k_fill", k_fill, 2, sz);
+    if (bad) return;
+    slow_check_ms = 250;
+    enum { N = 1 << 16 };
+    int fresh = !strcmp(how, "fresh"), mixed = !strcmp(how, "mixed"), reset = !strcmp(how, "reset");
+    if (!fresh && !mixed && !reset) {
+        check(0, "uses-memo: fresh, mixed or reset");
+        return;
+    }
+    cudaStream_t sa = 0, sb;
+    void *x = NULL, *p = NULL, *q = NULL;
+    static int ok = -1;
+    RT(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking));
+    if (mixed)
+        RT(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking));
+    if (!fresh)
+        RT(cudaMallocAsync(&x, N, sb)); /* every block on B */
+    void *nargs[] = {&x};
+    dim3 g = {1, 1, 1}, b = {1, 1, 1};
+    RT(cudaLaunchKernel(fnop, g, b, nargs, 0, sb)); /* nothing to add: B is every block's stream */
+    RT(cudaStreamSynchronize(sb));
+    if (reset) {
+        RT(cudaFreeAsync(x, sb));
+        RT(cudaStreamSynchronize(sb));
+        RT(cudaDeviceReset());
+        RT(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking));
+        RT(cudaLaunchKernel(fnop, g, b, nargs, 0, sb)); /* no allocator now: nothing to add */
+        RT(cudaStreamSynchronize(sb));
+    }
+    RT(cudaMallocAsync(&p, N, sa));
+    RT(cudaStreamSynchronize(sa));
+    uint64_t n = N;
+    int *okp = &ok;
+    void *args[] = {&p, &n, &okp};
+    /* the canary written on B too: no work on another stream in between, which would have the
+     * hook ask the allocator again whatever it remembered */
+    RT(cudaLaunchKernel(ffill, g, b, args, 0, sb));
+    RT(cudaLaunchKernel(f, g, b, args, 0, sb)); /* reads p after 250 ms, on B */
+    RT(cudaFreeAsync(p, sa));
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    RT(cudaMallocAsync(&q, N, sa));
+    RT(cudaMemsetAsync(q, 0x11, N, sa));
+    RT(cudaStreamSynchronize(sa));
+    RT(cudaStreamSynchronize(sb));
+    printf("uses-memo %s reused %d\n", how, p == q);
+    check(ok == 1, "uses-memo: the kernel on stream B saw its block overwritten: the launch hook "
+                   "skipped telling the allocator about B after the blocks' streams changed");
+    RT(cudaFreeAsync(q, sa));
+    if (mixed) RT(cudaFreeAsync(x, sb));
+    RT(cudaDeviceSynchronize());
+    if (mixed) RT(cudaStreamDestroy(sa));
+    RT(cudaStreamDestroy(sb));
+}
+
 /* ---- guard pages ---------------------------------------------------------------------------- */
 
 /* k_write(unsigned char *p, uint64_t n): p[i] = 0xee for i < n, as a kernel that miscounts */
@@ -601,7 +674,8 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr,
-                "usage: streams_app ptds|ptds-exit N|record|multidev|graph|ipc|churn N|uses|guard N\n");
+                "usage: streams_app ptds|ptds-exit N|record|multidev|graph|ipc|churn N|uses|"
+                "uses-memo fresh|mixed|reset|guard N\n");
         return 2;
     }
     if (!strcmp(argv[1], "ptds"))
@@ -620,6 +694,8 @@ int main(int argc, char **argv)
         churn(atoi(argv[2]));
     else if (!strcmp(argv[1], "uses"))
         uses();
+    else if (!strcmp(argv[1], "uses-memo") && argc > 2)
+        uses_memo(argv[2]);
     else if (!strcmp(argv[1], "guard") && argc > 2)
         guard(atoi(argv[2]));
     else {

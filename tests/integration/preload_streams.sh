@@ -22,6 +22,12 @@
 #     B (no record_stream), freed in stream order on A and allocated again on A, the kernel never
 #     sees the next owner's bytes on the asynchronous virtual GPU; with tracking off
 #     (GPUMEM_USES=0) the same program is caught by its canary (the check can fail);
+#   - the launch hook's memo of a stream with nothing to add (preload/uses.c, use_streams) goes
+#     stale when the blocks' streams change: a kernel on B found nothing to add (B had every
+#     block, or the device no allocator yet), then a block not on B is read on B and freed in
+#     order on its own stream: fresh (no allocator when B's kernel ran), mixed (the first block
+#     on A), reset (cudaDeviceReset in between); each row fails where the memo is not dropped
+#     (the canary sees the next owner's bytes);
 #   - streams created and destroyed by the thousand give their reserved address space back: with
 #     a 4 TiB virtual device (each stream's pool reserves 4 TiB of address space) the host's
 #     128 TiB would run out after ~30 streams otherwise.
@@ -96,6 +102,11 @@ cat "$TMP/uses.out"
 GPUMEM_USES=0 GPUMEM_SIM_ASYNC=1 GPUMEM_DB="$TMP/uses0.db" LD_PRELOAD=$LIB "$APPS/streams_app" uses >"$TMP/uses0.out" 2>"$TMP/uses0.err"
 check_eq "without access tracking the canary catches the reuse (the check can fail): exit status" "$?" 1
 check_eq "... the kernel saw the next owner's bytes" "$(grep -c 'saw its block overwritten' "$TMP/uses0.out")" 1
+for how in fresh mixed reset; do
+  GPUMEM_SIM_ASYNC=1 GPUMEM_DB="$TMP/memo-$how.db" LD_PRELOAD=$LIB "$APPS/streams_app" uses-memo "$how" \
+    >"$TMP/memo-$how.out" 2>"$TMP/memo-$how.err"
+  check_eq "uses-memo $how: the block read on B after the hook remembered B with nothing to add is not reused under it: exit status" "$?" 0
+done
 
 if [[ ${SAN:-} == thread ]]; then
   echo "note: no 4 TiB address ranges under ThreadSanitizer (its shadow memory takes the space)"
