@@ -122,9 +122,22 @@ static size_t tt_max(void)
     return (size_t)rec_env_num("GPUMEM_TORCH_MAX_ENTRIES", 2000000, 1, 1L << 32, NULL, NULL, 0);
 }
 
-/* Grows the ring up to max; 0 when there is room. It is full only while not yet wrapped (held
- * entries in slots 0..n-1), so it is mapped memory moved with mremap: the pages written stay
- * where they are, none copied (a doubling copied every entry and faulted in its new pages). */
+/* Reverses slots [a, b) of the ring. */
+static void tt_reverse(size_t a, size_t b)
+{
+    while (b > a + 1) {
+        tt_entry t = tt.ring[a];
+        tt.ring[a++] = tt.ring[--b];
+        tt.ring[b] = t;
+    }
+}
+
+/* Grows the ring up to max; 0 when there is room. It is mapped memory moved with mremap: the
+ * pages written stay where they are, none copied (a doubling copied every entry and faulted in
+ * its new pages). A ring below its cap is full only before it wraps (entries in slots 0..n-1,
+ * the oldest first); one that wrapped at its cap and grows because a device came (max raised)
+ * holds its oldest at head: it is rotated first (three reversals, in place, once a device), so
+ * that the oldest is in slot 0 and the next entry goes after the newest. */
 static inline void tt_grow_at(void)
 {
     tt.grow_at = tt.cap < tt.max ? tt.cap : SIZE_MAX;
@@ -133,6 +146,12 @@ static inline void tt_grow_at(void)
 static int tt_grow(void)
 {
     if (tt.cap >= tt.max) return tt_grow_at(), -1;
+    if (tt.n == tt.cap && tt.head != 0) {
+        tt_reverse(0, tt.head);
+        tt_reverse(tt.head, tt.cap);
+        tt_reverse(0, tt.cap);
+        tt.head = 0;
+    }
     size_t cap = tt.cap ? tt.cap * 2 : 4096;
     if (cap > tt.max) cap = tt.max;
     void *r = tt.ring ? mremap(tt.ring, tt.cap * sizeof *tt.ring, cap * sizeof *tt.ring, MREMAP_MAYMOVE)

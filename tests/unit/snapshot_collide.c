@@ -400,6 +400,7 @@ static const struct tt_ring_row {
     {"a second device, first an allocation: its room, the ring grown", "3000", 5500, 2000, 0, 5500},
     {"a second device, first a free: its room, the ring grown", "3000", 5500, 2000, 2, 5500},
     {"a second device, first an OOM, once the first's is full", "3000", 5500, 3000, 8, 5500},
+    {"a second device once the first's ring has wrapped: the oldest still first", "3000", 5500, 4000, 0, 4500},
 };
 
 static int tt_ring_action(const struct tt_ring_row *r, int i)
