@@ -542,7 +542,9 @@ static CUresult h_cuMemAllocManaged(CUdeviceptr *d, size_t size, unsigned flags)
  * linked to libcuda.so calling cuLaunchKernel by symbol (the trainer) binds to these, and
  * cuGetProcAddress/dlsym hand out the same functions. The real ones are in gm_real, loaded
  * from the driver's handle. A runtime-level hook marks the thread inside while the real runtime
- * runs, so the launch it makes through the driver passes here uncounted. */
+ * runs, so the launch it makes through the driver passes here uncounted. The exported names call
+ * the hook (noinline) and then scrub the stack it used (gm_stack_scrub_launch, gm_internal.h
+ * says why). */
 static int launch_ready(void)
 {
     return gm_driver_init() || gm_real.cuLaunchKernel != NULL;
@@ -550,9 +552,10 @@ static int launch_ready(void)
 
 #define PTSZ_STREAM(s) ((s) ? (s) : CU_STREAM_PER_THREAD)
 
-static CUresult launch_kernel(int ptsz, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
-                              unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream s,
-                              void **params, void **extra)
+static __attribute__((noinline)) CUresult launch_kernel(int ptsz, CUfunction f, unsigned gx,
+                                                        unsigned gy, unsigned gz, unsigned bx,
+                                                        unsigned by, unsigned bz, unsigned shm,
+                                                        CUstream s, void **params, void **extra)
 {
     CUresult (*real)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                      unsigned, CUstream, void **, void **) =
@@ -575,7 +578,9 @@ GM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsign
                                   unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream s,
                                   void **params, void **extra)
 {
-    return launch_kernel(0, f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+    CUresult r = launch_kernel(0, f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+    if (gm_uses_active()) gm_stack_scrub_launch();
+    return r;
 }
 GM_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                        unsigned bx, unsigned by, unsigned bz, unsigned shm,
@@ -584,11 +589,13 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz
                              unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
                              void **extra)
 {
-    return launch_kernel(1, f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+    CUresult r = launch_kernel(1, f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
+    if (gm_uses_active()) gm_stack_scrub_launch();
+    return r;
 }
 
-static CUresult launch_kernel_ex(int ptsz, const CUlaunchConfig *c, CUfunction f, void **params,
-                                 void **extra)
+static __attribute__((noinline)) CUresult
+launch_kernel_ex(int ptsz, const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
 {
     CUresult (*real)(const CUlaunchConfig *, CUfunction, void **, void **) =
         ptsz && gm_real.cuLaunchKernelEx_ptsz ? gm_real.cuLaunchKernelEx_ptsz
@@ -610,18 +617,23 @@ static CUresult launch_kernel_ex(int ptsz, const CUlaunchConfig *c, CUfunction f
 GM_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params,
                                     void **extra)
 {
-    return launch_kernel_ex(0, c, f, params, extra);
+    CUresult r = launch_kernel_ex(0, c, f, params, extra);
+    if (gm_uses_active()) gm_stack_scrub_launch();
+    return r;
 }
 GM_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params,
                                          void **extra);
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
 {
-    return launch_kernel_ex(1, c, f, params, extra);
+    CUresult r = launch_kernel_ex(1, c, f, params, extra);
+    if (gm_uses_active()) gm_stack_scrub_launch();
+    return r;
 }
 
-static CUresult launch_coop(int ptsz, CUfunction f, unsigned gx, unsigned gy, unsigned gz,
-                            unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream s,
-                            void **params)
+static __attribute__((noinline)) CUresult launch_coop(int ptsz, CUfunction f, unsigned gx,
+                                                      unsigned gy, unsigned gz, unsigned bx,
+                                                      unsigned by, unsigned bz, unsigned shm,
+                                                      CUstream s, void **params)
 {
     CUresult (*real)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                      unsigned, CUstream, void **) =
@@ -645,7 +657,9 @@ GM_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned
                                              unsigned bx, unsigned by, unsigned bz, unsigned shm,
                                              CUstream s, void **params)
 {
-    return launch_coop(0, f, gx, gy, gz, bx, by, bz, shm, s, params);
+    CUresult r = launch_coop(0, f, gx, gy, gz, bx, by, bz, shm, s, params);
+    if (gm_uses_active()) gm_stack_scrub_launch();
+    return r;
 }
 GM_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
                                                   unsigned gz, unsigned bx, unsigned by,
@@ -655,7 +669,9 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, 
                                         unsigned bx, unsigned by, unsigned bz, unsigned shm,
                                         CUstream s, void **params)
 {
-    return launch_coop(1, f, gx, gy, gz, bx, by, bz, shm, s, params);
+    CUresult r = launch_coop(1, f, gx, gy, gz, bx, by, bz, shm, s, params);
+    if (gm_uses_active()) gm_stack_scrub_launch();
+    return r;
 }
 
 /* Out-of-bounds copies and memsets. The driver checks an access against the allocation it
@@ -684,22 +700,26 @@ int gm_access_refused(int which, CUstream s, uint64_t dst, uint64_t src, size_t 
 /* Copies and memsets reached through cuGetProcAddress/dlsym (not exported by name: see
  * README). One hook per real entry point; the _ptsz/_ptds ones work on the calling thread's
  * default stream. COPY_HOOK(name, real symbol, GM_COPY_*, (params), (args), dst, src, bytes,
- * stream). */
-#define COPY_HOOK(name, which, PARAMS, ARGS, DST, SRC, BYTES, STREAM)                             \
+ * stream). h_NAME calls the hook's body hb_NAME and scrubs the stack it used (gm_internal.h). */
+#define COPY_HOOK(name, which, PARAMS, ARGS, DST, SRC, BYTES, STREAM)                              \
     static CUresult(*real_##name) PARAMS;                                                          \
+    static __attribute__((noinline)) CUresult hb_##name PARAMS;                                    \
     static CUresult h_##name PARAMS                                                                \
     {                                                                                              \
+        CUresult r = hb_##name ARGS;                                                               \
+        if (gm_uses_active()) gm_stack_scrub_copy();                                               \
+        return r;                                                                                  \
+    }                                                                                              \
+    static CUresult hb_##name PARAMS                                                               \
+    {                                                                                              \
         CUresult fail_;                                                                            \
-        if (gm_fail_take(GM_FAIL_COPY, &fail_))                                                    \
-            return fail_;                                                                          \
-        if (gm_inside)                                                                             \
-            return real_##name ARGS;                                                               \
+        if (gm_fail_take(GM_FAIL_COPY, &fail_)) return fail_;                                      \
+        if (gm_inside) return real_##name ARGS;                                                    \
         gm_stat_add(GM_ST_COPY, 1);                                                                \
-        if (gm_access_refused(which, STREAM, (uint64_t)(uintptr_t)(DST),                          \
+        if (gm_access_refused(which, STREAM, (uint64_t)(uintptr_t)(DST),                           \
                               (uint64_t)(uintptr_t)(SRC), BYTES))                                  \
             return CUDA_ERROR_INVALID_VALUE;                                                       \
-        if (!gm_uses_active())                                                                     \
-            return real_##name ARGS;                                                               \
+        if (!gm_uses_active()) return real_##name ARGS;                                            \
         struct gm_uses_op op;                                                                      \
         gm_uses_copy_begin(&op, STREAM);                                                           \
         CUresult r = real_##name ARGS;                                                             \

@@ -550,6 +550,25 @@ void gm_uses_copy_begin(struct gm_uses_op *op, CUstream s);
 void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst, uint64_t src,
                       size_t bytes);
 
+/* Stack scrubs (uses.c). A hook's frames and those of the real call under it leave words on
+ * the stack below the program's frame: the launch's pointers, the spans' bounds, the hook's
+ * candidate buffer. The program later builds argument structs there, partly filled (PyTorch
+ * copies CatArrInputTensorMetadata and its like whole, unused slots never written), and the
+ * next launch's scan would read those words as the program's: uses it never made. An entry
+ * point that runs on the program's thread calls its hook as a noinline function and then one of
+ * these from the same frame: it zeroes the bytes below, as deep as the measured depth of the
+ * hook and the real call with room to spare (tests/integration/preload_uses.sh "residue" fails
+ * when a hook leaves an address deeper, within its 8 KiB parameter). Measured on the virtual GPU,
+ * x86-64 gcc -O2 (bytes below the entry point, hook + real call): driver launch 3,176, runtime
+ * launch 4,740 (the first launch of a runtime kernel, once, deeper: the dynamic linker), copy
+ * 3,080, PyTorch trace entry with a stack 1,000 without Python frames. */
+#define GM_SCRUB_LAUNCH_BYTES 6144
+#define GM_SCRUB_COPY_BYTES 4096
+#define GM_SCRUB_TRACE_BYTES 4096
+void gm_stack_scrub_launch(void);
+void gm_stack_scrub_copy(void);
+void gm_stack_scrub_trace(void);
+
 /* Converts a driver result to the runtime error the real runtime would give. */
 cudaError_t gm_rt_error(CUresult r);
 

@@ -605,8 +605,9 @@ REAL(cudaMemsetAsync_ptsz, memset_async_fn)
 #define RT_AS_CU(e) ((e) == cudaSuccess ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN)
 #define RT_STREAM(ptsz, s) ((CUstream)((ptsz) && !(s) ? cudaStreamPerThread : (s)))
 
-static cudaError_t rt_launch(launch_fn real, int ptsz, const void *func, dim3 g, dim3 b,
-                             void **args, size_t shm, cudaStream_t s)
+static __attribute__((noinline)) cudaError_t rt_launch(launch_fn real, int ptsz, const void *func,
+                                                       dim3 g, dim3 b, void **args, size_t shm,
+                                                       cudaStream_t s)
 {
     if (!real)
         return NO_RUNTIME;
@@ -631,30 +632,39 @@ static cudaError_t rt_launch(launch_fn real, int ptsz, const void *func, dim3 g,
 GM_EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 g, dim3 b, void **args, size_t shm,
                                        cudaStream_t s)
 {
-    return rt_launch(real_cudaLaunchKernel(), 0, func, g, b, args, shm, s);
+    cudaError_t e = rt_launch(real_cudaLaunchKernel(), 0, func, g, b, args, shm, s);
+    if (gm_uses_active()) gm_stack_scrub_launch();
+    return e;
 }
 GM_EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 g, dim3 b, void **args,
                                             size_t shm, cudaStream_t s);
 cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 g, dim3 b, void **args, size_t shm,
                                   cudaStream_t s)
 {
-    return rt_launch(real_cudaLaunchKernel_ptsz(), 1, func, g, b, args, shm, s);
+    cudaError_t e = rt_launch(real_cudaLaunchKernel_ptsz(), 1, func, g, b, args, shm, s);
+    if (gm_uses_active()) gm_stack_scrub_launch();
+    return e;
 }
 GM_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 g, dim3 b, void **args,
                                                   size_t shm, cudaStream_t s)
 {
-    return rt_launch(real_cudaLaunchCooperativeKernel(), 0, func, g, b, args, shm, s);
+    cudaError_t e = rt_launch(real_cudaLaunchCooperativeKernel(), 0, func, g, b, args, shm, s);
+    if (gm_uses_active()) gm_stack_scrub_launch();
+    return e;
 }
 GM_EXPORT cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 g, dim3 b,
                                                        void **args, size_t shm, cudaStream_t s);
 cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 g, dim3 b, void **args,
                                              size_t shm, cudaStream_t s)
 {
-    return rt_launch(real_cudaLaunchCooperativeKernel_ptsz(), 1, func, g, b, args, shm, s);
+    cudaError_t e = rt_launch(real_cudaLaunchCooperativeKernel_ptsz(), 1, func, g, b, args, shm, s);
+    if (gm_uses_active()) gm_stack_scrub_launch();
+    return e;
 }
 
-static cudaError_t rt_launch_ex(launch_ex_fn real, int ptsz, const cudaLaunchConfig_t *c,
-                                const void *func, void **args)
+static __attribute__((noinline)) cudaError_t rt_launch_ex(launch_ex_fn real, int ptsz,
+                                                          const cudaLaunchConfig_t *c,
+                                                          const void *func, void **args)
 {
     if (!real)
         return NO_RUNTIME;
@@ -679,13 +689,17 @@ static cudaError_t rt_launch_ex(launch_ex_fn real, int ptsz, const cudaLaunchCon
 GM_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *func,
                                           void **args)
 {
-    return rt_launch_ex(real_cudaLaunchKernelExC(), 0, c, func, args);
+    cudaError_t e = rt_launch_ex(real_cudaLaunchKernelExC(), 0, c, func, args);
+    if (gm_uses_active()) gm_stack_scrub_launch();
+    return e;
 }
 GM_EXPORT cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *c, const void *func,
                                                void **args);
 cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *c, const void *func, void **args)
 {
-    return rt_launch_ex(real_cudaLaunchKernelExC_ptsz(), 1, c, func, args);
+    cudaError_t e = rt_launch_ex(real_cudaLaunchKernelExC_ptsz(), 1, c, func, args);
+    if (gm_uses_active()) gm_stack_scrub_launch();
+    return e;
 }
 
 static int copy_which(enum cudaMemcpyKind k)
@@ -727,50 +741,107 @@ static int copy_which(enum cudaMemcpyKind k)
         return e_;                                                                                 \
     } while (0)
 
-GM_EXPORT cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k)
+static __attribute__((noinline)) cudaError_t rtb_cudaMemcpy(void *d, const void *s, size_t n,
+                                                            enum cudaMemcpyKind k)
 {
     memcpy_fn real = real_cudaMemcpy();
     RT_COPY(real, copy_which(k), (CUstream)0, d, s, n, real(d, s, n, k));
 }
-GM_EXPORT cudaError_t cudaMemcpy_ptds(void *d, const void *s, size_t n, enum cudaMemcpyKind k);
-cudaError_t cudaMemcpy_ptds(void *d, const void *s, size_t n, enum cudaMemcpyKind k)
+static __attribute__((noinline)) cudaError_t rtb_cudaMemcpy_ptds(void *d, const void *s, size_t n,
+                                                                 enum cudaMemcpyKind k)
 {
     memcpy_fn real = real_cudaMemcpy_ptds();
     RT_COPY(real, copy_which(k), CU_STREAM_PER_THREAD, d, s, n, real(d, s, n, k));
 }
-GM_EXPORT cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
-                                      cudaStream_t st)
+static __attribute__((noinline)) cudaError_t
+rtb_cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st)
 {
     memcpy_async_fn real = real_cudaMemcpyAsync();
     RT_COPY(real, copy_which(k), (CUstream)st, d, s, n, real(d, s, n, k, st));
 }
-GM_EXPORT cudaError_t cudaMemcpyAsync_ptsz(void *d, const void *s, size_t n,
-                                           enum cudaMemcpyKind k, cudaStream_t st);
-cudaError_t cudaMemcpyAsync_ptsz(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
-                                 cudaStream_t st)
+static __attribute__((noinline)) cudaError_t
+rtb_cudaMemcpyAsync_ptsz(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st)
 {
     memcpy_async_fn real = real_cudaMemcpyAsync_ptsz();
     RT_COPY(real, copy_which(k), RT_STREAM(1, st), d, s, n, real(d, s, n, k, st));
 }
-GM_EXPORT cudaError_t cudaMemset(void *d, int v, size_t n)
+static __attribute__((noinline)) cudaError_t rtb_cudaMemset(void *d, int v, size_t n)
 {
     memset_fn real = real_cudaMemset();
     RT_COPY(real, GM_COPY_MEMSET, (CUstream)0, d, 0, n, real(d, v, n));
 }
-GM_EXPORT cudaError_t cudaMemset_ptds(void *d, int v, size_t n);
-cudaError_t cudaMemset_ptds(void *d, int v, size_t n)
+static __attribute__((noinline)) cudaError_t rtb_cudaMemset_ptds(void *d, int v, size_t n)
 {
     memset_fn real = real_cudaMemset_ptds();
     RT_COPY(real, GM_COPY_MEMSET, CU_STREAM_PER_THREAD, d, 0, n, real(d, v, n));
 }
-GM_EXPORT cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st)
+static __attribute__((noinline)) cudaError_t rtb_cudaMemsetAsync(void *d, int v, size_t n,
+                                                                 cudaStream_t st)
 {
     memset_async_fn real = real_cudaMemsetAsync();
     RT_COPY(real, GM_COPY_MEMSET, (CUstream)st, d, 0, n, real(d, v, n, st));
 }
-GM_EXPORT cudaError_t cudaMemsetAsync_ptsz(void *d, int v, size_t n, cudaStream_t st);
-cudaError_t cudaMemsetAsync_ptsz(void *d, int v, size_t n, cudaStream_t st)
+static __attribute__((noinline)) cudaError_t rtb_cudaMemsetAsync_ptsz(void *d, int v, size_t n,
+                                                                      cudaStream_t st)
 {
     memset_async_fn real = real_cudaMemsetAsync_ptsz();
     RT_COPY(real, GM_COPY_MEMSET, RT_STREAM(1, st), d, 0, n, real(d, v, n, st));
+}
+
+/* The exported copies and memsets: the body (noinline), then the scrub of the stack it used
+ * (gm_internal.h says why). */
+GM_EXPORT cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k)
+{
+    cudaError_t e = rtb_cudaMemcpy(d, s, n, k);
+    if (gm_uses_active()) gm_stack_scrub_copy();
+    return e;
+}
+GM_EXPORT cudaError_t cudaMemcpy_ptds(void *d, const void *s, size_t n, enum cudaMemcpyKind k);
+cudaError_t cudaMemcpy_ptds(void *d, const void *s, size_t n, enum cudaMemcpyKind k)
+{
+    cudaError_t e = rtb_cudaMemcpy_ptds(d, s, n, k);
+    if (gm_uses_active()) gm_stack_scrub_copy();
+    return e;
+}
+GM_EXPORT cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
+                                      cudaStream_t st)
+{
+    cudaError_t e = rtb_cudaMemcpyAsync(d, s, n, k, st);
+    if (gm_uses_active()) gm_stack_scrub_copy();
+    return e;
+}
+GM_EXPORT cudaError_t cudaMemcpyAsync_ptsz(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
+                                           cudaStream_t st);
+cudaError_t cudaMemcpyAsync_ptsz(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
+                                 cudaStream_t st)
+{
+    cudaError_t e = rtb_cudaMemcpyAsync_ptsz(d, s, n, k, st);
+    if (gm_uses_active()) gm_stack_scrub_copy();
+    return e;
+}
+GM_EXPORT cudaError_t cudaMemset(void *d, int v, size_t n)
+{
+    cudaError_t e = rtb_cudaMemset(d, v, n);
+    if (gm_uses_active()) gm_stack_scrub_copy();
+    return e;
+}
+GM_EXPORT cudaError_t cudaMemset_ptds(void *d, int v, size_t n);
+cudaError_t cudaMemset_ptds(void *d, int v, size_t n)
+{
+    cudaError_t e = rtb_cudaMemset_ptds(d, v, n);
+    if (gm_uses_active()) gm_stack_scrub_copy();
+    return e;
+}
+GM_EXPORT cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st)
+{
+    cudaError_t e = rtb_cudaMemsetAsync(d, v, n, st);
+    if (gm_uses_active()) gm_stack_scrub_copy();
+    return e;
+}
+GM_EXPORT cudaError_t cudaMemsetAsync_ptsz(void *d, int v, size_t n, cudaStream_t st);
+cudaError_t cudaMemsetAsync_ptsz(void *d, int v, size_t n, cudaStream_t st)
+{
+    cudaError_t e = rtb_cudaMemsetAsync_ptsz(d, v, n, st);
+    if (gm_uses_active()) gm_stack_scrub_copy();
+    return e;
 }

@@ -326,22 +326,29 @@ static __attribute__((noinline)) void tt_entry_plain(int action, int device, uin
  * thread's). Those take the lock in one exchange, fill their slot and read the seq and the clock
  * into it last: no argument lives across a call, so none is saved and restored. The seq is read
  * under tt.lock, where nothing between the entry's arrival and the read claims one. A lock held
- * elsewhere, a device not seen yet or a ring due to grow: tt_entry_plain, the lock let go first. */
+ * elsewhere, a device not seen yet or a ring due to grow: tt_entry_plain, the lock let go first.
+ * tt_entry_stack and tt_entry_plain leave the entry's address and the Python reader's words in
+ * frames below PyTorch's, where it later builds kernel arguments: the stack they used is
+ * scrubbed after them (gm_stack_scrub_trace, gm_internal.h says why). The path above leaves
+ * none: its only frame holds the caller's saved registers, its only call reads the clock. */
 GM_EXPORT void gpumem_torch_trace_entry(int action, int device, uint64_t addr, uint64_t size, uint64_t stream,
                                         uint64_t pool_a, uint64_t pool_b)
 {
     if ((unsigned)action > TT_ACTION_OOM || !(TT_KEPT >> action & 1) || device < 0) return;
     if (action == 0 || action == TT_ACTION_OOM) {
         tt_entry_stack(action, device, addr, size, stream, pool_a, pool_b);
+        gm_stack_scrub_trace();
         return;
     }
     if (__builtin_expect(!gm_spin_trylock(&tt.lock), 0)) {
         tt_entry_plain(action, device, addr, size, stream, pool_a, pool_b);
+        gm_stack_scrub_trace();
         return;
     }
     if (__builtin_expect(device >= tt.ndev || tt.n == tt.grow_at, 0)) {
         gm_spin_unlock(&tt.lock);
         tt_entry_plain(action, device, addr, size, stream, pool_a, pool_b);
+        gm_stack_scrub_trace();
         return;
     }
     tt.seen++;

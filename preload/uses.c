@@ -48,6 +48,57 @@ const char *gm_uses_name(int mode)
     return mode == GM_USES_TIMED ? "timed" : mode == GM_USES_ON ? "1" : "0";
 }
 
+/* ---- stack scrubs (gm_internal.h says why) --------------------------------------------- */
+
+/* Called from the entry point's frame right after its hook returned: this frame lies where the
+ * hook's frames were, and its buffer covers BYTES of them. With AVX2, 32-byte stores, four a
+ * turn (the empty asm keeps them a loop of stores: gcc would make a memset call of it, and it
+ * keeps the dead buffer's stores); else glibc's memset. The dispatch is a tail call: the buffer
+ * starts where the scrub's own frame would. */
+#if defined(__x86_64__)
+#define STACK_SCRUB_AVX2(name, bytes)                                                              \
+    __attribute__((noinline, target("avx2"))) static void name##_avx2(void)                        \
+    {                                                                                              \
+        unsigned char b[bytes] __attribute__((aligned(32)));                                       \
+        __m256i z = _mm256_setzero_si256();                                                        \
+        for (size_t i = 0; i < sizeof b; i += 128) {                                               \
+            _mm256_store_si256((__m256i *)(b + i), z);                                             \
+            _mm256_store_si256((__m256i *)(b + i + 32), z);                                        \
+            _mm256_store_si256((__m256i *)(b + i + 64), z);                                        \
+            _mm256_store_si256((__m256i *)(b + i + 96), z);                                        \
+            __asm__ volatile("" : : "r"(b + i) : "memory");                                        \
+        }                                                                                          \
+    }
+#define STACK_SCRUB_DISPATCH(name)                                                                 \
+    if (__builtin_cpu_supports("avx2")) {                                                          \
+        name##_avx2();                                                                             \
+        return;                                                                                    \
+    }
+#else
+#define STACK_SCRUB_AVX2(name, bytes)
+#define STACK_SCRUB_DISPATCH(name)
+#endif
+#define STACK_SCRUB(name, bytes)                                                                   \
+    _Static_assert((bytes) % 128 == 0, #name ": a multiple of 128 bytes");                         \
+    STACK_SCRUB_AVX2(name, bytes)                                                                  \
+    __attribute__((noinline)) static void name##_plain(void)                                       \
+    {                                                                                              \
+        unsigned char b[bytes] __attribute__((aligned(32)));                                       \
+        memset(b, 0, sizeof b);                                                                    \
+        __asm__ volatile("" : : "r"(b) : "memory");                                                \
+    }                                                                                              \
+    __attribute__((noinline)) void name(void)                                                      \
+    {                                                                                              \
+        STACK_SCRUB_DISPATCH(name)                                                                 \
+        name##_plain();                                                                            \
+    }
+STACK_SCRUB(gm_stack_scrub_launch, GM_SCRUB_LAUNCH_BYTES)
+STACK_SCRUB(gm_stack_scrub_copy, GM_SCRUB_COPY_BYTES)
+STACK_SCRUB(gm_stack_scrub_trace, GM_SCRUB_TRACE_BYTES)
+#undef STACK_SCRUB
+#undef STACK_SCRUB_AVX2
+#undef STACK_SCRUB_DISPATCH
+
 /* ---- the pre-filter: spans of memory the database can know ---------------------------- */
 
 struct span {

@@ -15,28 +15,34 @@
  *                        offset calculator's size): interior pointers into 280 allocations
  *                        W000..W279, one every seventh word from the third, among zeros
  *                        (first half) and sizes and zeros; W_unused is allocated and never passed
- *   uses_app wide pinned the same, and a pointer into a pinned host buffer W_pinned (cudaMallocHost)
- *                        among the sizes
- *   uses_app narrow      one launch of a kernel whose parameters all fit the hook's stack buffer
- *                        (the scan that checks no room): an int; a pointer into N0 (interior); a
- *                        by-value struct of 41 words, sizes and zeros around pointers into N1
- *                        (word 1), N2 (word 7) and N3 (word 40, past the last group of four);
- *                        a struct {pointer into N4, int, pointer into N5}; a host pointer (to
- *                        the stack). N_unused is allocated and never passed
- *   uses_app narrow pinned  the same with the host pointer into a pinned buffer N_pinned
- *   uses_app groups      two launches whose one parameter holds pointers in groups of four words
- *                        in every pattern: the sixteen patterns of a group (pattern g: a pointer
- *                        at word j when bit j of g is set) in four blocks of sixteen words, then
- *                        three groups (11, 6, 15) and three single words (pointer, size,
- *                        pointer), among sizes: 43 pointers. k_groups' parameter is those 79
- *                        words (it fits the hook's stack buffer), into G00..G42; k_groups_wide's
- *                        is 400 words, the same 79 from word 301 (sizes before), into H00..H42
- *   uses_app groups pinned  the same with a pinned host buffer allocated first (the scan tests
- *                        the host span too)
- *   uses_app hull        two launches of a kernel whose one parameter (80 words) holds 12
+ *   uses_app wide pinned the same, and a pointer into a pinned host buffer W_pinned
+ * (cudaMallocHost) among the sizes uses_app narrow      one launch of a kernel whose parameters all
+ * fit the hook's stack buffer (the scan that checks no room): an int; a pointer into N0 (interior);
+ * a by-value struct of 41 words, sizes and zeros around pointers into N1 (word 1), N2 (word 7) and
+ * N3 (word 40, past the last group of four); a struct {pointer into N4, int, pointer into N5}; a
+ * host pointer (to the stack). N_unused is allocated and never passed uses_app narrow pinned  the
+ * same with the host pointer into a pinned buffer N_pinned uses_app groups      two launches whose
+ * one parameter holds pointers in groups of four words in every pattern: the sixteen patterns of a
+ * group (pattern g: a pointer at word j when bit j of g is set) in four blocks of sixteen words,
+ * then three groups (11, 6, 15) and three single words (pointer, size, pointer), among sizes: 43
+ * pointers. k_groups' parameter is those 79 words (it fits the hook's stack buffer), into G00..G42;
+ * k_groups_wide's is 400 words, the same 79 from word 301 (sizes before), into H00..H42 uses_app
+ * groups pinned  the same with a pinned host buffer allocated first (the scan tests the host span
+ * too) uses_app hull        two launches of a kernel whose one parameter (80 words) holds 12
  *                        pointers into Q0..Q6 and a pinned buffer Q_pinned among words that lie
  *                        between the two spans (in their hull, in neither), sizes and zeros;
  *                        prints whether the host span is below or above the device span
+ *   uses_app residue     per launch path (rt, rt_ex, rt_coop, drv_sym, drv_sym_ex, drv_sym_coop,
+ *                        drv_proc, drv_proc_ex, drv_proc_coop), for PyTorch's trace entry
+ *                        (trace: gpumem_torch_trace_entry, an allocation and a free of the
+ *                        address) and a memset (rt_memset: cudaMemset; drv_memset: cuMemsetD8
+ *                        through cuGetProcAddress): a first call handles a pointer into
+ *                        RA_<path>; then (a runtime launch after trace and the memsets), from a
+ *                        frame at the same depth, a launch of k_rb_<path> whose one parameter
+ *                        (8 KiB) holds a pointer into RB_<path> in its first word and never
+ *                        written stack bytes after it (PyTorch copies partly filled argument
+ *                        structs whole). Whatever gpumem's hooks left on the stack is in those
+ *                        bytes: k_rb_<path>'s uses must be RB_<path> alone
  *   uses_app phases      NVTX phases of every kind (tests/integration/preload_nvtx.sh's table):
  *                        per case an allocation K_<case> kept to the end (its size says the
  *                        case: 1..6 MiB) and one T_<case> memset and freed inside the case —
@@ -521,6 +527,149 @@ static void phases(void)
     phase_case("none", 6);
 }
 
+/* ---- what gpumem's frames leave on the stack ---------------------------------------------- */
+
+static const char *const residue_paths[] = {
+    "rt",       "rt_ex",       "rt_coop",       "drv_sym", "drv_sym_ex", "drv_sym_coop",
+    "drv_proc", "drv_proc_ex", "drv_proc_coop", "trace",   "rt_memset",  "drv_memset"};
+enum { RESIDUE_PATHS = sizeof residue_paths / sizeof residue_paths[0] };
+
+static void k_ra(void **p)
+{
+    **(int **)p[0] += 1;
+}
+
+/* The first word is the pointer; the rest is never written (by the program). */
+struct residue_param {
+    int *b;
+    uint64_t rest[1023];
+};
+
+static void k_rb(void **p)
+{
+    ((struct residue_param *)p[0])->b[0] += 1;
+}
+
+/* One launch of f with args through launch path `path` (an index in residue_paths). */
+static __attribute__((noinline)) void residue_launch(int path, CUfunction f, void **args)
+{
+    static launch_fn proc_launch;
+    static launch_ex_fn proc_ex;
+    static CUresult (*proc_coop)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                 unsigned, unsigned, CUstream, void **);
+    if (!proc_launch) {
+        proc_launch = driver_entry("cuLaunchKernel");
+        proc_ex = driver_entry("cuLaunchKernelEx");
+        proc_coop = driver_entry("cuLaunchCooperativeKernel");
+    }
+    dim3 g = {1, 1, 1}, b = {1, 1, 1};
+    CUlaunchConfig cfg = {.gridDimX = 1,
+                          .gridDimY = 1,
+                          .gridDimZ = 1,
+                          .blockDimX = 1,
+                          .blockDimY = 1,
+                          .blockDimZ = 1};
+    cudaLaunchConfig_t rcfg = {.gridDim = {1, 1, 1}, .blockDim = {1, 1, 1}};
+    const void *sym = (const void *)f;
+    switch (path) {
+    case 0:
+    case 9:
+        RT(cudaLaunchKernel(sym, g, b, args, 0, 0));
+        break;
+    case 1:
+        RT(cudaLaunchKernelExC(&rcfg, sym, args));
+        break;
+    case 2:
+        RT(cudaLaunchCooperativeKernel(sym, g, b, args, 0, 0));
+        break;
+    case 3:
+        DRV(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+        break;
+    case 4:
+        DRV(cuLaunchKernelEx(&cfg, f, args, NULL));
+        break;
+    case 5:
+        DRV(cuLaunchCooperativeKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args));
+        break;
+    case 6:
+        DRV(proc_launch(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+        break;
+    case 7:
+        DRV(proc_ex(&cfg, f, args, NULL));
+        break;
+    case 8:
+        DRV(proc_coop(f, 1, 1, 1, 1, 1, 1, 0, NULL, args));
+        break;
+    }
+    launches++;
+}
+
+/* The allocations of the path under test, read from here where they are needed: a pointer the
+ * program itself kept in a register across a call would be saved in a frame where the second
+ * launch's parameter lies (the program's own leftover, not gpumem's). */
+static int *volatile residue_a, *volatile residue_b;
+
+/* The first call: a launch on residue_a (for "trace" a trace entry's allocation and free of it;
+ * for rt_memset and drv_memset a memset of it, runtime and driver). */
+static __attribute__((noinline)) void residue_first(int path, CUfunction f)
+{
+    if (path == 9) {
+        void (*entry)(int, int, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t) =
+            (void (*)(int, int, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t))dlsym(
+                RTLD_DEFAULT, "gpumem_torch_trace_entry");
+        if (entry) { /* absent without gpumem: then nothing is recorded to check */
+            entry(0, 0, (uint64_t)(uintptr_t)residue_a, 512, 0, 0, 0);
+            entry(1, 0, (uint64_t)(uintptr_t)residue_a, 512, 0, 0, 0);
+        }
+        return;
+    }
+    if (path == 10) {
+        RT(cudaMemset(residue_a, 0, 512));
+        copies++;
+        return;
+    }
+    if (path == 11) {
+        static CUresult (*memset_d8)(CUdeviceptr, unsigned char, size_t);
+        if (!memset_d8) memset_d8 = driver_entry("cuMemsetD8");
+        DRV(memset_d8((CUdeviceptr)(uintptr_t)residue_a, 0, 512));
+        copies++;
+        return;
+    }
+    static int *arg;
+    arg = residue_a;
+    void *args[] = {&arg};
+    residue_launch(path, f, args);
+}
+
+/* The second launch, its parameter built in this frame: as deep as residue_first's callees. */
+static __attribute__((noinline)) void residue_second(int path, CUfunction f)
+{
+    struct residue_param rp;
+    rp.b = residue_b;
+    struct residue_param *prp = &rp;
+    void *args[] = {prp};
+    residue_launch(path >= 9 ? 0 : path, f, args); /* after a trace entry or a memset: runtime */
+}
+
+static void residue(void)
+{
+    size_t sa[] = {sizeof(int *)}, sb[] = {sizeof(struct residue_param)};
+    for (int i = 0; i < RESIDUE_PATHS; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "RA_%s", residue_paths[i]);
+        residue_a = dev_alloc(name, 512);
+        snprintf(name, sizeof name, "RB_%s", residue_paths[i]);
+        residue_b = dev_alloc(name, 512);
+        snprintf(name, sizeof name, "k_ra_%s", residue_paths[i]);
+        CUfunction fa = kernel(name, k_ra, 1, sa);
+        snprintf(name, sizeof name, "k_rb_%s", residue_paths[i]);
+        CUfunction fb = kernel(name, k_rb, 1, sb);
+        residue_first(i, fa);
+        residue_second(i, fb);
+    }
+    RT(cudaDeviceSynchronize());
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "acceptance";
@@ -542,6 +691,8 @@ int main(int argc, char **argv)
         groups(argc > 2 && !strcmp(argv[2], "pinned"));
     else if (!strcmp(mode, "hull"))
         hull(argc > 2 && !strcmp(argv[2], "big") ? 64u << 20 : 256);
+    else if (!strcmp(mode, "residue"))
+        residue();
     else if (!strcmp(mode, "phases"))
         phases();
     else if (!strcmp(mode, "sleep"))

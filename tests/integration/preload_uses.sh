@@ -23,6 +23,13 @@
 #    the two spans (in their hull, in neither: host mappings of the process), with the pinned
 #    buffer above the device memory (replace mode) and below it (record mode, 64 MiB): exactly
 #    the allocations pointed into get uses and no gap word is kept (the launch's word records);
+#  - gpumem's own stack leftovers are not the program's arguments: per launch path (runtime
+#    plain/ExC/cooperative, driver by symbol and through cuGetProcAddress, plain/Ex/cooperative)
+#    PyTorch's trace entry and memsets (runtime, driver), a first call handles a pointer into
+#    RA_<path>; a launch from a
+#    frame at the same depth then passes an 8 KiB parameter whose first word points into
+#    RB_<path> and whose other words are never written (PyTorch copies partly filled argument
+#    structs whole): its uses are RB_<path> alone (the hooks scrub the stack they used);
 #  - copies and memsets carry their direction: destination written (2), source read (1);
 #  - record mode (the program's allocator) sees the same uses;
 #  - GPUMEM_USES=0 records no launch, and meta says so; the default is 1;
@@ -111,6 +118,13 @@ for m in replace:256 record:big; do
   orders+=" $(sed -n 's/^uses_app: hull: the host span is \([a-z]*\) the device span$/\1/p' "$TMP/hull.out")"
 done
 check_eq "hull: the host span below and above the device span" "$(echo $orders | tr ' ' '\n' | sort | paste -sd ' ')" "above below"
+
+# ---- what the hooks leave on the stack is not the next launch's arguments -----------------------
+DB=$TMP/residue.db
+run_app "$DB" "$TMP/residue.out" "$APPS/uses_app" residue || { fail "uses_app residue"; cat "$TMP/residue.out" "$TMP/residue.out.err"; }
+for p in rt rt_ex rt_coop drv_sym drv_sym_ex drv_sym_coop drv_proc drv_proc_ex drv_proc_coop trace rt_memset drv_memset; do
+  check_eq "residue $p: k_rb_$p uses RB_$p alone (none of the hook's leftovers)" "$(used_names "$DB" "k_rb_$p")" "RB_$p"
+done
 
 # ---- copies and memsets: direction -------------------------------------------------------------
 # acc DB NAME OP: the distinct access flags of one allocation's uses by copies (op 1) or memsets (2)
