@@ -526,8 +526,13 @@ static inline int gm_uses_active(void)
     return !gm_inside && gm_mode() != GM_MODE_OFF && gm_uses_mode != GM_USES_OFF;
 }
 
-/* One launch in flight: candidates collected before the real call, recorded after it. */
-#define GM_USES_STACK_WORDS 256
+/* One launch in flight: candidates collected before the real call, recorded after it. The
+ * candidates are kept off the hook's stack (what a hook leaves there is read by the program's
+ * next partly filled argument struct: the scrubs below), so the hook's frames and the bound
+ * scrubbed below them stay small: a kernel's go to the thread's buffer of its nesting level
+ * (GM_USES_FIT_WORDS words, uses.c `levels`; a launch inside another's hook takes the next one),
+ * a copy's two to `pair`. */
+#define GM_USES_FIT_WORDS 256
 struct gm_uses_op {
     int device;
     CUfunction f;
@@ -536,8 +541,9 @@ struct gm_uses_op {
     void *timing, *tmp;
     uint64_t *w;
     size_t n, cap;
-    int unread; /* a kernel's arguments could not be read (no layout from the driver) */
-    uint64_t stack[GM_USES_STACK_WORDS];
+    int unread;        /* a kernel's arguments could not be read (no layout from the driver) */
+    unsigned char own; /* w is: 0 the level's buffer or pair, 1 the thread's spill buffer, 2 malloc'd */
+    uint64_t pair[2];
 };
 enum { GM_COPY_DEFAULT, GM_COPY_HTOD, GM_COPY_DTOH, GM_COPY_DTOD, GM_COPY_HTOH, GM_COPY_MEMSET };
 /* Kernel launch: begin (layout, candidates, start event) before the real call with the stream
@@ -558,12 +564,19 @@ void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst
  * point that runs on the program's thread calls its hook as a noinline function and then one of
  * these from the same frame: it zeroes the bytes below, as deep as the measured depth of the
  * hook and the real call with room to spare (tests/integration/preload_uses.sh "residue" fails
- * when a hook leaves an address deeper, within its 8 KiB parameter). Measured on the virtual GPU,
- * x86-64 gcc -O2 (bytes below the entry point, hook + real call): driver launch 3,176, runtime
- * launch 4,740 (the first launch of a runtime kernel, once, deeper: the dynamic linker), copy
- * 3,080, PyTorch trace entry with a stack 1,000 without Python frames. */
-#define GM_SCRUB_LAUNCH_BYTES 6144
-#define GM_SCRUB_COPY_BYTES 4096
+ * when a hook leaves an address deeper, within its 8 KiB parameter). The candidates are off the
+ * stack (struct gm_uses_op), so the hooks' own frames are small. Measured on the virtual GPU,
+ * x86-64 gcc -O2, by painting the stack and reading how deep it was written (bytes below the
+ * entry point, hook + real call; without gpumem the call alone: driver launch 384, runtime 464,
+ * copy 328): driver launch 1,144 (a kernel's first launch, its layout asked: 1,592; with
+ * GPUMEM_USES=timed, the first launch making the event pool: 2,248), runtime launch 1,112 (a
+ * kernel's first launch: its leftovers reach 2.1-2.5 KiB, preload_uses.sh "residue" rt; the very
+ * first launch of a runtime kernel, once, far deeper: the dynamic linker), copy and memset 1,064
+ * (the first: 1,576); PyTorch trace entry with a stack 1,000 without Python frames. A real
+ * driver's and runtime's own frames go deeper; what they leave there they leave without gpumem
+ * too, and is not scrubbed. */
+#define GM_SCRUB_LAUNCH_BYTES 2560
+#define GM_SCRUB_COPY_BYTES 2048
 #define GM_SCRUB_TRACE_BYTES 4096
 void gm_stack_scrub_launch(void);
 void gm_stack_scrub_copy(void);

@@ -171,7 +171,7 @@ struct param {
 struct fn_info {
     uint32_t name;      /* rec_string id of the (mangled) kernel name */
     int layout;         /* 1: params[] is the function's layout; 0: unknown */
-    int fits;           /* with a layout: all its words fit a launch's stack buffer (collect) */
+    int fits;           /* with a layout: all its words fit a level's buffer (collect) */
     unsigned nparams;
     struct param p[];
 };
@@ -279,7 +279,7 @@ static struct fn_info *fn_info_build(CUfunction f)
     size_t words = 0;
     for (unsigned i = 0; i < fi->nparams; i++)
         words += fi->p[i].size / 8;
-    fi->fits = fi->layout && words <= GM_USES_STACK_WORDS;
+    fi->fits = fi->layout && words <= GM_USES_FIT_WORDS;
     const char *name = NULL;
     if (f && gm_real.cuFuncGetName && gm_real.cuFuncGetName(&name, f) == CUDA_SUCCESS && name)
         fi->name = rec_string(name);
@@ -346,17 +346,43 @@ CUfunction gm_uses_func_of_symbol(const void *sym, int device)
 
 /* ---- candidate words ----------------------------------------------------------------- */
 
+/* The thread's candidate buffers, one per nesting level of kernel hooks (level 0 the
+ * program's launch; a launch made while a hook runs, if any, takes the next level; deeper
+ * than USES_LEVELS, memory of its own). Off the stack: the hook's frames leave no candidate
+ * there, and the stack scrub's bound covers the hook's small frames only. */
+enum { USES_LEVELS = 2 };
+static __thread struct {
+    unsigned depth;
+    uint64_t w[USES_LEVELS][GM_USES_FIT_WORDS];
+} levels __attribute__((tls_model("initial-exec")));
+
+/* Takes the buffer of the next level (words_free gives it back); cap is GM_USES_FIT_WORDS but
+ * where memory ran out for a level beyond USES_LEVELS (then `pair`, and words_room grows it). */
 static void words_init(struct gm_uses_op *ws)
 {
+    unsigned d = levels.depth++;
     ws->n = 0;
-    ws->w = ws->stack;
-    ws->cap = GM_USES_STACK_WORDS;
+    ws->own = 0;
+    if (__builtin_expect(d < USES_LEVELS, 1)) {
+        ws->w = levels.w[d];
+        ws->cap = GM_USES_FIT_WORDS;
+        return;
+    }
+    ws->w = malloc(GM_USES_FIT_WORDS * sizeof *ws->w);
+    if (ws->w) {
+        ws->own = 2;
+        ws->cap = GM_USES_FIT_WORDS;
+    } else {
+        ws->w = ws->pair;
+        ws->cap = sizeof ws->pair / sizeof ws->pair[0];
+    }
 }
 
-/* The thread's buffer for launches with more candidates than the stack holds (a multi-tensor
- * kernel's: PyTorch's foreach AdamW passes four lists of up to 110 addresses), kept from launch
- * to launch: a malloc and free per such launch cost more than its whole scan. Taken while a
- * launch uses it (a launch inside another's hook, if any, takes memory of its own). */
+/* The thread's buffer for launches with more candidates than a level's buffer holds (a
+ * multi-tensor kernel's: PyTorch's foreach AdamW passes four lists of up to 110 addresses),
+ * kept from launch to launch: a malloc and free per such launch cost more than its whole scan.
+ * Taken while a launch uses it (a launch inside another's hook, if any, takes memory of its
+ * own). */
 static __thread struct {
     uint64_t *w;
     size_t cap;
@@ -371,10 +397,10 @@ static void spill_key_make(void)
     (void)pthread_key_create(&spill_key, free);
 }
 
-/* Room for `need` more words: the buffer doubled when full (off the stack the first time, into
- * the thread's spill buffer when it is free), so a launch costs no malloc unless it has more
- * candidates than the stack and the spill buffer hold; 0 when memory ran out (the words that
- * fit are kept). */
+/* Room for `need` more words: the buffer doubled when full (out of the level's buffer into the
+ * thread's spill buffer when it is free, else into memory of its own), so a launch costs no
+ * malloc unless it has more candidates than the level's buffer and the spill buffer hold; 0
+ * when memory ran out (the words that fit are kept). */
 static int words_room(struct gm_uses_op *ws, size_t need)
 {
     if (ws->cap - ws->n >= need)
@@ -382,7 +408,7 @@ static int words_room(struct gm_uses_op *ws, size_t need)
     size_t cap = ws->cap * 2;
     while (cap - ws->n < need)
         cap *= 2;
-    if (ws->w == ws->stack && !spill.taken) {
+    if (ws->own == 0 && !spill.taken) {
         if (spill.cap < cap) {
             pthread_once(&spill_once, spill_key_make);
             uint64_t *r = realloc(spill.w, cap * sizeof *r);
@@ -392,12 +418,13 @@ static int words_room(struct gm_uses_op *ws, size_t need)
             spill.w = r, spill.cap = cap;
         }
         spill.taken = 1;
-        memcpy(spill.w, ws->stack, ws->n * sizeof *spill.w);
+        memcpy(spill.w, ws->w, ws->n * sizeof *spill.w);
         ws->w = spill.w;
         ws->cap = spill.cap;
+        ws->own = 1;
         return 1;
     }
-    if (ws->w == spill.w && spill.taken) { /* the spill buffer outgrown: grown in place, kept */
+    if (ws->own == 1) { /* the spill buffer outgrown: grown in place, kept */
         uint64_t *r = realloc(spill.w, cap * sizeof *r);
         if (!r)
             return 0;
@@ -405,21 +432,24 @@ static int words_room(struct gm_uses_op *ws, size_t need)
         spill.w = ws->w = r, spill.cap = ws->cap = cap;
         return 1;
     }
-    uint64_t *p = ws->w == ws->stack ? malloc(cap * sizeof *p) : realloc(ws->w, cap * sizeof *p);
+    uint64_t *p = ws->own == 2 ? realloc(ws->w, cap * sizeof *p) : malloc(cap * sizeof *p);
     if (!p)
         return 0;
-    if (ws->w == ws->stack)
-        memcpy(p, ws->stack, ws->n * sizeof *p);
+    if (ws->own == 0)
+        memcpy(p, ws->w, ws->n * sizeof *p);
     ws->w = p;
     ws->cap = cap;
+    ws->own = 2;
     return 1;
 }
 
+/* Gives back what words_init and words_room took (every kernel hook's collect has one). */
 static void words_free(struct gm_uses_op *ws)
 {
-    if (ws->w == spill.w && spill.taken)
+    levels.depth--;
+    if (ws->own == 1)
         spill.taken = 0;
-    else if (ws->w != ws->stack)
+    else if (ws->own == 2)
         free(ws->w);
 }
 
@@ -472,10 +502,9 @@ static const int64_t keep_store[16][4] __attribute__((aligned(32))) = {
 
 /* The words of the group at p whose comparison hit (hit: all ones in a kept word's lane), in
  * order, at w + n: the four words moved in one permutation and stored under a mask, so nothing
- * past the kept words is written. (A whole store would leave copies of device pointers in the
- * hook's stack buffer, where a later launch's uninitialized argument bytes may pick them up: a
- * PyTorch kernel's partly filled metadata struct then carries more candidate words than before,
- * and the recording's word records and sequence numbers move.) */
+ * past the kept words is written. (When the buffer was on the hook's stack, a whole store left
+ * copies of device pointers where a later launch's uninitialized argument bytes picked them up;
+ * the buffer is the thread's now, and the masked store costs no more.) */
 __attribute__((target("avx2"), always_inline)) static inline size_t keep4(uint64_t *w, size_t n,
                                                                          const unsigned char *p,
                                                                          __m256i hit)
@@ -608,7 +637,7 @@ static const unsigned char *extra_buffer(void **extra, size_t *size)
     return buf;
 }
 
-/* The usual launch: a kernelParams array and a layout whose words all fit the stack buffer
+/* The usual launch: a kernelParams array and a layout whose words all fit a level's buffer
  * (fi->fits: a few pointers, sizes, a small struct), so no room is checked. A parameter of one
  * word (a pointer, a size) is tested here without a loop, against the device span alone when
  * there is no host span (both: there is); a narrow struct word by word, a wide one by the
@@ -637,8 +666,8 @@ static void collect(struct gm_uses_op *ws, const struct fn_info *fi, void **para
     struct spans sp;
     spans_load(&sp);
     ws->unread = 0;
-    if (params && fi && fi->fits) {
-        words_init(ws);
+    words_init(ws);
+    if (params && fi && fi->fits && ws->cap >= GM_USES_FIT_WORDS) {
         ws->n = sp.hlen ? collect_fit_spans(ws->w, fi, params, &sp, 1)
                         : collect_fit_spans(ws->w, fi, params, &sp, 0);
         return;
@@ -646,7 +675,6 @@ static void collect(struct gm_uses_op *ws, const struct fn_info *fi, void **para
     size_t bsize = 0;
     const unsigned char *buf = params ? NULL : extra_buffer(extra, &bsize);
     if (fi && fi->layout) {
-        words_init(ws);
         for (unsigned i = 0; i < fi->nparams; i++) {
             const unsigned char *p = params ? (const unsigned char *)params[i]
                                    : buf && fi->p[i].off + (size_t)fi->p[i].size <= bsize
@@ -661,7 +689,6 @@ static void collect(struct gm_uses_op *ws, const struct fn_info *fi, void **para
      * buffer can, word by word. An array left unread makes the launch one whose uses are
      * unknown (meta.launches_unread), not one that touched nothing. */
     ws->unread = params != NULL;
-    words_init(ws);
     if (buf)
         scan(ws, &sp, buf, bsize);
 }
@@ -938,7 +965,7 @@ void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst
                       size_t bytes)
 {
     uint8_t acc[2];
-    op->w = op->stack;
+    op->w = op->pair;
     op->n = 0;
     struct spans sp;
     spans_load(&sp);

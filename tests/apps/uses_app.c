@@ -43,6 +43,10 @@
  *                        written stack bytes after it (PyTorch copies partly filled argument
  *                        structs whole). Whatever gpumem's hooks left on the stack is in those
  *                        bytes: k_rb_<path>'s uses must be RB_<path> alone
+ *   uses_app nest        launches inside a launch (the virtual GPU runs a kernel inside its
+ *                        launch call): kernels k_nest_narrow0..3 (one pointer into NN<level>)
+ *                        and k_nest_wide0..3 (a struct of 300 pointers into NW<level>), each
+ *                        launching the next level from its body, through cuLaunchKernel; twice
  *   uses_app phases      NVTX phases of every kind (tests/integration/preload_nvtx.sh's table):
  *                        per case an allocation K_<case> kept to the end (its size says the
  *                        case: 1..6 MiB) and one T_<case> memset and freed inside the case —
@@ -670,6 +674,73 @@ static void residue(void)
     RT(cudaDeviceSynchronize());
 }
 
+/* ---- launches inside a launch ------------------------------------------------------------ */
+
+/* The virtual GPU runs a kernel inside its launch call, so a kernel that launches the next one
+ * nests the hooks: each level's candidates are collected before its real call and recorded
+ * after it, around the inner launches. Two chains of NEST_DEPTH driver launches (by symbol):
+ * narrow (one pointer: the level's buffer) and wide (a struct of NEST_WIDE pointers, more than
+ * a level's buffer holds: the spill buffer or memory of its own). */
+enum { NEST_DEPTH = 4, NEST_WIDE = 300 };
+struct nest_wide {
+    int *p[NEST_WIDE];
+};
+static int *nest_mem[2][NEST_DEPTH];
+static CUfunction nest_fn[2][NEST_DEPTH];
+
+static void nest_launch(int wide, int level)
+{
+    static struct nest_wide ws[NEST_DEPTH];
+    static int *np[NEST_DEPTH];
+    static int lv[NEST_DEPTH];
+    lv[level] = level;
+    void *args[2] = {NULL, &lv[level]};
+    if (wide) {
+        for (int i = 0; i < NEST_WIDE; i++)
+            ws[level].p[i] = nest_mem[1][level] + i % 128;
+        args[0] = &ws[level];
+    } else {
+        np[level] = nest_mem[0][level];
+        args[0] = &np[level];
+    }
+    DRV(cuLaunchKernel(nest_fn[wide][level], 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    launches++;
+}
+
+static void k_nest_narrow(void **p)
+{
+    int level = *(int *)p[1];
+    **(int **)p[0] += 1;
+    if (level + 1 < NEST_DEPTH)
+        nest_launch(0, level + 1);
+}
+
+static void k_nest_wide(void **p)
+{
+    int level = *(int *)p[1];
+    ((struct nest_wide *)p[0])->p[0][0] += 1;
+    if (level + 1 < NEST_DEPTH)
+        nest_launch(1, level + 1);
+}
+
+static void nest(void)
+{
+    size_t sn[] = {sizeof(int *), sizeof(int)}, sw[] = {sizeof(struct nest_wide), sizeof(int)};
+    for (int wide = 0; wide < 2; wide++)
+        for (int l = 0; l < NEST_DEPTH; l++) {
+            char name[64];
+            snprintf(name, sizeof name, "N%s%d", wide ? "W" : "N", l);
+            nest_mem[wide][l] = dev_alloc(name, 512);
+            snprintf(name, sizeof name, "k_nest_%s%d", wide ? "wide" : "narrow", l);
+            nest_fn[wide][l] = kernel(name, wide ? k_nest_wide : k_nest_narrow, 2, wide ? sw : sn);
+        }
+    for (int rep = 0; rep < 2; rep++) {
+        nest_launch(0, 0);
+        nest_launch(1, 0);
+    }
+    RT(cudaDeviceSynchronize());
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "acceptance";
@@ -693,6 +764,8 @@ int main(int argc, char **argv)
         hull(argc > 2 && !strcmp(argv[2], "big") ? 64u << 20 : 256);
     else if (!strcmp(mode, "residue"))
         residue();
+    else if (!strcmp(mode, "nest"))
+        nest();
     else if (!strcmp(mode, "phases"))
         phases();
     else if (!strcmp(mode, "sleep"))

@@ -30,6 +30,9 @@
 #    frame at the same depth then passes an 8 KiB parameter whose first word points into
 #    RB_<path> and whose other words are never written (PyTorch copies partly filled argument
 #    structs whole): its uses are RB_<path> alone (the hooks scrub the stack they used);
+#  - launches inside a launch (a kernel of the virtual GPU launching the next from its body, four
+#    levels, one pointer or a struct of 300): each level's uses are its own allocation alone (a
+#    level's candidates live in the thread's buffer of that nesting level, not one shared);
 #  - copies and memsets carry their direction: destination written (2), source read (1);
 #  - record mode (the program's allocator) sees the same uses;
 #  - GPUMEM_USES=0 records no launch, and meta says so; the default is 1;
@@ -125,6 +128,15 @@ run_app "$DB" "$TMP/residue.out" "$APPS/uses_app" residue || { fail "uses_app re
 for p in rt rt_ex rt_coop drv_sym drv_sym_ex drv_sym_coop drv_proc drv_proc_ex drv_proc_coop trace rt_memset drv_memset; do
   check_eq "residue $p: k_rb_$p uses RB_$p alone (none of the hook's leftovers)" "$(used_names "$DB" "k_rb_$p")" "RB_$p"
 done
+
+# ---- launches inside a launch: each level keeps its own candidates ------------------------------
+DB=$TMP/nest.db
+run_app "$DB" "$TMP/nest.out" "$APPS/uses_app" nest || { fail "uses_app nest"; cat "$TMP/nest.out" "$TMP/nest.out.err"; }
+for l in 0 1 2 3; do
+  check_eq "nest narrow $l: k_nest_narrow$l uses NN$l alone" "$(used_names "$DB" "k_nest_narrow$l")" "NN$l"
+  check_eq "nest wide $l: k_nest_wide$l uses NW$l alone" "$(used_names "$DB" "k_nest_wide$l")" "NW$l"
+done
+check_eq "nest: 16 launches recorded" "$(q "$DB" "SELECT count(*) FROM launches WHERE op = 0;")" 16
 
 # ---- copies and memsets: direction -------------------------------------------------------------
 # acc DB NAME OP: the distinct access flags of one allocation's uses by copies (op 1) or memsets (2)
