@@ -561,10 +561,16 @@ void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst
  * when a hook leaves an address deeper, within its 8 KiB parameter). Measured on the virtual GPU,
  * x86-64 gcc -O2 (bytes below the entry point, hook + real call): driver launch 3,176, runtime
  * launch 4,740 (the first launch of a runtime kernel, once, deeper: the dynamic linker), copy
- * 3,080, PyTorch trace entry with a stack 1,000 without Python frames. */
+ * 3,080. PyTorch's trace entry is bounded by its own frames instead (torch_trace.c): the
+ * allocation's (tt_entry_stack, 976 bytes with its saved registers and return address) and the
+ * slow path's (96) keep the entry's five words in their frame and in no register across a call
+ * (TT_IN_FRAME), and zero the registers before the Python stack reader, whose frames (~12 KiB
+ * deep) hold only the interpreter's words; 1,024 bytes cover those frames from the scrub's
+ * 32-byte-aligned start (up to 40 bytes below the entry's call). preload_uses.sh's residue rows
+ * with Python frames fail at 512. */
 #define GM_SCRUB_LAUNCH_BYTES 6144
 #define GM_SCRUB_COPY_BYTES 4096
-#define GM_SCRUB_TRACE_BYTES 4096
+#define GM_SCRUB_TRACE_BYTES 1024
 void gm_stack_scrub_launch(void);
 void gm_stack_scrub_copy(void);
 void gm_stack_scrub_trace(void);
