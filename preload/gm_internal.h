@@ -564,10 +564,10 @@ void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst
  * 3,080. PyTorch's trace entry is bounded by its own frames instead (torch_trace.c): the
  * allocation's (tt_entry_stack, 976 bytes with its saved registers and return address) and the
  * slow path's (96) keep the entry's five words in their frame and in no register across a call
- * (TT_IN_FRAME), and zero the registers before the Python stack reader, whose frames (~12 KiB
- * deep) hold only the interpreter's words; 1,024 bytes cover those frames from the scrub's
- * 32-byte-aligned start (up to 40 bytes below the entry's call). preload_uses.sh's residue rows
- * with Python frames fail at 512. */
+ * (TT_IN_FRAME), and zero the registers (x86-64) before the Python stack reader, whose frames
+ * (~12 KiB deep) hold only the interpreter's words; 1,024 bytes cover those frames from the
+ * scrub's 32-byte-aligned start (up to 40 bytes below the entry's call). preload_uses.sh's
+ * residue rows with Python frames fail at 512 and without the scrub. */
 #define GM_SCRUB_LAUNCH_BYTES 6144
 #define GM_SCRUB_COPY_BYTES 4096
 #define GM_SCRUB_TRACE_BYTES 1024

@@ -76,7 +76,8 @@ typedef struct tt_entry {
     int32_t device;
     union {
         struct {
-            uint32_t stack; /* allocations and OOMs: the index (from 1) of its Python stack; 0: none */
+            uint32_t stack; /* allocations and OOMs: the index (from 1) of its Python stack;
+                             * 0: none */
             uint32_t pad;
         };
         uint64_t tag; /* tt_entry_stack's image of the entry only: the chain's tag of its stack */
@@ -311,8 +312,9 @@ static __attribute__((noinline)) uint32_t tt_stack_of(const rec_pyframe *f, int 
  * requesting thread's Python frames, read before the lock, after the seq and the clock (the
  * OOM's stack is the line that asked). The Python reader gets only its buffer: its frames (9 KiB
  * and more, deeper than the scrub's bound) hold the interpreter's words, never the entry's. */
-static __attribute__((noinline)) void tt_entry_stack(int action, int device, uint64_t addr, uint64_t size,
-                                                     uint64_t stream, uint64_t pool_a, uint64_t pool_b)
+static __attribute__((noinline)) void tt_entry_stack(int action, int device, uint64_t addr,
+                                                     uint64_t size, uint64_t stream, uint64_t pool_a,
+                                                     uint64_t pool_b)
 {
     tt_entry x = {.addr = addr, .size = size, .stream = stream, .pool = {pool_a, pool_b},
                   .action = action, .device = device};

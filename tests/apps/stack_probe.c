@@ -1,28 +1,24 @@
 /*
  * stack_probe.so — what earlier calls left on the calling thread's stack, for
- * tests/integration/py/trace_residue.py (preload_uses.sh's residue rows with Python frames):
- *   stack_probe_find(n, 0, w0..w4) the words are passed complemented (~w: ctypes leaves its copy
- *                                  of the arguments on the stack too), the depth (bytes below its buffer's top, the caller's frame
- *                                  just above) of the shallowest of w0..w(n-1) in the 32 KiB
- *                                  below its caller, read as they lie there (a local buffer the
- *                                  program never writes, like PyTorch's partly filled argument
- *                                  structs), plus which one (0-4: the depth is a multiple of 8);
- *                                  -1 when none is there. Its arguments are those of
- *                                  gpumem_torch_trace_entry (two ints, five words): ctypes lays
- *                                  out a call's converted arguments on the stack above it, so
- *                                  its frames lie where the entry's did
- *   stack_probe_leave(depth, 0, ~word, 0, 0, 0, 0)  leaves word at that depth below its caller
- *                                  (the control: a word left there is found there)
- * Called through ctypes from one Python frame, each call's frames lie where the previous call's
- * did.
+ * tests/integration/py/trace_residue.py (preload_uses.sh's residue rows with Python frames).
+ * Both functions take gpumem_torch_trace_entry's arguments (two ints, five words): ctypes lays out
+ * a call's converted arguments on the stack above the callee, so called from the same Python
+ * frame as the entry, their frames lie where the entry's did. The words looked for are passed
+ * complemented (~w), since ctypes' copy of the arguments stays on the stack too.
+ *   stack_probe_find(n, 0, ~w0, .., ~w4)   the depth (bytes below its buffer's top, the caller's
+ *       frames just above) of the shallowest of w0..w(n-1) in the 32 KiB below its caller, read as
+ *       they lie there (a local buffer the program never writes, like PyTorch's partly filled
+ *       argument structs), plus which one (0-4; the depth is a multiple of 8); -1 when none is
+ *   stack_probe_leave(depth, 0, ~w, 0, 0, 0, 0)   leaves w that deep below its caller (the
+ *       control: a word left there is found there)
  */
 #include <stddef.h>
 #include <stdint.h>
 
 #define PROBE_WORDS 4096 /* 32 KiB: deeper than the Python reader's frames (~12 KiB) */
 
-__attribute__((noinline)) long stack_probe_find(int n, int unused, uint64_t w0, uint64_t w1, uint64_t w2,
-                                                uint64_t w3, uint64_t w4)
+__attribute__((noinline)) long stack_probe_find(int n, int unused, uint64_t w0, uint64_t w1,
+                                                uint64_t w2, uint64_t w3, uint64_t w4)
 {
     (void)unused;
     const uint64_t w[] = {~w0, ~w1, ~w2, ~w3, ~w4};
@@ -34,8 +30,8 @@ __attribute__((noinline)) long stack_probe_find(int n, int unused, uint64_t w0, 
     return -1;
 }
 
-__attribute__((noinline)) void stack_probe_leave(int depth, int unused, uint64_t word, uint64_t w1, uint64_t w2,
-                                                uint64_t w3, uint64_t w4)
+__attribute__((noinline)) void stack_probe_leave(int depth, int unused, uint64_t word, uint64_t w1,
+                                                 uint64_t w2, uint64_t w3, uint64_t w4)
 {
     (void)unused, (void)w1, (void)w2, (void)w3, (void)w4;
     uint64_t b[PROBE_WORDS];
