@@ -561,16 +561,18 @@ void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst
  * when a hook leaves an address deeper, within its 8 KiB parameter). Measured on the virtual GPU,
  * x86-64 gcc -O2 (bytes below the entry point, hook + real call): driver launch 3,176, runtime
  * launch 4,740 (the first launch of a runtime kernel, once, deeper: the dynamic linker), copy
- * 3,080. PyTorch's trace entry is bounded by its own frames instead (torch_trace.c): the
- * allocation's (tt_entry_stack, 976 bytes with its saved registers and return address) and the
- * slow path's (96) keep the entry's five words in their frame and in no register across a call
- * (TT_IN_FRAME), and zero the registers (x86-64) before the Python stack reader, whose frames
- * (~12 KiB deep) hold only the interpreter's words; 1,024 bytes cover those frames from the
- * scrub's 32-byte-aligned start (up to 40 bytes below the entry's call). preload_uses.sh's
- * residue rows with Python frames fail at 512 and without the scrub. */
+ * 3,080. PyTorch's trace entry is bounded by where its own frames keep its words instead
+ * (torch_trace.c): the allocation's (tt_entry_stack) and the slow path's (tt_entry_plain) hold
+ * the entry's five words in their frame and in no register across a call (TT_IN_FRAME), and the
+ * allocation's zeroes the registers (x86-64) before the Python stack reader, whose frames (~12 KiB
+ * deep) then hold only the interpreter's words. The words lie within 144 bytes of the entry's
+ * call (tt_entry_stack's image of the entry at its frame's top, under the return address and six
+ * saved registers of the caller's; tt_entry_plain's frame is 96 bytes), and the scrub's buffer
+ * starts up to 40 bytes below it (32-byte aligned): 256 bytes cover them. preload_uses.sh's
+ * residue rows fail at 128 and without the scrub. */
 #define GM_SCRUB_LAUNCH_BYTES 6144
 #define GM_SCRUB_COPY_BYTES 4096
-#define GM_SCRUB_TRACE_BYTES 1024
+#define GM_SCRUB_TRACE_BYTES 256
 void gm_stack_scrub_launch(void);
 void gm_stack_scrub_copy(void);
 void gm_stack_scrub_trace(void);

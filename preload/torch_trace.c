@@ -311,28 +311,33 @@ static __attribute__((noinline)) uint32_t tt_stack_of(const rec_pyframe *f, int 
 /* An allocation's or an OOM's entry (the caller tested the action and the device): with the
  * requesting thread's Python frames, read before the lock, after the seq and the clock (the
  * OOM's stack is the line that asked). The Python reader gets only its buffer: its frames (9 KiB
- * and more, deeper than the scrub's bound) hold the interpreter's words, never the entry's. */
+ * and more, deeper than the scrub's bound) hold the interpreter's words, never the entry's. The
+ * entry's image is the last of the locals, at the frame's top, next to the registers the
+ * prologue saved (the caller's, PyTorch's values): the scrub's 256 bytes cover both, not the
+ * frames buffer below (Python's words). */
 static __attribute__((noinline)) void tt_entry_stack(int action, int device, uint64_t addr,
                                                      uint64_t size, uint64_t stream, uint64_t pool_a,
                                                      uint64_t pool_b)
 {
-    tt_entry x = {.addr = addr, .size = size, .stream = stream, .pool = {pool_a, pool_b},
-                  .action = action, .device = device};
-    TT_IN_FRAME(x);
+    struct {
+        unsigned char depth[TT_READER_DEPTH];
+        rec_pyframe f[REC_MAX_PY_FRAMES];
+        tt_entry x; /* last: at the frame's top, next to the saved registers */
+    } l;
+    l.x = (tt_entry){.addr = addr, .size = size, .stream = stream, .pool = {pool_a, pool_b},
+                     .action = action, .device = device};
+    TT_IN_FRAME(l);
     TT_CALLEE_SAVED_ZERO();
 #ifdef GM_HAVE_REC
     /* seq before time: every event at or below seq was claimed before this moment; the time is
      * kept in ticks, made ns when copied out (gpumem_torch_trace_copy) */
-    rec_last_seq_ticks_into(x.seq_ticks);
+    rec_last_seq_ticks_into(l.x.seq_ticks);
 #endif
-    rec_pyframe f[REC_MAX_PY_FRAMES];
-    unsigned char depth[TT_READER_DEPTH];
-    __asm__ volatile("" : : "r"(depth) : "memory");
-    int nf = gm_python_frames_now(f, REC_MAX_PY_FRAMES, &x.tag);
+    int nf = gm_python_frames_now(l.f, REC_MAX_PY_FRAMES, &l.x.tag);
     gm_spin_lock(&tt.lock);
-    x.stack = nf > 0 ? tt_stack_of(f, nf, x.tag) : 0, x.pad = 0;
-    tt_entry *e = tt_claim(x.device);
-    if (e) *e = x; /* written in place, under the lock */
+    l.x.stack = nf > 0 ? tt_stack_of(l.f, nf, l.x.tag) : 0, l.x.pad = 0;
+    tt_entry *e = tt_claim(l.x.device);
+    if (e) *e = l.x; /* written in place, under the lock */
     gm_spin_unlock(&tt.lock);
 }
 
