@@ -572,7 +572,13 @@ void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst
  * residue rows fail at 128 and without the scrub. */
 #define GM_SCRUB_LAUNCH_BYTES 6144
 #define GM_SCRUB_COPY_BYTES 4096
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+/* sanitizer builds lay frames out otherwise (redzones, frame pointers, the runtime's calls): the
+ * bound of the measured depth, as the launches' and copies' */
+#define GM_SCRUB_TRACE_BYTES 4096
+#else
 #define GM_SCRUB_TRACE_BYTES 256
+#endif
 void gm_stack_scrub_launch(void);
 void gm_stack_scrub_copy(void);
 void gm_stack_scrub_trace(void);

@@ -287,6 +287,11 @@ static __attribute__((noinline)) uint32_t tt_stack_of(const rec_pyframe *f, int 
  * left in one is saved deeper only by code that saves every register (a signal's frame, the
  * dynamic linker's lazy binding), but then it is not there to save. */
 #if defined(__x86_64__)
+#if defined(__GNUC__) && !defined(__clang__)
+#define TT_NO_FRAME_POINTER __attribute__((optimize("omit-frame-pointer")))
+#else
+#define TT_NO_FRAME_POINTER
+#endif
 #define TT_IN_FRAME(x)                                                                            \
     __asm__ volatile("xor %%eax, %%eax\n\txor %%ecx, %%ecx\n\txor %%edx, %%edx\n\t"                \
                      "xor %%esi, %%esi\n\txor %%edi, %%edi\n\txor %%r8d, %%r8d\n\t"                \
@@ -296,7 +301,9 @@ static __attribute__((noinline)) uint32_t tt_stack_of(const rec_pyframe *f, int 
                      : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11")
 /* And the callee-saved ones, before a call that goes deep (the Python reader): this frame's
  * prologue saved the caller's values in them (PyTorch's, which may be device addresses) within
- * the bound; left in the registers, the reader's prologues would save them again below it. */
+ * the bound; left in the registers, the reader's prologues would save them again below it. rbp
+ * among them: the function is built without a frame pointer (TT_NO_FRAME_POINTER; gcc refuses
+ * rbp in an asm's clobbers where it is one, as with -fno-omit-frame-pointer or a sanitizer). */
 #define TT_CALLEE_SAVED_ZERO()                                                                    \
     __asm__ volatile("xor %%ebx, %%ebx\n\txor %%ebp, %%ebp\n\txor %%r12d, %%r12d\n\t"             \
                      "xor %%r13d, %%r13d\n\txor %%r14d, %%r14d\n\txor %%r15d, %%r15d"              \
@@ -306,6 +313,7 @@ static __attribute__((noinline)) uint32_t tt_stack_of(const rec_pyframe *f, int 
 #else
 #define TT_IN_FRAME(x) __asm__ volatile("" : "+m"(x))
 #define TT_CALLEE_SAVED_ZERO() ((void)0)
+#define TT_NO_FRAME_POINTER
 #endif
 
 /* An allocation's or an OOM's entry (the caller tested the action and the device): with the
@@ -315,9 +323,9 @@ static __attribute__((noinline)) uint32_t tt_stack_of(const rec_pyframe *f, int 
  * entry's image is the last of the locals, at the frame's top, next to the registers the
  * prologue saved (the caller's, PyTorch's values): the scrub's 256 bytes cover both, not the
  * frames buffer below (Python's words). */
-static __attribute__((noinline)) void tt_entry_stack(int action, int device, uint64_t addr,
-                                                     uint64_t size, uint64_t stream, uint64_t pool_a,
-                                                     uint64_t pool_b)
+static __attribute__((noinline)) TT_NO_FRAME_POINTER void
+tt_entry_stack(int action, int device, uint64_t addr, uint64_t size, uint64_t stream, uint64_t pool_a,
+               uint64_t pool_b)
 {
     struct {
         unsigned char depth[TT_READER_DEPTH];

@@ -133,8 +133,12 @@ done
 # scrub's bound (GM_SCRUB_TRACE_BYTES): none of the entry's arguments may be there, nor in its
 # own frames (tests/integration/py/trace_residue.py; each row: one entry, then the 32 KiB below
 # read from the same Python frame)
+# (the plain build: a sanitizer's runtime must be loaded first into a Python that has none, and
+# its frames are laid out otherwise, with GM_SCRUB_TRACE_BYTES of the measured depth)
 PY=${GPUMEM_TEST_PYTHON:-/usr/bin/python3}
-if [[ -x $PY && -f $APPS/stack_probe.so ]]; then
+if [[ -n ${SAN:-} ]]; then
+  echo "preload_uses.sh: the trace entry's rows with Python frames run in the plain build" >&2
+elif [[ -x $PY && -f $APPS/stack_probe.so ]]; then
   OUT=$TMP/trace_py.out
   run_app "$TMP/trace_py.db" "$OUT" "$PY" tests/integration/py/trace_residue.py "$APPS/stack_probe.so" \
     "$BUILD/sim/libcudart.so.13" || { fail "trace_residue.py"; cat "$OUT" "$OUT.err"; }
