@@ -572,12 +572,27 @@ void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst
  * GPUMEM_USES=timed, the first launch making the event pool: 2,248), runtime launch 1,112 (a
  * kernel's first launch: its leftovers reach 2.1-2.5 KiB, preload_uses.sh "residue" rt; the very
  * first launch of a runtime kernel, once, far deeper: the dynamic linker), copy and memset 1,064
- * (the first: 1,576); PyTorch trace entry with a stack 1,000 without Python frames. A real
- * driver's and runtime's own frames go deeper; what they leave there they leave without gpumem
- * too, and is not scrubbed. */
+ * (the first: 1,576). A real driver's and runtime's own frames go deeper; what they leave there
+ * they leave without gpumem too, and is not scrubbed. PyTorch's trace entry is bounded by where
+ * its own frames keep its words instead (torch_trace.c): the allocation's (tt_entry_stack) and
+ * the slow path's (tt_entry_plain) hold the entry's five words in their frame and in no register
+ * across a call (TT_IN_FRAME), and the allocation's zeroes the registers (x86-64) before the
+ * Python stack reader, whose frames (~12 KiB deep) then hold only the interpreter's words. The
+ * words lie within 144 bytes of the entry's call (tt_entry_stack's image of the entry at its
+ * frame's top, under the return address and six saved registers of the caller's;
+ * tt_entry_plain's frame is 96 bytes), and the scrub's buffer starts up to 40 bytes below it
+ * (32-byte aligned): 256 bytes cover them. preload_uses.sh's residue rows fail at 128 and
+ * without the scrub. Sanitizer builds lay frames out otherwise (redzones, frame pointers, the
+ * runtime's own calls: deeper), so their bounds are 16 KiB each (the residue rows run there). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define GM_SCRUB_LAUNCH_BYTES 16384
+#define GM_SCRUB_COPY_BYTES 16384
+#define GM_SCRUB_TRACE_BYTES 16384
+#else
 #define GM_SCRUB_LAUNCH_BYTES 2560
 #define GM_SCRUB_COPY_BYTES 2048
-#define GM_SCRUB_TRACE_BYTES 4096
+#define GM_SCRUB_TRACE_BYTES 256
+#endif
 void gm_stack_scrub_launch(void);
 void gm_stack_scrub_copy(void);
 void gm_stack_scrub_trace(void);

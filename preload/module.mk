@@ -131,6 +131,10 @@ PRELOAD_APPS += $(APPS_DIR)/nvtx_tool.so
 $(APPS_DIR)/next_shim.so: $(APPS_DIR)/next_shim.o | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -shared -o $@ $< -ldl
 PRELOAD_APPS += $(APPS_DIR)/next_shim.so
+# reads the stack below its Python caller: preload_uses.sh's residue rows with Python frames
+$(APPS_DIR)/stack_probe.so: $(APPS_DIR)/stack_probe.o | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -shared -o $@ $<
+PRELOAD_APPS += $(APPS_DIR)/stack_probe.so
 
 # cxx_wrap_app: C++ through CUDA's header templates (cudaMalloc<T>), inlined at -O2, on the
 # virtual runtime: call sites skip the header wrapper (tests/integration/snapshot_cli.sh)

@@ -74,8 +74,14 @@ typedef struct tt_entry {
                        * one (a CUDA graph's, a torch.cuda.MemPool) */
     int32_t action;   /* c10::CachingDeviceAllocator::TraceEntry::Action */
     int32_t device;
-    uint32_t stack; /* allocations and OOMs: the index (from 1) of its Python stack; 0: none */
-    uint32_t pad;
+    union {
+        struct {
+            uint32_t stack; /* allocations and OOMs: the index (from 1) of its Python stack;
+                             * 0: none */
+            uint32_t pad;
+        };
+        uint64_t tag; /* tt_entry_stack's image of the entry only: the chain's tag of its stack */
+    };
 } tt_entry;
 _Static_assert(sizeof(tt_entry) == 72, "tt_entry: the 72-byte layout gm_torch.c reads");
 
@@ -251,72 +257,113 @@ static inline __attribute__((always_inline)) void tt_fill(tt_entry *e, int actio
     e->stack = stack, e->pad = 0;
 }
 
-/* An allocation's or an OOM's entry: with the requesting thread's Python frames, read before the
- * lock, after the seq and the clock (the OOM's stack is the line that asked). This is the entry as
- * it was for every action (its own action test included), kept whole, and out of line (noipa: its
- * code and frame are the ones it had): PyTorch's partly filled kernel argument structs pick up
- * the words gpumem's frames leave on the thread's stack, and a launch's recorded uses with them
- * (tests/bench/README.md, "Tenth pass"); a frame laid out otherwise here moved 3 uses rows of a
- * tiny GPT-2 recording. The entries without a stack write no frame at all (below). */
-static __attribute__((noipa)) void tt_entry_stack(int action, int device, uint64_t addr, uint64_t size,
-                                                 uint64_t stream, uint64_t pool_a, uint64_t pool_b)
+/* Bytes of tt_entry_stack's frame that hold nothing: the Python reader's frames lie where they did
+ * (its frame 0x398 bytes, x86-64 gcc -O2). Those frames are not scrubbed, and PyTorch's
+ * partly filled kernel argument structs pick up what they leave: a foreach launch's metadata
+ * struct carries stale tensor addresses of PyTorch's own from an earlier launch, which the
+ * reader's frames overwrite in part; 64 bytes shallower, other such words survived (two launches
+ * of each later step carried one word fewer) and a tiny GPT-2 recording's seqs moved by 4
+ * (tests/bench/README.md, "The trace entry's scrub bound"). */
+#define TT_READER_DEPTH 64
+
+/* The index of the stack f[0..nf) (tag: its chain's, 0 when none), under tt.lock: a memoized
+ * chain's tag seen before gives its stack without hashing its frames. */
+static __attribute__((noinline)) uint32_t tt_stack_of(const rec_pyframe *f, int nf, uint64_t tag)
 {
-    if (!((action >= 0 && action <= 6) || action == TT_ACTION_OOM) || device < 0) return;
-    uint64_t seq = 0, ticks = 0;
+    __typeof__(tt.by_tag[0]) *c = &tt.by_tag[tag & (TT_TAG_SLOTS - 1)];
+    if (tag && c->tag == tag) return c->stack;
+    uint32_t stack = stack_index(f, nf, frames_hash(f, nf));
+    if (tag && stack) c->tag = tag, c->stack = stack;
+    return stack;
+}
+
+/* The entry's slot image, built first in the frame of the function that fills the ring: the asm
+ * tells the compiler that it may have changed, so every later use reads it there and the
+ * arguments (the allocation's address, the stream, the pool ids) are dead from here on. No
+ * register holds them across the calls below, so no callee's prologue pushes them further down
+ * the stack (a deeper frame saving a callee-saved register that still held addr): the only place
+ * in memory they are in is this frame, which gm_stack_scrub_trace's bound covers (gm_internal.h,
+ * GM_SCRUB_TRACE_BYTES). On x86-64 the caller-saved registers are zeroed too: a dead argument
+ * left in one is saved deeper only by code that saves every register (a signal's frame, the
+ * dynamic linker's lazy binding), but then it is not there to save. */
+#if defined(__x86_64__)
+#if defined(__GNUC__) && !defined(__clang__)
+#define TT_NO_FRAME_POINTER __attribute__((optimize("omit-frame-pointer")))
+#else
+#define TT_NO_FRAME_POINTER
+#endif
+#define TT_IN_FRAME(x)                                                                            \
+    __asm__ volatile("xor %%eax, %%eax\n\txor %%ecx, %%ecx\n\txor %%edx, %%edx\n\t"                \
+                     "xor %%esi, %%esi\n\txor %%edi, %%edi\n\txor %%r8d, %%r8d\n\t"                \
+                     "xor %%r9d, %%r9d\n\txor %%r10d, %%r10d\n\txor %%r11d, %%r11d"                \
+                     : "+m"(x)                                                                    \
+                     :                                                                            \
+                     : "rax", "rcx", "rdx", "rsi", "rdi", "r8", "r9", "r10", "r11")
+/* And the callee-saved ones, before a call that goes deep (the Python reader): this frame's
+ * prologue saved the caller's values in them (PyTorch's, which may be device addresses) within
+ * the bound; left in the registers, the reader's prologues would save them again below it. rbp
+ * among them: the function is built without a frame pointer (TT_NO_FRAME_POINTER; gcc refuses
+ * rbp in an asm's clobbers where it is one, as with -fno-omit-frame-pointer or a sanitizer). */
+#define TT_CALLEE_SAVED_ZERO()                                                                    \
+    __asm__ volatile("xor %%ebx, %%ebx\n\txor %%ebp, %%ebp\n\txor %%r12d, %%r12d\n\t"             \
+                     "xor %%r13d, %%r13d\n\txor %%r14d, %%r14d\n\txor %%r15d, %%r15d"              \
+                     :                                                                            \
+                     :                                                                            \
+                     : "rbx", "rbp", "r12", "r13", "r14", "r15")
+#else
+#define TT_IN_FRAME(x) __asm__ volatile("" : "+m"(x))
+#define TT_CALLEE_SAVED_ZERO() ((void)0)
+#define TT_NO_FRAME_POINTER
+#endif
+
+/* An allocation's or an OOM's entry (the caller tested the action and the device): with the
+ * requesting thread's Python frames, read before the lock, after the seq and the clock (the
+ * OOM's stack is the line that asked). The Python reader gets only its buffer: its frames (9 KiB
+ * and more, deeper than the scrub's bound) hold the interpreter's words, never the entry's. The
+ * entry's image is the last of the locals, at the frame's top, next to the registers the
+ * prologue saved (the caller's, PyTorch's values): the scrub's 256 bytes cover both, not the
+ * frames buffer below (Python's words). */
+static __attribute__((noinline)) TT_NO_FRAME_POINTER void
+tt_entry_stack(int action, int device, uint64_t addr, uint64_t size, uint64_t stream, uint64_t pool_a,
+               uint64_t pool_b)
+{
+    struct {
+        unsigned char depth[TT_READER_DEPTH];
+        rec_pyframe f[REC_MAX_PY_FRAMES];
+        tt_entry x; /* last: at the frame's top, next to the saved registers */
+    } l;
+    l.x = (tt_entry){.addr = addr, .size = size, .stream = stream, .pool = {pool_a, pool_b},
+                     .action = action, .device = device};
+    TT_IN_FRAME(l);
+    TT_CALLEE_SAVED_ZERO();
 #ifdef GM_HAVE_REC
     /* seq before time: every event at or below seq was claimed before this moment; the time is
      * kept in ticks, made ns when copied out (gpumem_torch_trace_copy) */
-    seq = rec_last_seq_ticks(&ticks);
+    rec_last_seq_ticks_into(l.x.seq_ticks);
 #endif
-    /* the requesting thread's Python frames, read before the lock (an allocation, action 0, or
-     * an OOM: the entries whose stack the merge stores; the OOM's is the line that asked) */
-    rec_pyframe f[REC_MAX_PY_FRAMES];
-    uint64_t tag = 0;
-    int nf = action == 0 || action == TT_ACTION_OOM ? gm_python_frames_now(f, REC_MAX_PY_FRAMES, &tag) : 0;
-    uint32_t stack = 0;
+    int nf = gm_python_frames_now(l.f, REC_MAX_PY_FRAMES, &l.x.tag);
     gm_spin_lock(&tt.lock);
-    if (nf > 0) { /* a memoized chain's tag seen before: its stack, without hashing its frames */
-        __typeof__(tt.by_tag[0]) *c = &tt.by_tag[tag & (TT_TAG_SLOTS - 1)];
-        if (tag && c->tag == tag) {
-            stack = c->stack;
-        } else {
-            stack = stack_index(f, nf, frames_hash(f, nf));
-            if (tag && stack) c->tag = tag, c->stack = stack;
-        }
-    }
-    tt.seen++;
-    if (device >= tt.ndev) { /* PyTorch keeps a ring per device: room for one more device's */
-        if (!tt.per_device) tt.per_device = tt_max();
-        tt.ndev = device + 1;
-        tt.max = tt.per_device * (size_t)tt.ndev;
-        tt_grow_at();
-    }
-    if (tt.n == tt.cap && tt_grow() != 0 && !tt.cap) {
-        gm_spin_unlock(&tt.lock); /* no memory for even the first slots: nothing kept */
-        return;
-    }
-    tt_entry *e = &tt.ring[tt.head]; /* written in place, under the lock */
-    e->addr = addr, e->size = size, e->seq = seq, e->t_ns = ticks, e->stream = stream;
-    e->pool[0] = pool_a, e->pool[1] = pool_b, e->action = action, e->device = device;
-    e->stack = stack, e->pad = 0;
-    tt.head = tt.head + 1 == tt.cap ? 0 : tt.head + 1;
-    if (tt.n < tt.cap) tt.n++;
+    l.x.stack = nf > 0 ? tt_stack_of(l.f, nf, l.x.tag) : 0, l.x.pad = 0;
+    tt_entry *e = tt_claim(l.x.device);
+    if (e) *e = l.x; /* written in place, under the lock */
     gm_spin_unlock(&tt.lock);
 }
 
 /* An entry without a stack, the whole way: the lock waited for, room made (a device seen the
- * first time, the ring grown). */
+ * first time, the ring grown: mmap, mremap, the settings read), with the arguments in this
+ * frame as above. */
 static __attribute__((noinline)) void tt_entry_plain(int action, int device, uint64_t addr, uint64_t size,
                                                      uint64_t stream, uint64_t pool_a, uint64_t pool_b)
 {
+    tt_entry x = {.addr = addr, .size = size, .stream = stream, .pool = {pool_a, pool_b},
+                  .action = action, .device = device};
+    TT_IN_FRAME(x);
     gm_spin_lock(&tt.lock);
-    tt_entry *e = tt_claim(device);
+    tt_entry *e = tt_claim(x.device);
     if (e) {
-        tt_fill(e, action, device, addr, size, stream, pool_a, pool_b, 0);
+        *e = x;
 #ifdef GM_HAVE_REC
         rec_last_seq_ticks_into(e->seq_ticks);
-#else
-        e->seq = e->t_ns = 0;
 #endif
     }
     gm_spin_unlock(&tt.lock);
@@ -327,10 +374,12 @@ static __attribute__((noinline)) void tt_entry_plain(int action, int device, uin
  * into it last: no argument lives across a call, so none is saved and restored. The seq is read
  * under tt.lock, where nothing between the entry's arrival and the read claims one. A lock held
  * elsewhere, a device not seen yet or a ring due to grow: tt_entry_plain, the lock let go first.
- * tt_entry_stack and tt_entry_plain leave the entry's address and the Python reader's words in
- * frames below PyTorch's, where it later builds kernel arguments: the stack they used is
- * scrubbed after them (gm_stack_scrub_trace, gm_internal.h says why). The path above leaves
- * none: its only frame holds the caller's saved registers, its only call reads the clock. */
+ * tt_entry_stack and tt_entry_plain keep the entry's words in their own frame (TT_IN_FRAME), below
+ * PyTorch's, where it later builds kernel arguments: that frame is zeroed after them
+ * (gm_stack_scrub_trace, its bound GM_SCRUB_TRACE_BYTES covering their frames; gm_internal.h
+ * says why). The Python reader's deeper frames hold none of them. The path above leaves none:
+ * its only frame holds the caller's saved registers, its only call reads the clock.
+ * preload_uses.sh's residue rows (tests/integration/py/trace_residue.py) look for the words. */
 GM_EXPORT void gpumem_torch_trace_entry(int action, int device, uint64_t addr, uint64_t size, uint64_t stream,
                                         uint64_t pool_a, uint64_t pool_b)
 {

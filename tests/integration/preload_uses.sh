@@ -29,7 +29,11 @@
 #    RA_<path>; a launch from a
 #    frame at the same depth then passes an 8 KiB parameter whose first word points into
 #    RB_<path> and whose other words are never written (PyTorch copies partly filled argument
-#    structs whole): its uses are RB_<path> alone (the hooks scrub the stack they used);
+#    structs whole): its uses are RB_<path> alone (the hooks scrub the stack they used); the
+#    trace entry called from Python code (allocation and OOM with the GIL held or not, with its
+#    Python stack read; free, segment free; a new device's, the slow way) leaves none of its
+#    five words (address, size, stream, pool ids) in the 32 KiB below it, the Python stack
+#    reader's frames included;
 #  - launches inside a launch (a kernel of the virtual GPU launching the next from its body, four
 #    levels, one pointer or a struct of 300): each level's uses are its own allocation alone (a
 #    level's candidates live in the thread's buffer of that nesting level, not one shared);
@@ -128,6 +132,34 @@ run_app "$DB" "$TMP/residue.out" "$APPS/uses_app" residue || { fail "uses_app re
 for p in rt rt_ex rt_coop drv_sym drv_sym_ex drv_sym_coop drv_proc drv_proc_ex drv_proc_coop trace rt_memset drv_memset; do
   check_eq "residue $p: k_rb_$p uses RB_$p alone (none of the hook's leftovers)" "$(used_names "$DB" "k_rb_$p")" "RB_$p"
 done
+# PyTorch's trace entry from Python code: the stack reader's frames go ~12 KiB below it, past the
+# scrub's bound (GM_SCRUB_TRACE_BYTES): none of the entry's arguments may be there, nor in its
+# own frames (tests/integration/py/trace_residue.py; each row: one entry, then the 32 KiB below
+# read from the same Python frame)
+# (the plain build: a sanitizer's runtime must be loaded first into a Python that has none, and
+# its frames are laid out otherwise, with GM_SCRUB_TRACE_BYTES of the measured depth)
+PY=${GPUMEM_TEST_PYTHON:-/usr/bin/python3}
+if [[ -n ${SAN:-} ]]; then
+  echo "preload_uses.sh: the trace entry's rows with Python frames run in the plain build" >&2
+elif [[ -x $PY && -f $APPS/stack_probe.so ]]; then
+  OUT=$TMP/trace_py.out
+  run_app "$TMP/trace_py.db" "$OUT" "$PY" tests/integration/py/trace_residue.py "$APPS/stack_probe.so" \
+    "$BUILD/sim/libcudart.so.13" || { fail "trace_residue.py"; cat "$OUT" "$OUT.err"; }
+  row() { sed -n "s/^trace_residue: $1 \(clean\|[a-z_]* left at [0-9]*\)$/\1/p" "$OUT"; }
+  kept() { sed -n "s/^trace_residue: $1 kept //p" "$OUT"; }
+  for r in alloc alloc_nogil oom alloc_new_device; do
+    check_eq "residue trace+python $r: none of its arguments below the entry" "$(row $r)" clean
+    check_eq "residue trace+python $r: kept, Python stack read" "$(kept $r)" "as passed, with a stack"
+  done
+  for r in free segment_free free_new_device; do
+    check_eq "residue trace+python $r: none of its arguments below the entry" "$(row $r)" clean
+    check_eq "residue trace+python $r: kept" "$(kept $r)" "as passed, no stack"
+  done
+  check_eq "residue trace+python: a word left 4,000 bytes down is found there" \
+    "$(sed -n 's/^trace_residue: control at //p' "$OUT")" 4000
+else
+  echo "preload_uses.sh: no $PY (GPUMEM_TEST_PYTHON) or stack_probe.so: the trace entry's rows with Python frames not run" >&2
+fi
 
 # ---- launches inside a launch: each level keeps its own candidates ------------------------------
 DB=$TMP/nest.db
