@@ -578,9 +578,7 @@ GM_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsign
                                   unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream s,
                                   void **params, void **extra)
 {
-    CUresult r = launch_kernel(0, f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
-    if (gm_uses_active()) gm_stack_scrub_launch();
-    return r;
+    return GM_SCRUBBED(launch, launch_kernel(0, f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
 }
 GM_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                        unsigned bx, unsigned by, unsigned bz, unsigned shm,
@@ -589,9 +587,7 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz
                              unsigned by, unsigned bz, unsigned shm, CUstream s, void **params,
                              void **extra)
 {
-    CUresult r = launch_kernel(1, f, gx, gy, gz, bx, by, bz, shm, s, params, extra);
-    if (gm_uses_active()) gm_stack_scrub_launch();
-    return r;
+    return GM_SCRUBBED(launch, launch_kernel(1, f, gx, gy, gz, bx, by, bz, shm, s, params, extra));
 }
 
 static __attribute__((noinline)) CUresult
@@ -617,17 +613,13 @@ launch_kernel_ex(int ptsz, const CUlaunchConfig *c, CUfunction f, void **params,
 GM_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params,
                                     void **extra)
 {
-    CUresult r = launch_kernel_ex(0, c, f, params, extra);
-    if (gm_uses_active()) gm_stack_scrub_launch();
-    return r;
+    return GM_SCRUBBED(launch, launch_kernel_ex(0, c, f, params, extra));
 }
 GM_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params,
                                          void **extra);
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
 {
-    CUresult r = launch_kernel_ex(1, c, f, params, extra);
-    if (gm_uses_active()) gm_stack_scrub_launch();
-    return r;
+    return GM_SCRUBBED(launch, launch_kernel_ex(1, c, f, params, extra));
 }
 
 static __attribute__((noinline)) CUresult launch_coop(int ptsz, CUfunction f, unsigned gx,
@@ -657,9 +649,7 @@ GM_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned
                                              unsigned bx, unsigned by, unsigned bz, unsigned shm,
                                              CUstream s, void **params)
 {
-    CUresult r = launch_coop(0, f, gx, gy, gz, bx, by, bz, shm, s, params);
-    if (gm_uses_active()) gm_stack_scrub_launch();
-    return r;
+    return GM_SCRUBBED(launch, launch_coop(0, f, gx, gy, gz, bx, by, bz, shm, s, params));
 }
 GM_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
                                                   unsigned gz, unsigned bx, unsigned by,
@@ -669,9 +659,7 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, 
                                         unsigned bx, unsigned by, unsigned bz, unsigned shm,
                                         CUstream s, void **params)
 {
-    CUresult r = launch_coop(1, f, gx, gy, gz, bx, by, bz, shm, s, params);
-    if (gm_uses_active()) gm_stack_scrub_launch();
-    return r;
+    return GM_SCRUBBED(launch, launch_coop(1, f, gx, gy, gz, bx, by, bz, shm, s, params));
 }
 
 /* Out-of-bounds copies and memsets. The driver checks an access against the allocation it
@@ -706,9 +694,7 @@ int gm_access_refused(int which, CUstream s, uint64_t dst, uint64_t src, size_t 
     static __attribute__((noinline)) CUresult hb_##name PARAMS;                                    \
     static CUresult h_##name PARAMS                                                                \
     {                                                                                              \
-        CUresult r = hb_##name ARGS;                                                               \
-        if (gm_uses_active()) gm_stack_scrub_copy();                                               \
-        return r;                                                                                  \
+        return GM_SCRUBBED(copy, hb_##name ARGS);                                                  \
     }                                                                                              \
     static CUresult hb_##name PARAMS                                                               \
     {                                                                                              \

@@ -596,6 +596,15 @@ void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst
 void gm_stack_scrub_launch(void);
 void gm_stack_scrub_copy(void);
 void gm_stack_scrub_trace(void);
+/* An entry point's return: CALL, its hook (noinline), then the stack it used scrubbed while
+ * access tracking records (KIND: launch or copy). From the entry point's own frame, so the
+ * scrub's buffer lies where the hook's frames were. */
+#define GM_SCRUBBED(KIND, CALL)                                                                    \
+    __extension__({                                                                                \
+        __typeof__(CALL) gm_scrubbed_r_ = (CALL);                                                  \
+        if (gm_uses_active()) gm_stack_scrub_##KIND();                                             \
+        gm_scrubbed_r_;                                                                            \
+    })
 
 /* Converts a driver result to the runtime error the real runtime would give. */
 cudaError_t gm_rt_error(CUresult r);

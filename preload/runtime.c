@@ -632,34 +632,29 @@ static __attribute__((noinline)) cudaError_t rt_launch(launch_fn real, int ptsz,
 GM_EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 g, dim3 b, void **args, size_t shm,
                                        cudaStream_t s)
 {
-    cudaError_t e = rt_launch(real_cudaLaunchKernel(), 0, func, g, b, args, shm, s);
-    if (gm_uses_active()) gm_stack_scrub_launch();
-    return e;
+    return GM_SCRUBBED(launch, rt_launch(real_cudaLaunchKernel(), 0, func, g, b, args, shm, s));
 }
 GM_EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 g, dim3 b, void **args,
                                             size_t shm, cudaStream_t s);
 cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 g, dim3 b, void **args, size_t shm,
                                   cudaStream_t s)
 {
-    cudaError_t e = rt_launch(real_cudaLaunchKernel_ptsz(), 1, func, g, b, args, shm, s);
-    if (gm_uses_active()) gm_stack_scrub_launch();
-    return e;
+    return GM_SCRUBBED(launch,
+                       rt_launch(real_cudaLaunchKernel_ptsz(), 1, func, g, b, args, shm, s));
 }
 GM_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 g, dim3 b, void **args,
                                                   size_t shm, cudaStream_t s)
 {
-    cudaError_t e = rt_launch(real_cudaLaunchCooperativeKernel(), 0, func, g, b, args, shm, s);
-    if (gm_uses_active()) gm_stack_scrub_launch();
-    return e;
+    return GM_SCRUBBED(launch,
+                       rt_launch(real_cudaLaunchCooperativeKernel(), 0, func, g, b, args, shm, s));
 }
 GM_EXPORT cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 g, dim3 b,
                                                        void **args, size_t shm, cudaStream_t s);
 cudaError_t cudaLaunchCooperativeKernel_ptsz(const void *func, dim3 g, dim3 b, void **args,
                                              size_t shm, cudaStream_t s)
 {
-    cudaError_t e = rt_launch(real_cudaLaunchCooperativeKernel_ptsz(), 1, func, g, b, args, shm, s);
-    if (gm_uses_active()) gm_stack_scrub_launch();
-    return e;
+    return GM_SCRUBBED(launch,
+                       rt_launch(real_cudaLaunchCooperativeKernel_ptsz(), 1, func, g, b, args, shm, s));
 }
 
 static __attribute__((noinline)) cudaError_t rt_launch_ex(launch_ex_fn real, int ptsz,
@@ -689,17 +684,13 @@ static __attribute__((noinline)) cudaError_t rt_launch_ex(launch_ex_fn real, int
 GM_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *func,
                                           void **args)
 {
-    cudaError_t e = rt_launch_ex(real_cudaLaunchKernelExC(), 0, c, func, args);
-    if (gm_uses_active()) gm_stack_scrub_launch();
-    return e;
+    return GM_SCRUBBED(launch, rt_launch_ex(real_cudaLaunchKernelExC(), 0, c, func, args));
 }
 GM_EXPORT cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *c, const void *func,
                                                void **args);
 cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t *c, const void *func, void **args)
 {
-    cudaError_t e = rt_launch_ex(real_cudaLaunchKernelExC_ptsz(), 1, c, func, args);
-    if (gm_uses_active()) gm_stack_scrub_launch();
-    return e;
+    return GM_SCRUBBED(launch, rt_launch_ex(real_cudaLaunchKernelExC_ptsz(), 1, c, func, args));
 }
 
 static int copy_which(enum cudaMemcpyKind k)
@@ -792,56 +783,40 @@ static __attribute__((noinline)) cudaError_t rtb_cudaMemsetAsync_ptsz(void *d, i
  * (gm_internal.h says why). */
 GM_EXPORT cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k)
 {
-    cudaError_t e = rtb_cudaMemcpy(d, s, n, k);
-    if (gm_uses_active()) gm_stack_scrub_copy();
-    return e;
+    return GM_SCRUBBED(copy, rtb_cudaMemcpy(d, s, n, k));
 }
 GM_EXPORT cudaError_t cudaMemcpy_ptds(void *d, const void *s, size_t n, enum cudaMemcpyKind k);
 cudaError_t cudaMemcpy_ptds(void *d, const void *s, size_t n, enum cudaMemcpyKind k)
 {
-    cudaError_t e = rtb_cudaMemcpy_ptds(d, s, n, k);
-    if (gm_uses_active()) gm_stack_scrub_copy();
-    return e;
+    return GM_SCRUBBED(copy, rtb_cudaMemcpy_ptds(d, s, n, k));
 }
 GM_EXPORT cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
                                       cudaStream_t st)
 {
-    cudaError_t e = rtb_cudaMemcpyAsync(d, s, n, k, st);
-    if (gm_uses_active()) gm_stack_scrub_copy();
-    return e;
+    return GM_SCRUBBED(copy, rtb_cudaMemcpyAsync(d, s, n, k, st));
 }
 GM_EXPORT cudaError_t cudaMemcpyAsync_ptsz(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
                                            cudaStream_t st);
 cudaError_t cudaMemcpyAsync_ptsz(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
                                  cudaStream_t st)
 {
-    cudaError_t e = rtb_cudaMemcpyAsync_ptsz(d, s, n, k, st);
-    if (gm_uses_active()) gm_stack_scrub_copy();
-    return e;
+    return GM_SCRUBBED(copy, rtb_cudaMemcpyAsync_ptsz(d, s, n, k, st));
 }
 GM_EXPORT cudaError_t cudaMemset(void *d, int v, size_t n)
 {
-    cudaError_t e = rtb_cudaMemset(d, v, n);
-    if (gm_uses_active()) gm_stack_scrub_copy();
-    return e;
+    return GM_SCRUBBED(copy, rtb_cudaMemset(d, v, n));
 }
 GM_EXPORT cudaError_t cudaMemset_ptds(void *d, int v, size_t n);
 cudaError_t cudaMemset_ptds(void *d, int v, size_t n)
 {
-    cudaError_t e = rtb_cudaMemset_ptds(d, v, n);
-    if (gm_uses_active()) gm_stack_scrub_copy();
-    return e;
+    return GM_SCRUBBED(copy, rtb_cudaMemset_ptds(d, v, n));
 }
 GM_EXPORT cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st)
 {
-    cudaError_t e = rtb_cudaMemsetAsync(d, v, n, st);
-    if (gm_uses_active()) gm_stack_scrub_copy();
-    return e;
+    return GM_SCRUBBED(copy, rtb_cudaMemsetAsync(d, v, n, st));
 }
 GM_EXPORT cudaError_t cudaMemsetAsync_ptsz(void *d, int v, size_t n, cudaStream_t st);
 cudaError_t cudaMemsetAsync_ptsz(void *d, int v, size_t n, cudaStream_t st)
 {
-    cudaError_t e = rtb_cudaMemsetAsync_ptsz(d, v, n, st);
-    if (gm_uses_active()) gm_stack_scrub_copy();
-    return e;
+    return GM_SCRUBBED(copy, rtb_cudaMemsetAsync_ptsz(d, v, n, st));
 }
