@@ -88,7 +88,10 @@ echo "ok: cross-stream frees replay to the recorded peak reserved exactly (gpume
 # events and flags removed) the export has no "fc" line and the replay frees at once, as before.
 # advise's baseline is the same replay (its model reads the landings in the same pass: under
 # pytorch-expandable it replayed 0.8 GB against tune's and the recording's 2.2 GB before).
-for c in preset:gpumem preset:pytorch preset:pytorch-expandable; do
+# Rows: the configuration recorded and replayed; every one whose releases do not wait for
+# markers must replay to the recorded peak reserved exactly (gpumem's own policy with
+# release_before_grow off among them), preset:gpumem's replay is checked only against itself.
+for c in preset:gpumem preset:gpumem,release_before_grow:False preset:pytorch preset:pytorch-expandable; do
   GPUMEM_SIM_ASYNC=1 GPUMEM_CONF=$c "$GM" record -q -o "$TMP/x.db" -- "$APP" cross > "$TMP/x.txt" 2>&1 || { cat "$TMP/x.txt"; fail "$c: cross-stream run (async)"; }
   "$GM" tune --json "$TMP/x.db" > "$TMP/x.json" || fail "$c: tune on the cross-stream run (async)"
   read -r rec rep < <(jq -r --arg c "$c" '[.recorded.peak_reserved, ([.results[] | select(.conf == $c)][0].peak_reserved)] | @tsv' "$TMP/x.json")
@@ -96,10 +99,17 @@ for c in preset:gpumem preset:pytorch preset:pytorch-expandable; do
   # whatever the timing (a sanitizer's, a loaded machine's): frees that an allocation's own
   # synchronization lands start it over, so the recorded order is the allocator's (alloc/README.md).
   # gpumem's release before growth does not synchronize (issue 41): it unmaps only pages whose
-  # frees have landed on the device, when, the recording does not say; the replay (work done at
-  # issue) can only give back as much or more: a lower bound of the recorded peak reserved
+  # frees the device has finished with, as far as its marker events say when it queries them,
+  # and the recording does not say what they said; the replay (work done at issue) unmaps every
+  # free page. That is NOT a bound either way: a page the replay gave back and the run kept is
+  # mapped again when the run reuses it from its cache, and the new mapping can straddle one
+  # handle more (a CI run under ASan: the replay unmapped 13 handles at a growth on one stream
+  # where the run, its markers pending, unmapped none; the next request on the other stream hit
+  # the run's cache and missed the replay's; 899,678,208 replayed > 895,483,904 recorded, and
+  # 832,569,344 > 830,472,192 here, 6 runs in 300 under ASan). So preset:gpumem's replay is
+  # compared with the trace's own replay only; with release_before_grow off the same
+  # allocator replays exactly, the recorded fc lines included.
   if [[ $c == preset:gpumem ]]; then
-    [[ $rep -le $rec ]] || fail "$c (async): the replay reserves more than the recording ($rep > $rec)"
     want=$rep
   else
     [[ $rec == "$rep" ]] || fail "$c (async): the cross-stream replay does not reproduce the recorded peak reserved ($rec, $rep)"
@@ -133,23 +143,23 @@ for c in preset:gpumem preset:pytorch preset:pytorch-expandable; do
   [[ $adv == "$old" ]] || fail "$c: advise's baseline on the older recording ($adv) is not the trace's replay without fc lines ($old)"
   rm -f "$TMP/x.db"
 done
-echo "ok: on the asynchronous virtual GPU too (free_completed), and older recordings replay as before"
+echo "ok: on the asynchronous virtual GPU too (free_completed; gpumem exact with release_before_grow off), and older recordings replay as before"
 
 # the same, deterministic: on the synchronous virtual GPU with each event NOT_READY for its first
 # N queries, frees wait for several allocations. Where a synchronization lands some in the middle
 # of an allocation, the allocation starts over on what landed, so the trace's order is the
 # allocator's; the replay hands out addresses downwards as the recording did (issue 13). gpumem's
-# release before growth no longer synchronizes (issue 41): with events pending it keeps pages the
-# replay gives back, so its replay is a lower bound here.
-for c in preset:gpumem preset:pytorch preset:pytorch-expandable; do
+# release before growth no longer synchronizes (issue 41): with its markers pending it keeps
+# pages the replay gives back, so preset:gpumem's replay is no bound of the run's (the
+# asynchronous case above); without release_before_grow gpumem's policy replays exactly.
+for c in preset:gpumem preset:gpumem,release_before_grow:False preset:pytorch preset:pytorch-expandable; do
   for d in 1 3 5; do
     GPUMEM_SIM_EVENT_DELAY=$d GPUMEM_CONF=$c "$GM" record -q -o "$TMP/x.db" -- "$APP" cross > "$TMP/x.txt" 2>&1 \
       || { cat "$TMP/x.txt"; fail "$c: cross-stream run (event delay $d)"; }
     "$GM" tune --json "$TMP/x.db" > "$TMP/x.json" || fail "$c: tune on the cross-stream run (event delay $d)"
     read -r rec rep < <(jq -r --arg c "$c" '[.recorded.peak_reserved, ([.results[] | select(.conf == $c)][0].peak_reserved)] | @tsv' "$TMP/x.json")
-    if [[ $c == preset:gpumem ]]; then # a lower bound: see the asynchronous case above
-      [[ $rep -le $rec ]] || fail "$c (event delay $d): the replay finds $rep, more than the run's $rec"
-    else
+    [[ -n $rep ]] || fail "$c (event delay $d): tune has no result for the recorded configuration"
+    if [[ $c != preset:gpumem ]]; then # preset:gpumem: no bound, see the asynchronous case above
       [[ $rec == "$rep" ]] || fail "$c (event delay $d): the replay finds $rep, the run reserved $rec"
     fi
     rm -f "$TMP/x.db"
