@@ -1125,9 +1125,14 @@ __attribute__((constructor)) static void gm_constructor(void)
 /* ---- user API ------------------------------------------------------------------------------ */
 
 int gm_name_internal(const void *ptr, const char *name);
-GM_EXPORT int gpumem_name(const void *ptr, const char *name)
+static __attribute__((noinline)) int name_entry(const void *ptr, const char *name)
 {
     return gm_name_internal(ptr, name);
+}
+/* The name's frames keep the address too: scrubbed like an allocation's (gm_internal.h). */
+GM_EXPORT int gpumem_name(const void *ptr, const char *name)
+{
+    return GM_SCRUBBED(mem, name_entry(ptr, name));
 }
 
 int gm_name_internal(const void *ptr, const char *name)
@@ -1237,7 +1242,7 @@ static _Thread_local struct {
     alloc_oom_info_t info;
 } torch_refused;
 
-GM_EXPORT void *gpumem_torch_malloc(ssize_t size, int device, void *stream)
+static __attribute__((noinline)) void *torch_malloc_entry(ssize_t size, int device, void *stream)
 {
     void *p = torch_malloc(size, device, stream);
     if (!p && size > 0) {
@@ -1247,6 +1252,11 @@ GM_EXPORT void *gpumem_torch_malloc(ssize_t size, int device, void *stream)
                                   torch_refused.info.requested == (size_t)size;
     }
     return p;
+}
+
+GM_EXPORT void *gpumem_torch_malloc(ssize_t size, int device, void *stream)
+{
+    return GM_SCRUBBED(mem, torch_malloc_entry(size, device, stream));
 }
 
 /* PyTorch's way of writing a size (format_size: B, KiB, MiB, GiB with two decimals) */
@@ -1348,17 +1358,18 @@ GM_EXPORT void gpumem_empty_cache(void)
         gm_heap_empty_cache();
 }
 
-GM_EXPORT void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stream)
+static __attribute__((noinline)) int torch_free_entry(void *ptr, ssize_t size, int device,
+                                                    void *stream)
 {
     (void)size;
     if (!ptr)
-        return;
+        return 0;
     gm_mode_t m = gm_mode();
     CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
     CUresult res;
     gm_stat_add(GM_ST_RT_FREE_ASYNC, 1);
     if (m == GM_MODE_REPLACE && gm_heap_free(p, (CUstream)stream, GM_ALLOC_ASYNC, &res))
-        return;
+        return 0;
     size_t sz;
     enum gm_pt_kind k;
     int dev;
@@ -1370,4 +1381,11 @@ GM_EXPORT void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stre
     }
     if (gm_driver_init())
         gm_real.cuMemFree_v2(p); /* after its event: see rt_record_free */
+    return 0;
+}
+
+/* void: GM_SCRUBBED needs a value, torch_free_entry's 0 */
+GM_EXPORT void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stream)
+{
+    (void)GM_SCRUBBED(mem, torch_free_entry(ptr, size, device, stream));
 }

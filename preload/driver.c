@@ -217,7 +217,7 @@ static CUresult drv_free(CUdeviceptr p, CUstream stream, gm_alloc_kind kind,
     return r;
 }
 
-static CUresult h_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
+static __attribute__((noinline)) CUresult hb_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
 {
     CUresult fail;
     if (gm_fail_take(GM_FAIL_ALLOC, &fail))
@@ -227,7 +227,12 @@ static CUresult h_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
     return drv_alloc(dptr, size, 0, GM_ALLOC_SYNC, NULL, gm_real.cuMemAlloc_v2);
 }
 
-static CUresult h_cuMemFree_v2(CUdeviceptr p)
+static CUresult h_cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
+{
+    return GM_SCRUBBED(mem, hb_cuMemAlloc_v2(dptr, size));
+}
+
+static __attribute__((noinline)) CUresult hb_cuMemFree_v2(CUdeviceptr p)
 {
     CUresult fail;
     if (gm_fail_take(GM_FAIL_FREE, &fail))
@@ -237,7 +242,12 @@ static CUresult h_cuMemFree_v2(CUdeviceptr p)
     return drv_free(p, 0, GM_ALLOC_SYNC, NULL, gm_real.cuMemFree_v2);
 }
 
-static CUresult h_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
+static CUresult h_cuMemFree_v2(CUdeviceptr p)
+{
+    return GM_SCRUBBED(mem, hb_cuMemFree_v2(p));
+}
+
+static __attribute__((noinline)) CUresult hb_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
 {
     CUresult fail;
     if (gm_fail_take(GM_FAIL_ALLOC, &fail))
@@ -247,8 +257,13 @@ static CUresult h_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
     return drv_alloc(dptr, size, s, GM_ALLOC_ASYNC, gm_real.cuMemAllocAsync, NULL);
 }
 
+static CUresult h_cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+    return GM_SCRUBBED(mem, hb_cuMemAllocAsync(dptr, size, s));
+}
+
 /* The per-thread-default-stream variant: stream 0 means the calling thread's stream. */
-static CUresult h_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s)
+static __attribute__((noinline)) CUresult hb_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s)
 {
     CUresult fail;
     if (gm_fail_take(GM_FAIL_ALLOC, &fail))
@@ -259,7 +274,12 @@ static CUresult h_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream 
                      gm_real.cuMemAllocAsync_ptsz, NULL);
 }
 
-static CUresult h_cuMemFreeAsync(CUdeviceptr p, CUstream s)
+static CUresult h_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+    return GM_SCRUBBED(mem, hb_cuMemAllocAsync_ptsz(dptr, size, s));
+}
+
+static __attribute__((noinline)) CUresult hb_cuMemFreeAsync(CUdeviceptr p, CUstream s)
 {
     CUresult fail;
     if (gm_fail_take(GM_FAIL_FREE, &fail))
@@ -269,7 +289,12 @@ static CUresult h_cuMemFreeAsync(CUdeviceptr p, CUstream s)
     return drv_free(p, s, GM_ALLOC_ASYNC, gm_real.cuMemFreeAsync, NULL);
 }
 
-static CUresult h_cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
+static CUresult h_cuMemFreeAsync(CUdeviceptr p, CUstream s)
+{
+    return GM_SCRUBBED(mem, hb_cuMemFreeAsync(p, s));
+}
+
+static __attribute__((noinline)) CUresult hb_cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
 {
     CUresult fail;
     if (gm_fail_take(GM_FAIL_FREE, &fail))
@@ -278,6 +303,11 @@ static CUresult h_cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
         return gm_real.cuMemFreeAsync_ptsz(p, s);
     return drv_free(p, s ? s : CU_STREAM_PER_THREAD, GM_ALLOC_ASYNC, gm_real.cuMemFreeAsync_ptsz,
                     NULL);
+}
+
+static CUresult h_cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
+{
+    return GM_SCRUBBED(mem, hb_cuMemFreeAsync_ptsz(p, s));
 }
 
 static CUresult h_cuMemGetInfo_v2(size_t *free_b, size_t *total_b)
@@ -480,7 +510,7 @@ static CUresult host_alloc(void **pp, size_t size, unsigned flags, int has_flags
     }
     return r;
 }
-static CUresult h_cuMemAllocHost_v2(void **pp, size_t size)
+static __attribute__((noinline)) CUresult hb_cuMemAllocHost_v2(void **pp, size_t size)
 {
     if (pp) *pp = NULL; /* a refused call leaves NULL, as the real driver does (drv_api.out) */
     CUresult fail;
@@ -490,7 +520,12 @@ static CUresult h_cuMemAllocHost_v2(void **pp, size_t size)
         return gm_real.cuMemAllocHost_v2(pp, size);
     return host_alloc(pp, size, 0, 0);
 }
-static CUresult h_cuMemHostAlloc(void **pp, size_t size, unsigned flags)
+
+static CUresult h_cuMemAllocHost_v2(void **pp, size_t size)
+{
+    return GM_SCRUBBED(mem, hb_cuMemAllocHost_v2(pp, size));
+}
+static __attribute__((noinline)) CUresult hb_cuMemHostAlloc(void **pp, size_t size, unsigned flags)
 {
     if (pp) *pp = NULL;
     CUresult fail;
@@ -500,7 +535,12 @@ static CUresult h_cuMemHostAlloc(void **pp, size_t size, unsigned flags)
         return gm_real.cuMemHostAlloc(pp, size, flags);
     return host_alloc(pp, size, flags, 1);
 }
-static CUresult h_cuMemFreeHost(void *p)
+
+static CUresult h_cuMemHostAlloc(void **pp, size_t size, unsigned flags)
+{
+    return GM_SCRUBBED(mem, hb_cuMemHostAlloc(pp, size, flags));
+}
+static __attribute__((noinline)) CUresult hb_cuMemFreeHost(void *p)
 {
     CUresult fail;
     if (gm_fail_take(GM_FAIL_HOST_FREE, &fail))
@@ -525,7 +565,12 @@ static CUresult h_cuMemFreeHost(void *p)
     return r;
 }
 
-static CUresult h_cuMemAllocManaged(CUdeviceptr *d, size_t size, unsigned flags)
+static CUresult h_cuMemFreeHost(void *p)
+{
+    return GM_SCRUBBED(mem, hb_cuMemFreeHost(p));
+}
+
+static __attribute__((noinline)) CUresult hb_cuMemAllocManaged(CUdeviceptr *d, size_t size, unsigned flags)
 {
     CUresult r = gm_real.cuMemAllocManaged(d, size, flags);
     if (!gm_pass() && r == CUDA_SUCCESS) {
@@ -534,6 +579,11 @@ static CUresult h_cuMemAllocManaged(CUdeviceptr *d, size_t size, unsigned flags)
         gm_event(GM_EV_MANAGED, -1, 0, *d, size, size);
     }
     return r;
+}
+
+static CUresult h_cuMemAllocManaged(CUdeviceptr *d, size_t size, unsigned flags)
+{
+    return GM_SCRUBBED(mem, hb_cuMemAllocManaged(d, size, flags));
 }
 
 /* ---- kernel launches, copies, memsets: access tracking (uses.c) ----------------------- */

@@ -582,22 +582,39 @@ void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst
  * frame's top, under the return address and six saved registers of the caller's;
  * tt_entry_plain's frame is 96 bytes), and the scrub's buffer starts up to 40 bytes below it
  * (32-byte aligned): 256 bytes cover them. preload_uses.sh's residue rows fail at 128 and
- * without the scrub. Sanitizer builds lay frames out otherwise (redzones, frame pointers, the
+ * without the scrub. The allocation and free entry points (runtime cudaMalloc, cudaMallocAsync,
+ * cudaMallocManaged, cudaMallocHost, cudaHostAlloc, cudaFree, cudaFreeAsync, cudaFreeHost; the
+ * driver's cuMemAlloc, cuMemAllocAsync, cuMemAllocManaged, cuMemAllocHost, cuMemHostAlloc,
+ * cuMemAllocPitch, cuMemFree, cuMemFreeAsync, cuMemFreeHost, and their _ptsz forms; PyTorch's
+ * gpumem_torch_malloc/free) and gpumem_name leave the new, freed or named address: a later
+ * allocation there (the allocator reuses addresses) would get the next partly filled struct's
+ * use. Measured the same way (replace and record mode, 512 bytes): the address lies at most
+ * 1,056 bytes below the entry point (cudaMalloc 976, cuMemFreeHost 1,056, gpumem_name 168;
+ * without gpumem, the virtual GPU's call alone: 304), a first call deeper (the first pinned
+ * allocation: 2,752, its pool made; cudaFreeHost's first, once: 5.2 KiB, the dynamic linker
+ * binding a name); the stack is written 1.6-2.0 KiB deep, 5.0-5.4 KiB on the calls that take an
+ * allocation's call stack (the unwinder's frames: return addresses, not the address); 3 KiB
+ * cover all but the dynamic linker's.
+ * preload_uses.sh's residue rows rt_malloc..torch_free fail without the scrub, and at 2 KiB
+ * the rows after the first cudaMallocHost. Sanitizer builds lay frames out otherwise (redzones, frame pointers, the
  * runtime's own calls: deeper), so their bounds are 16 KiB each (the residue rows run there). */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define GM_SCRUB_LAUNCH_BYTES 16384
 #define GM_SCRUB_COPY_BYTES 16384
 #define GM_SCRUB_TRACE_BYTES 16384
+#define GM_SCRUB_MEM_BYTES 16384
 #else
 #define GM_SCRUB_LAUNCH_BYTES 2560
 #define GM_SCRUB_COPY_BYTES 2048
 #define GM_SCRUB_TRACE_BYTES 256
+#define GM_SCRUB_MEM_BYTES 3072
 #endif
 void gm_stack_scrub_launch(void);
+void gm_stack_scrub_mem(void);
 void gm_stack_scrub_copy(void);
 void gm_stack_scrub_trace(void);
 /* An entry point's return: CALL, its hook (noinline), then the stack it used scrubbed while
- * access tracking records (KIND: launch or copy). From the entry point's own frame, so the
+ * access tracking records (KIND: launch, copy, trace or mem). From the entry point's own frame, so the
  * scrub's buffer lies where the hook's frames were. */
 #define GM_SCRUBBED(KIND, CALL)                                                                    \
     __extension__({                                                                                \

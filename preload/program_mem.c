@@ -447,7 +447,7 @@ static size_t max_pitch(int dev)
     return (size_t)v;
 }
 
-CUresult gm_pm_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+static __attribute__((noinline)) CUresult pm_alloc_pitch(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
                                   unsigned int elem)
 {
     CUresult (*real)(CUdeviceptr *, size_t *, size_t, size_t, unsigned) =
@@ -499,6 +499,12 @@ CUresult gm_pm_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width
         gm_event(GM_EV_OOM, ctx_dev(), 0, 0, 0, width * height);
     }
     return r;
+}
+
+CUresult gm_pm_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                  unsigned int elem)
+{
+    return GM_SCRUBBED(mem, pm_alloc_pitch(dptr, pitch, width, height, elem));
 }
 
 /* ---- CUDA arrays: passed through, recorded -------------------------------------------------

@@ -265,7 +265,7 @@ static void rt_record_free(void *p, cudaStream_t s, int async, int host)
         if (p) *(p) = NULL;                                                                        \
     } while (0)
 
-GM_EXPORT cudaError_t cudaMalloc(void **p, size_t size)
+static __attribute__((noinline)) cudaError_t rt_malloc(void **p, size_t size, void *caller)
 {
     RT_CLEAR_OUT(p);
     gm_stat_add(GM_ST_RT_MALLOC, 1);
@@ -277,7 +277,7 @@ GM_EXPORT cudaError_t cudaMalloc(void **p, size_t size)
         m = GM_MODE_RECORD;
     if (m == GM_MODE_REPLACE && p) {
         if (atomic_load_explicit(&gm_conf_watch, memory_order_relaxed))
-            gm_conf_check_caller(__builtin_return_address(0));
+            gm_conf_check_caller(caller);
         CUresult fail;
         cudaError_t e = rt_alloc(p, size, 0, GM_ALLOC_SYNC, &fail);
         if (fail != CUDA_SUCCESS)
@@ -294,8 +294,14 @@ GM_EXPORT cudaError_t cudaMalloc(void **p, size_t size)
     return e;
 }
 
-static cudaError_t rt_free(void *p, cudaStream_t s, int async, cudaError_t (*real_sync)(void *),
-                           cudaError_t (*real_async)(void *, cudaStream_t))
+GM_EXPORT cudaError_t cudaMalloc(void **p, size_t size)
+{
+    return GM_SCRUBBED(mem, rt_malloc(p, size, __builtin_return_address(0)));
+}
+
+static __attribute__((noinline)) cudaError_t
+rt_free(void *p, cudaStream_t s, int async, cudaError_t (*real_sync)(void *),
+        cudaError_t (*real_async)(void *, cudaStream_t))
 {
     gm_mode_t m = rt_mode();
     /* a free on a capturing stream is a free node, a cudaFree the capture rules forbid is
@@ -351,10 +357,11 @@ GM_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p)
 GM_EXPORT cudaError_t cudaFree(void *p)
 {
     gm_stat_add(GM_ST_RT_FREE, 1);
-    return rt_free(p, 0, 0, real_cudaFree(), NULL);
+    return GM_SCRUBBED(mem, rt_free(p, 0, 0, real_cudaFree(), NULL));
 }
 
-static cudaError_t rt_malloc_async(void **p, size_t size, cudaStream_t s, malloc_async_fn real)
+static __attribute__((noinline)) cudaError_t rt_malloc_async(void **p, size_t size, cudaStream_t s,
+                                                            malloc_async_fn real)
 {
     RT_CLEAR_OUT(p);
     gm_stat_add(GM_ST_RT_MALLOC_ASYNC, 1);
@@ -389,25 +396,27 @@ static cudaError_t rt_malloc_async(void **p, size_t size, cudaStream_t s, malloc
 
 GM_EXPORT cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s)
 {
-    return rt_malloc_async(p, size, s, real_cudaMallocAsync());
+    return GM_SCRUBBED(mem, rt_malloc_async(p, size, s, real_cudaMallocAsync()));
 }
 
 /* Per-thread default stream variant: stream 0 is the calling thread's stream. */
 GM_EXPORT cudaError_t cudaMallocAsync_ptsz(void **p, size_t size, cudaStream_t s)
 {
-    return rt_malloc_async(p, size, s ? s : cudaStreamPerThread, real_cudaMallocAsync_ptsz());
+    return GM_SCRUBBED(mem, rt_malloc_async(p, size, s ? s : cudaStreamPerThread,
+                                            real_cudaMallocAsync_ptsz()));
 }
 
 GM_EXPORT cudaError_t cudaFreeAsync(void *p, cudaStream_t s)
 {
     gm_stat_add(GM_ST_RT_FREE_ASYNC, 1);
-    return rt_free(p, s, 1, NULL, real_cudaFreeAsync());
+    return GM_SCRUBBED(mem, rt_free(p, s, 1, NULL, real_cudaFreeAsync()));
 }
 
 GM_EXPORT cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s)
 {
     gm_stat_add(GM_ST_RT_FREE_ASYNC, 1);
-    return rt_free(p, s ? s : cudaStreamPerThread, 1, NULL, real_cudaFreeAsync_ptsz());
+    return GM_SCRUBBED(mem, rt_free(p, s ? s : cudaStreamPerThread, 1, NULL,
+                                    real_cudaFreeAsync_ptsz()));
 }
 
 /* An explicit memory pool is the program's own allocator: passed through and recorded. */
@@ -458,7 +467,8 @@ GM_EXPORT cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
     return e;
 }
 
-GM_EXPORT cudaError_t cudaMallocManaged(void **p, size_t size, unsigned int flags)
+static __attribute__((noinline)) cudaError_t rt_malloc_managed(void **p, size_t size,
+                                                              unsigned int flags)
 {
     managed_fn real = real_cudaMallocManaged();
     if (!real)
@@ -473,6 +483,11 @@ GM_EXPORT cudaError_t cudaMallocManaged(void **p, size_t size, unsigned int flag
         rt_record_alloc(e, p, size, 0, GM_PT_MANAGED, NULL);
     }
     return e;
+}
+
+GM_EXPORT cudaError_t cudaMallocManaged(void **p, size_t size, unsigned int flags)
+{
+    return GM_SCRUBBED(mem, rt_malloc_managed(p, size, flags));
 }
 
 /* A device reset destroys every allocation of the device: gpumem's allocator gives its memory
@@ -497,7 +512,8 @@ GM_EXPORT cudaError_t cudaDeviceReset(void)
 
 /* ---- pinned host memory ------------------------------------------------------------------ */
 
-static cudaError_t rt_host_alloc(void **p, size_t size, unsigned flags, int has_flags)
+static __attribute__((noinline)) cudaError_t rt_host_alloc(void **p, size_t size, unsigned flags,
+                                                          int has_flags)
 {
     RT_CLEAR_OUT(p);
     gm_mode_t m = rt_mode();
@@ -538,15 +554,15 @@ static cudaError_t rt_host_alloc(void **p, size_t size, unsigned flags, int has_
 
 GM_EXPORT cudaError_t cudaMallocHost(void **p, size_t size)
 {
-    return rt_host_alloc(p, size, 0, 0);
+    return GM_SCRUBBED(mem, rt_host_alloc(p, size, 0, 0));
 }
 
 GM_EXPORT cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags)
 {
-    return rt_host_alloc(p, size, flags, 1);
+    return GM_SCRUBBED(mem, rt_host_alloc(p, size, flags, 1));
 }
 
-GM_EXPORT cudaError_t cudaFreeHost(void *p)
+static __attribute__((noinline)) cudaError_t rt_free_host(void *p)
 {
     gm_mode_t m = rt_mode();
     if (m == GM_MODE_REPLACE && p) {
@@ -570,6 +586,11 @@ GM_EXPORT cudaError_t cudaFreeHost(void *p)
     gm_inside_leave();
     gm_test_free_yield();
     return e;
+}
+
+GM_EXPORT cudaError_t cudaFreeHost(void *p)
+{
+    return GM_SCRUBBED(mem, rt_free_host(p));
 }
 
 /* ---- kernel launches, copies, memsets (access tracking, uses.c) -------------------------- */

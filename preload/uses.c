@@ -95,6 +95,7 @@ const char *gm_uses_name(int mode)
 STACK_SCRUB(gm_stack_scrub_launch, GM_SCRUB_LAUNCH_BYTES)
 STACK_SCRUB(gm_stack_scrub_copy, GM_SCRUB_COPY_BYTES)
 STACK_SCRUB(gm_stack_scrub_trace, GM_SCRUB_TRACE_BYTES)
+STACK_SCRUB(gm_stack_scrub_mem, GM_SCRUB_MEM_BYTES)
 #undef STACK_SCRUB
 #undef STACK_SCRUB_AVX2
 #undef STACK_SCRUB_DISPATCH

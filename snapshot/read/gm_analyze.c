@@ -725,7 +725,8 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
     } else if (is_alloc(kind)) {
         if (alloc_open(w, addr, seq, &m->allocated, &m->requested) != 0) return -1;
         gm_alloc *a = &m->allocs[m->nallocs++];
-        int fw = (flags & REC_F_FRAMEWORK) != 0, priv = (flags & REC_F_PRIVATE_POOL) != 0;
+        /* host and managed allocations too: the bits are the device allocations' (rec.h) */
+        int fw = rec_is_framework_alloc(kind, flags), priv = rec_is_private_pool(kind, flags);
         int own = is_own_segment(kind, flags);
         *a = (gm_alloc){seq, 0, size, requested, stack, range, 0, (uint8_t)kind, (int8_t)device,
                         (uint8_t)((fw ? GM_ALLOC_FRAMEWORK : 0) | (priv ? GM_ALLOC_PRIVATE : 0) |

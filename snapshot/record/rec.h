@@ -217,6 +217,21 @@ static inline int rec_is_graph_node(unsigned kind, unsigned flags) {
 static inline int rec_is_own_segment(unsigned kind, unsigned flags) {
     return rec_is_device_alloc(kind) && (flags & (REC_F_POOL | REC_F_GRAPH)) != 0;
 }
+/* a device allocation made through the framework's allocator hook (PyTorch's pluggable
+ * allocator). REC_F_FRAMEWORK on kinds 36 and 37 says gpumem's allocator was PyTorch's; on
+ * another kind it means nothing. */
+static inline int rec_is_framework_alloc(unsigned kind, unsigned flags) {
+    return rec_is_device_alloc(kind) && (flags & REC_F_FRAMEWORK) != 0;
+}
+/* an allocation or segment of a graph capture's private pool: device allocations, gpumem's
+ * segment events (REC_SEG_MAP/UNMAP, REC_DRIVER_ALLOC/FREE) and PyTorch's rows (REC_TORCH_*,
+ * 31-35) carry REC_F_PRIVATE_POOL; another kind (a host or managed allocation) does not */
+static inline int rec_is_private_pool(unsigned kind, unsigned flags) {
+    return (rec_is_device_alloc(kind) || kind == REC_SEG_MAP || kind == REC_SEG_UNMAP ||
+            kind == REC_DRIVER_ALLOC || kind == REC_DRIVER_FREE ||
+            (kind >= REC_TORCH_ALLOC && kind <= REC_TORCH_SEG_UNMAP)) &&
+           (flags & REC_F_PRIVATE_POOL) != 0;
+}
 
 /* ---- Hot path. ----------------------------------------------------------------------------
  * One fixed-size event into the lock-free ring: ~tens of ns without stacks.

@@ -43,6 +43,11 @@
  *                        written stack bytes after it (PyTorch copies partly filled argument
  *                        structs whole). Whatever gpumem's hooks left on the stack is in those
  *                        bytes: k_rb_<path>'s uses must be RB_<path> alone
+ *                        Then per allocation and free entry point (rt_malloc .. torch_free,
+ *                        residue_paths): the first call allocates RA_<path> through it (named
+ *                        after the second launch), or names it, or frees it and another thread
+ *                        allocates RX_<path> there (prints "uses_app: residue <path> reused"
+ *                        when at the freed address)
  *   uses_app nest        launches inside a launch (the virtual GPU runs a kernel inside its
  *                        launch call): kernels k_nest_narrow0..3 (one pointer into NN<level>)
  *                        and k_nest_wide0..3 (a struct of 300 pointers into NW<level>), each
@@ -63,6 +68,8 @@
 #include <dlfcn.h>
 #include <nvtx3/nvToolsExt.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -535,8 +542,24 @@ static void phases(void)
 
 static const char *const residue_paths[] = {
     "rt",       "rt_ex",       "rt_coop",       "drv_sym", "drv_sym_ex", "drv_sym_coop",
-    "drv_proc", "drv_proc_ex", "drv_proc_coop", "trace",   "rt_memset",  "drv_memset"};
-enum { RESIDUE_PATHS = sizeof residue_paths / sizeof residue_paths[0] };
+    "drv_proc", "drv_proc_ex", "drv_proc_coop", "trace",   "rt_memset",  "drv_memset",
+    /* allocations (RESIDUE_ALLOC0..): the entry point makes RA_<path> (its new address). Not the
+     * runtime's cudaMallocPitch: the virtual GPU's keeps the address in its own frame (a local
+     * for cuMemAllocPitch's answer), without gpumem too; drv_alloc_pitch is gpumem's hook */
+    "rt_malloc", "rt_malloc_async", "rt_malloc_managed", "rt_malloc_host", "rt_host_alloc",
+    "drv_sym_alloc", "drv_alloc", "drv_alloc_async", "drv_alloc_managed",
+    "drv_alloc_host", "drv_host_alloc", "drv_alloc_pitch", "torch_malloc",
+    /* a cudaMalloc named with gpumem_name (the name's call keeps the address too) */
+    "name",
+    /* frees (RESIDUE_FREE0..): the entry point frees RA_<path>, another thread then allocates
+     * RX_<path> of its size and kind (at the same address: the row prints whether it was) */
+    "rt_free", "rt_free_async", "rt_free_managed", "rt_free_host", "drv_sym_free", "drv_free",
+    "drv_free_async", "drv_free_host", "torch_free"};
+enum {
+    RESIDUE_PATHS = sizeof residue_paths / sizeof residue_paths[0],
+    RESIDUE_ALLOC0 = 12,
+    RESIDUE_FREE0 = 26
+};
 
 static void k_ra(void **p)
 {
@@ -613,10 +636,107 @@ static __attribute__((noinline)) void residue_launch(int path, CUfunction f, voi
  * launch's parameter lies (the program's own leftover, not gpumem's). */
 static int *volatile residue_a, *volatile residue_b;
 
+/* The allocation and free rows. Every word the entry point is given or hands back goes through
+ * a global (residue_out, residue_pitch), not this frame: the second launch's parameter lies
+ * where this frame was. */
+static void *residue_out;
+static size_t residue_pitch;
+typedef CUresult (*dalloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*dfree_fn)(CUdeviceptr);
+/* gpumem's allocator as PyTorch's pluggable allocator (absent without gpumem) */
+static void *(*torch_malloc)(ssize_t, int, void *);
+static void (*torch_free)(void *, ssize_t, int, void *);
+static __attribute__((noinline)) void residue_mem_first(int path)
+{
+    static dalloc_fn alloc;
+    static CUresult (*alloc_async)(CUdeviceptr *, size_t, CUstream);
+    static CUresult (*alloc_managed)(CUdeviceptr *, size_t, unsigned);
+    static CUresult (*alloc_host)(void **, size_t);
+    static CUresult (*host_alloc)(void **, size_t, unsigned);
+    static CUresult (*alloc_pitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
+    static dfree_fn dfree;
+    static CUresult (*free_async)(CUdeviceptr, CUstream);
+    static CUresult (*free_host)(void *);
+    if (!alloc) {
+        alloc = driver_entry("cuMemAlloc");
+        alloc_async = driver_entry("cuMemAllocAsync");
+        alloc_managed = driver_entry("cuMemAllocManaged");
+        alloc_host = driver_entry("cuMemAllocHost");
+        host_alloc = driver_entry("cuMemHostAlloc");
+        alloc_pitch = driver_entry("cuMemAllocPitch");
+        dfree = driver_entry("cuMemFree");
+        free_async = driver_entry("cuMemFreeAsync");
+        free_host = driver_entry("cuMemFreeHost");
+    }
+    CUdeviceptr *d = (CUdeviceptr *)&residue_out;
+    CUdeviceptr a = (CUdeviceptr)(uintptr_t)residue_out;
+    switch (path - RESIDUE_ALLOC0) {
+    case 0: RT(cudaMalloc(&residue_out, 512)); break;
+    case 1: RT(cudaMallocAsync(&residue_out, 512, 0)); break;
+    case 2: RT(cudaMallocManaged(&residue_out, 512, cudaMemAttachGlobal)); break;
+    case 3: RT(cudaMallocHost(&residue_out, 512)); break;
+    case 4: RT(cudaHostAlloc(&residue_out, 512, 0)); break;
+    case 5: DRV(cuMemAlloc_v2(d, 512)); break;
+    case 6: DRV(alloc(d, 512)); break;
+    case 7: DRV(alloc_async(d, 512, NULL)); break;
+    case 8: DRV(alloc_managed(d, 512, CU_MEM_ATTACH_GLOBAL)); break;
+    case 9: DRV(alloc_host(&residue_out, 512)); break;
+    case 10: DRV(host_alloc(&residue_out, 512, 0)); break;
+    case 11: DRV(alloc_pitch(d, &residue_pitch, 512, 1, 4)); break;
+    case 12: residue_out = torch_malloc ? torch_malloc(512, 0, NULL) : NULL; break;
+    case 13:
+        RT(cudaMalloc(&residue_out, 512));
+        if (name_fn) name_fn(residue_out, "RA_name");
+        break;
+    case 14: RT(cudaFree(residue_out)); break;
+    case 15: RT(cudaFreeAsync(residue_out, 0)); break;
+    case 16: RT(cudaFree(residue_out)); break;
+    case 17: RT(cudaFreeHost(residue_out)); break;
+    case 18: DRV(cuMemFree_v2(a)); break;
+    case 19: DRV(dfree(a)); break;
+    case 20: DRV(free_async(a, NULL)); break;
+    case 21: DRV(free_host(residue_out)); break;
+    case 22: if (torch_free) torch_free(residue_out, 512, 0, NULL); break;
+    }
+}
+
+/* The free rows' reallocation: on a thread of its own, so its words stay off this stack; the
+ * main thread waits for it without a call deeper than a system call's. */
+static atomic_int reuse_req, reuse_done;
+static void *reuse_ptr, *volatile residue_freed;
+static void *reuse_thread(void *unused)
+{
+    (void)unused;
+    for (;;) {
+        int path;
+        while (!(path = atomic_load(&reuse_req)))
+            sched_yield();
+        if (path < 0)
+            return NULL;
+        atomic_store(&reuse_req, 0);
+        char name[64];
+        snprintf(name, sizeof name, "RX_%s", residue_paths[path]);
+        reuse_ptr = NULL;
+        switch (path - RESIDUE_FREE0) {
+        case 1: case 6: RT(cudaMallocAsync(&reuse_ptr, 512, 0)); break;
+        case 2: RT(cudaMallocManaged(&reuse_ptr, 512, cudaMemAttachGlobal)); break;
+        case 3: case 7: RT(cudaMallocHost(&reuse_ptr, 512)); break;
+        case 8: reuse_ptr = torch_malloc ? torch_malloc(512, 0, NULL) : NULL; break;
+        default: RT(cudaMalloc(&reuse_ptr, 512)); break;
+        }
+        if (name_fn && reuse_ptr) name_fn(reuse_ptr, name);
+        atomic_store(&reuse_done, 1);
+    }
+}
+
 /* The first call: a launch on residue_a (for "trace" a trace entry's allocation and free of it;
  * for rt_memset and drv_memset a memset of it, runtime and driver). */
 static __attribute__((noinline)) void residue_first(int path, CUfunction f)
 {
+    if (path >= RESIDUE_ALLOC0) {
+        residue_mem_first(path);
+        return;
+    }
     if (path == 9) {
         void (*entry)(int, int, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t) =
             (void (*)(int, int, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t))dlsym(
@@ -658,19 +778,55 @@ static __attribute__((noinline)) void residue_second(int path, CUfunction f)
 static void residue(void)
 {
     size_t sa[] = {sizeof(int *)}, sb[] = {sizeof(struct residue_param)};
+    torch_malloc = (void *(*)(ssize_t, int, void *))dlsym(RTLD_DEFAULT, "gpumem_torch_malloc");
+    torch_free = (void (*)(void *, ssize_t, int, void *))dlsym(RTLD_DEFAULT, "gpumem_torch_free");
+    pthread_t th;
+    check(pthread_create(&th, NULL, reuse_thread, NULL) == 0, "pthread_create");
     for (int i = 0; i < RESIDUE_PATHS; i++) {
         char name[64];
         snprintf(name, sizeof name, "RA_%s", residue_paths[i]);
-        residue_a = dev_alloc(name, 512);
+        if (i < RESIDUE_ALLOC0) {
+            residue_a = dev_alloc(name, 512);
+        } else if (i >= RESIDUE_FREE0) { /* the allocation the entry point frees */
+            int k = i - RESIDUE_FREE0;
+            residue_out = NULL;
+            if (k == 2)
+                RT(cudaMallocManaged(&residue_out, 512, cudaMemAttachGlobal));
+            else if (k == 3 || k == 7)
+                RT(cudaMallocHost(&residue_out, 512));
+            else if (k == 1 || k == 6)
+                RT(cudaMallocAsync(&residue_out, 512, 0));
+            else if (k == 8)
+                residue_out = torch_malloc ? torch_malloc(512, 0, NULL) : NULL;
+            else
+                RT(cudaMalloc(&residue_out, 512));
+            if (name_fn && residue_out) name_fn(residue_out, name);
+        }
         snprintf(name, sizeof name, "RB_%s", residue_paths[i]);
         residue_b = dev_alloc(name, 512);
         snprintf(name, sizeof name, "k_ra_%s", residue_paths[i]);
         CUfunction fa = kernel(name, k_ra, 1, sa);
         snprintf(name, sizeof name, "k_rb_%s", residue_paths[i]);
         CUfunction fb = kernel(name, k_rb, 1, sb);
+        residue_freed = residue_out;
         residue_first(i, fa);
+        if (i >= RESIDUE_FREE0) {
+            atomic_store(&reuse_done, 0);
+            atomic_store(&reuse_req, i);
+            while (!atomic_load(&reuse_done))
+                sched_yield();
+        }
         residue_second(i, fb);
+        if (i >= RESIDUE_ALLOC0 && i < RESIDUE_FREE0) { /* named now: the name's call is gpumem's */
+            snprintf(name, sizeof name, "RA_%s", residue_paths[i]);
+            if (name_fn && residue_out) name_fn(residue_out, name);
+        }
+        if (i >= RESIDUE_FREE0)
+            printf("uses_app: residue %s %s\n", residue_paths[i],
+                   reuse_ptr == residue_freed ? "reused" : "not reused");
     }
+    atomic_store(&reuse_req, -1);
+    pthread_join(th, NULL);
     RT(cudaDeviceSynchronize());
 }
 

@@ -34,6 +34,10 @@
 #    Python stack read; free, segment free; a new device's, the slow way) leaves none of its
 #    five words (address, size, stream, pool ids) in the 32 KiB below it, the Python stack
 #    reader's frames included;
+#  - and per allocation and free entry point (runtime, driver by symbol and through
+#    cuGetProcAddress, PyTorch's gpumem_torch_malloc/free, gpumem_name): an allocation RA_<path>
+#    made, named or freed by it; for a free another thread then allocates RX_<path> at the
+#    freed address (checked: "reused"); the same 8 KiB parameter's uses are RB_<path> alone;
 #  - launches inside a launch (a kernel of the virtual GPU launching the next from its body, four
 #    levels, one pointer or a struct of 300): each level's uses are its own allocation alone (a
 #    level's candidates live in the thread's buffer of that nesting level, not one shared);
@@ -136,8 +140,15 @@ if [[ -n ${SAN:-} ]]; then
   echo "preload_uses.sh: the residue rows run in the plain build (a sanitizer lays out the test program's frames)" >&2
 else
   run_app "$DB" "$TMP/residue.out" "$APPS/uses_app" residue || { fail "uses_app residue"; cat "$TMP/residue.out" "$TMP/residue.out.err"; }
-  for p in rt rt_ex rt_coop drv_sym drv_sym_ex drv_sym_coop drv_proc drv_proc_ex drv_proc_coop trace rt_memset drv_memset; do
+  for p in rt rt_ex rt_coop drv_sym drv_sym_ex drv_sym_coop drv_proc drv_proc_ex drv_proc_coop trace rt_memset drv_memset \
+           rt_malloc rt_malloc_async rt_malloc_managed rt_malloc_host rt_host_alloc \
+           drv_sym_alloc drv_alloc drv_alloc_async drv_alloc_managed drv_alloc_host drv_host_alloc drv_alloc_pitch torch_malloc name \
+           rt_free rt_free_async rt_free_managed rt_free_host drv_sym_free drv_free drv_free_async drv_free_host torch_free; do
     check_eq "residue $p: k_rb_$p uses RB_$p alone (none of the hook's leftovers)" "$(used_names "$DB" "k_rb_$p")" "RB_$p"
+  done
+  # a free's leftover is an address no allocation holds, until the next one there: RX_<path>
+  for p in rt_free rt_free_async rt_free_managed rt_free_host drv_sym_free drv_free drv_free_async drv_free_host torch_free; do
+    check_eq "residue $p: RX_$p allocated at the freed address" "$(sed -n "s/^uses_app: residue $p //p" "$TMP/residue.out")" reused
   done
 fi
 # PyTorch's trace entry from Python code: the stack reader's frames go ~12 KiB below it, past the

@@ -11,7 +11,9 @@
 # (GPUMEM_MODE=record: no allocation served, no hit rate), and copies of them with rows added by
 # sqlite3 after the last event, each row kind carrying the bits that are cache flags elsewhere.
 # (A second table does the same for flag 16384, a graph's memory node: the report's memory_nodes
-# count the device allocations' only.)
+# count the device allocations' only; a third for 32768, a capture's private pool, and 4096, the
+# framework's hook, on host and managed allocations: the report's capture_pools count the device
+# allocations' only.)
 # One table, a row per recording: the hit rate the report gives with the page reader, with SQLite,
 # and the one SQL gives (device allocations' flags 256 / (256 + 512), null where none was served),
 # which the rows of other kinds leave as it was; the control rows (device allocations flagged,
@@ -156,5 +158,39 @@ for row in "${graph_table[@]}"; do
   check_eq "graph node, $name ($base): the page reader's count (JSON and text) is SQL's" "$pages" "$want $want"
   check_eq "graph node, $name ($base): SQLite's sweep's count (JSON and text) is SQL's" "$sql" "$want $want"
   [[ $name == control* ]] && check_eq "graph node, $name ($base): the rows added counted" "$want" "$rows"
+done
+
+# Flag 32768 is a graph capture's private pool on device allocations (1, 3), segment events and
+# PyTorch's rows; 4096 the framework's hook on device allocations (and gpumem's allocator as
+# PyTorch's on 36, 37). A host or managed allocation carrying them is neither: the report's
+# graphs.capture_pools.allocations (JSON) counts the device allocations flagged 32768 only, with
+# the page reader and with SQLite alike. name | base | kind | flags | rows added
+pool_table=(
+  "host alloc|replace|5|32768|6"
+  "managed alloc|replace|7|32768|6"
+  "host alloc|record|5|32768|6"
+  "host alloc, hook bit too|replace|5|36864|6"
+  "managed alloc, hook bit too|record|7|36864|6"
+  "free|replace|2|32768|6"
+  "control: alloc|replace|1|32768|6"
+  "control: alloc async, hook bit too|record|3|36864|6"
+)
+# pool_allocs SWEEP DB: report --json's capture pool allocations (0 where null)
+pool_allocs() {
+  GPUMEM_SWEEP=$1 "$GM" report --json "$2" 2> /dev/null | jq -r '.graphs.capture_pools.allocations // 0' || echo report-failed
+}
+echo "# name | base | kind | flags | rows | pages | sql | SQL's count"
+for row in "${pool_table[@]}"; do
+  IFS='|' read -r name base kind flags rows <<< "$row"
+  n=$((n + 1))
+  db=$TMP/row$n.db
+  cp "$TMP/$base.db" "$db"
+  add "$db" "$kind" "$flags" "$rows"
+  want=$(sqlite3 "$db" "SELECT count(*) FROM events WHERE kind IN (1, 3) AND flags & 32768")
+  pages=$(pool_allocs pages "$db") sql=$(pool_allocs sql "$db")
+  echo "$name | $base | $kind | $flags | $rows | $pages | $sql | $want"
+  check_eq "private pool, $name ($base): the page reader's count is SQL's" "$pages" "$want"
+  check_eq "private pool, $name ($base): SQLite's sweep's count is SQL's" "$sql" "$want"
+  [[ $name == control* ]] && check_eq "private pool, $name ($base): the rows added counted" "$want" "$rows"
 done
 finish
