@@ -59,6 +59,7 @@ _Atomic unsigned long long gm_drv_calls[GM_DRV_COUNT];
 static pthread_once_t core_once = PTHREAD_ONCE_INIT;
 static _Atomic int core_done;
 static gm_mode_t mode_now = GM_MODE_OFF;
+_Atomic int gm_mode_ready = GM_MODE_OFF; /* gm_internal.h */
 static _Atomic int rec_was_opened; /* recording was 1 at some point (gm_rec_opened) */
 
 static const char *const stat_names[GM_ST_COUNT] = {
@@ -307,6 +308,7 @@ static void core_init(void)
     }
 #endif
     atexit(exit_handler);
+    atomic_store_explicit(&gm_mode_ready, (int)mode, memory_order_release);
     atomic_store(&core_done, 1);
     gm_in_init--;
 }
@@ -1091,8 +1093,10 @@ static void fork_child(void)
     gm_pm_fork_child();
     gm_nvtx_fork_child();
     gm_torch_trace_fork_child();
-    if (atomic_load(&core_done) && mode_now != GM_MODE_OFF)
+    if (atomic_load(&core_done) && mode_now != GM_MODE_OFF) {
         gm_forked_child = 1;
+        atomic_store_explicit(&gm_mode_ready, GM_MODE_OFF, memory_order_relaxed);
+    }
     /* the child's GPUMEM_STATS describe the child */
     for (int i = 0; i < GM_ST_COUNT; i++)
         atomic_store(&gm_stats[i], 0);

@@ -46,6 +46,14 @@ typedef enum { GM_MODE_OFF = 0, GM_MODE_RECORD = 1, GM_MODE_REPLACE = 2 } gm_mod
 
 /* The mode in force. Reading it triggers the lazy init (configuration + driver). */
 gm_mode_t gm_mode(void);
+/* gm_mode's answer once init has run and gpumem is on (GM_MODE_OFF before, when off, and in a
+ * forked child): what a hook on a hot path reads inline before calling gm_mode. */
+extern _Atomic int gm_mode_ready;
+static inline gm_mode_t gm_mode_fast(void)
+{
+    int m = atomic_load_explicit(&gm_mode_ready, memory_order_acquire);
+    return __builtin_expect(m != GM_MODE_OFF, 1) ? (gm_mode_t)m : gm_mode();
+}
 /* The mode without triggering init (GM_MODE_OFF until init ran). */
 gm_mode_t gm_mode_peek(void);
 /* 1 when a driver function looked up (dlsym, cuGetProcAddress) gets gpumem's hook: configured
@@ -523,7 +531,7 @@ CUfunction gm_uses_func_of_symbol(const void *sym, int device);
  * real runtime (inside a runtime-level hook) makes on the program's behalf. */
 static inline int gm_uses_active(void)
 {
-    return !gm_inside && gm_mode() != GM_MODE_OFF && gm_uses_mode != GM_USES_OFF;
+    return !gm_inside && gm_mode_fast() != GM_MODE_OFF && gm_uses_mode != GM_USES_OFF;
 }
 
 /* One launch in flight: candidates collected before the real call, recorded after it. The

@@ -158,6 +158,22 @@ static inline int candidate(const struct spans *sp, uint64_t v)
     return in_device_span(sp, v) | ((uintptr_t)v - sp->hlo < sp->hlen);
 }
 
+/* The bits one of which every candidate has: a span's addresses are at least its start, so a
+ * word below the highest power of two at or under the lowest start of a span in use is none. A
+ * word of a launch's parameters is mostly a size, a stride, a divisor or zero, all far below any
+ * address: sixteen of them or-ed and tested against these bits skip the spans' comparisons
+ * (scan_avx2_spans). All ones when there is no span (nothing is a candidate: the test then
+ * skips only zeros, which are none either); 0 when a span starts at 0 (no word is below it). */
+static inline uint64_t spans_high_bits(const struct spans *sp)
+{
+    uintptr_t lo = UINTPTR_MAX;
+    if (sp->dlen) lo = sp->dlo;
+    if (sp->hlen && sp->hlo < lo) lo = sp->hlo;
+    if (lo == UINTPTR_MAX) return ~(uint64_t)0;
+    if (!lo) return 0;
+    return ~((UINT64_C(1) << (63 - __builtin_clzll((unsigned long long)lo))) - 1);
+}
+
 #ifdef GM_HAVE_REC
 
 /* ---- per-function cache ----------------------------------------------------------------- */
@@ -530,7 +546,10 @@ __attribute__((target("avx2"), always_inline)) static inline size_t keep4(uint64
  * a foreach launch's pointer lists hit in every group, and a word at a time cost ~7 instructions
  * a kept word, a group ~6 whatever it keeps); the words past the last group of four go through
  * the scalar loop. A zero is never a candidate (no span starts at 0), so the zero words that
- * fill an offset calculator's unused dimensions need no test of their own. */
+ * fill an offset calculator's unused dimensions need no test of their own. Before the
+ * comparisons, the sixteen words or-ed are tested against the bits every candidate has one of
+ * (spans_high_bits): a block of sizes, strides and zeros then costs four loads, three ors and one
+ * test. */
 __attribute__((target("avx2"), always_inline)) static inline __m256i
 hits4(const unsigned char *p, __m256i dbias, __m256i dlen, __m256i hbias, __m256i hlen, int both)
 {
@@ -543,15 +562,23 @@ hits4(const unsigned char *p, __m256i dbias, __m256i dlen, __m256i hbias, __m256
 
 __attribute__((target("avx2"), always_inline)) static inline size_t
 scan_avx2_spans(uint64_t *w, size_t n, const struct spans *sp, const unsigned char *base, size_t words,
-                int both)
+                int both, uint64_t high_bits)
 {
     const __m256i dbias = _mm256_set1_epi64x((long long)((uint64_t)INT64_MIN - sp->dlo));
     const __m256i hbias = _mm256_set1_epi64x((long long)((uint64_t)INT64_MIN - sp->hlo));
     const __m256i dlen = _mm256_set1_epi64x((long long)(sp->dlen ^ (uint64_t)INT64_MIN));
     const __m256i hlen = _mm256_set1_epi64x((long long)(sp->hlen ^ (uint64_t)INT64_MIN));
+    const __m256i high = _mm256_set1_epi64x((long long)high_bits);
     size_t i = 0;
     for (; i + 16 <= words; i += 16) {
         const unsigned char *p = base + 8 * i;
+        __m256i any = _mm256_or_si256(
+            _mm256_or_si256(_mm256_loadu_si256((const __m256i *)(const void *)p),
+                            _mm256_loadu_si256((const __m256i *)(const void *)(p + 32))),
+            _mm256_or_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + 64)),
+                            _mm256_loadu_si256((const __m256i *)(const void *)(p + 96))));
+        if (__builtin_expect(_mm256_testz_si256(any, high), 1))
+            continue;
         __m256i h0 = hits4(p, dbias, dlen, hbias, hlen, both), h1 = hits4(p + 32, dbias, dlen, hbias, hlen, both),
                 h2 = hits4(p + 64, dbias, dlen, hbias, hlen, both), h3 = hits4(p + 96, dbias, dlen, hbias, hlen, both);
         __m256i hit = _mm256_or_si256(_mm256_or_si256(h0, h1), _mm256_or_si256(h2, h3));
@@ -574,7 +601,11 @@ __attribute__((target("avx2"))) static size_t scan_avx2(uint64_t *w, size_t n,
                                                         const struct spans *sp,
                                                         const unsigned char *base, size_t words)
 {
-    return sp->hlen ? scan_avx2_spans(w, n, sp, base, words, 1) : scan_avx2_spans(w, n, sp, base, words, 0);
+    uint64_t high = spans_high_bits(sp);
+    if (!high) /* a span starting at 0: no word is below it */
+        return scan_words(w, n, sp, base, words);
+    return sp->hlen ? scan_avx2_spans(w, n, sp, base, words, 1, high)
+                    : scan_avx2_spans(w, n, sp, base, words, 0, high);
 }
 #endif
 
