@@ -1737,7 +1737,7 @@ enum { A_MAX_MARKERS = 8 }; /* pending markers per stream: a busy stream does no
 static bool blk_settled(const alloc_t *a, const blk_t *b)
 {
     if (b->fseq <= a->synced_free_seq) return true;
-    if (!a->events) return !a->captures || b->fseq <= a->mk_all_done;
+    if (!a->events && !a->mk_scripted) return !a->captures || b->fseq <= a->mk_all_done;
     const sstate_t *o = b->seg->pool->owner;
     return b->fseq <= (o != a->shared ? o->mk_done : a->mk_all_done);
 }
@@ -1752,11 +1752,22 @@ static void marker_pop(alloc_t *a, sstate_t *st, bool completed)
     st->mk_n--;
     if (completed) {
         if (e->seq > st->mk_done) st->mk_done = e->seq;
-        ev_put(a, e->ev);
+        if (e->ev) ev_put(a, e->ev); /* none: a scripted marker (a_marker_scripted) */
     } else {
         a->be.event_destroy(a->be.ctx, e->ev);
     }
     fev_put(a, e);
+}
+
+/* The shared pools' settled point: the lowest mk_done over the live streams. */
+static void mk_all_update(alloc_t *a)
+{
+    uint64_t all = UINT64_MAX;
+    for (size_t i = 0; i < a->nstreams; i++) {
+        const sstate_t *st = a->streams[i];
+        if (!st->dead && st->mk_done < all) all = st->mk_done;
+    }
+    a->mk_all_done = all == UINT64_MAX ? a->free_seq : all;
 }
 
 /* Collect the markers that have completed (each stream's oldest first: they complete in order).
@@ -1764,7 +1775,6 @@ static void marker_pop(alloc_t *a, sstate_t *st, bool completed)
  * next malloc to synchronize, which settles what it would have. */
 static void markers_poll(alloc_t *a)
 {
-    uint64_t all = UINT64_MAX;
     for (size_t i = 0; i < a->nstreams; i++) {
         sstate_t *st = a->streams[i];
         while (st->mk_head) {
@@ -1775,10 +1785,30 @@ static void markers_poll(alloc_t *a)
                 a->broken_event = true;
             }
             marker_pop(a, st, rc == ALLOC_BE_OK);
+            if (rc == ALLOC_BE_OK && a->hooks.on_marker) a->hooks.on_marker(a->hooks.user, st->stream, true);
         }
-        if (!st->dead && st->mk_done < all) all = st->mk_done;
     }
-    a->mk_all_done = all == UINT64_MAX ? a->free_seq : all;
+    mk_all_update(a);
+}
+
+void a_marker_scripted(alloc_t *a, uintptr_t stream, bool done)
+{
+    sstate_t *st = a_stream_find(a, stream);
+    if (!st) return;
+    if (done) {
+        if (st->mk_head) marker_pop(a, st, true);
+        mk_all_update(a);
+        return;
+    }
+    fev_t *e = fev_new(a);
+    if (!e) return; /* out of host memory: its `md` settles nothing more (pages stay cached) */
+    *e = (fev_t){.seq = a->free_seq};
+    if (st->mk_tail)
+        st->mk_tail->next = e;
+    else
+        st->mk_head = e;
+    st->mk_tail = e;
+    st->mk_n++;
 }
 
 /* A marker on every stream a release found unsettled blocks for (all live streams for the shared
@@ -1806,6 +1836,7 @@ static void markers_record(alloc_t *a)
             continue;
         }
         a->st.num_events_recorded++;
+        if (a->hooks.on_marker) a->hooks.on_marker(a->hooks.user, st->stream, false);
         e->ev = ev;
         e->f = NULL;
         e->seq = a->free_seq;
@@ -1826,6 +1857,10 @@ static void markers_record(alloc_t *a)
 static void settle_free(alloc_t *a)
 {
     if (a->captures) return; /* no event query while a graph is captured */
+    if (a->mk_scripted) { /* the trace's marker lines are the queries' answers */
+        mk_all_update(a);
+        return;
+    }
     if (!a->events) { /* work completes at issue: every free so far is settled */
         a->mk_all_done = a->free_seq;
         return;

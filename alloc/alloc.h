@@ -274,6 +274,11 @@ typedef struct alloc_hooks {
     /* alloc_one_stream's answer may have changed: the first block named its stream, or a block
      * on another stream mixed them (at most twice an allocator) */
     void (*on_streams_change)(void *user);
+    /* a release that does not synchronize (release before growth, garbage collection) recorded
+     * a marker event on stream (done false), or found that stream's oldest marker complete
+     * (done true): what settle_free's event queries said, for the replay (trace `mr` / `md`;
+     * README, "Releasing without synchronizing") */
+    void (*on_marker)(void *user, uintptr_t stream, bool done);
 } alloc_hooks_t;
 void alloc_set_hooks(alloc_t *a, const alloc_hooks_t *hooks);
 
@@ -694,13 +699,22 @@ typedef enum alloc_trace_kind {
      * reserved (tests/torch/torch_graphs.sh, `release-gpumem`). */
     ALLOC_TR_CAPTURE_BEGIN = 13,
     ALLOC_TR_CAPTURE_END = 14,
+    /* mr <stream> / md <stream>: the recording's allocator recorded a marker event on stream /
+     * found that stream's oldest marker complete (its on_marker hook: gpumem's event kinds 39 and
+     * 40). Its release before growth unmaps only pages whose frees its markers settled; a replay
+     * with alloc_replay_opts_t.markers does the same with these lines as its event queries'
+     * answers (the replay's free sequence at `mr`, the stream's settled point at `md`), so the
+     * configuration the trace was recorded under replays exactly with work queued. Ignored
+     * otherwise: another configuration's releases would have asked at other moments. */
+    ALLOC_TR_MARKER_RECORD = 15,
+    ALLOC_TR_MARKER_DONE = 16,
 } alloc_trace_kind_t;
 
 typedef struct alloc_trace_event {
     uint64_t id;     /* allocation id, any 64-bit value; unique among live allocations */
     uint64_t size;   /* ALLOC, ALLOC_OTHER, ALLOC_SERVED, ALLOC_FAILED, ALLOC_DRIVER; LIMIT: the cap */
-    uint64_t stream; /* the allocations', FREE_ASYNC, RECORD_STREAM; POOL_RELEASE, CAPTURE_BEGIN,
-                      * CAPTURE_END: the pool's key */
+    uint64_t stream; /* the allocations', FREE_ASYNC, RECORD_STREAM, MARKER_RECORD, MARKER_DONE;
+                      * POOL_RELEASE, CAPTURE_BEGIN, CAPTURE_END: the pool's key */
     uint32_t kind;   /* alloc_trace_kind_t */
 } alloc_trace_event_t;
 
@@ -761,6 +775,12 @@ typedef struct alloc_replay_opts {
      * allocator did; 0: of capacity (a replay's device is the recorded one's size or larger,
      * and the key's share of it would let a recorded OOM fit) */
     size_t device_total;
+    /* cfg is the configuration the trace was recorded under: where the trace has marker lines
+     * (ALLOC_TR_MARKER_RECORD / _DONE) they stand for the releases' event queries, and a page is
+     * unmapped only once they settled its free, as in the run. False, or a trace without them:
+     * work completes at issue and a release settles every free before it. alloc_replay looks
+     * for them; a caller of alloc_replay_begin sets it only where its trace has some. */
+    bool markers;
 } alloc_replay_opts_t;
 
 typedef struct alloc_replay_result {

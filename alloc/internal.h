@@ -334,6 +334,10 @@ struct alloc {
      * pools may have been used on any of them), and a release wants markers on all of them */
     uint64_t mk_all_done;
     bool mk_want_all;
+    /* a replay of the recorded configuration with the trace's marker lines (alloc_replay_opts_t
+     * .markers): no events, yet a block is settled only by its stream's markers, which those
+     * lines record and complete (a_marker_scripted), never by settle_free itself */
+    bool mk_scripted;
     bool broken_event;   /* an event query failed: the next malloc synchronizes */
     unsigned captures;   /* graph captures underway: no event query, no synchronization */
     void **ev_pool; /* idle events for reuse */
@@ -372,6 +376,10 @@ static inline size_t a_stat_counters(alloc_stats_t *st, alloc_stat_t *out[ALLOC_
 
 /* alloc.c internals shared with check.c */
 sstate_t *a_stream_find(alloc_t *a, uintptr_t stream);
+/* A trace's marker line (mk_scripted): a marker recorded on stream now (done false: tagged with
+ * the free sequence so far), or that stream's oldest marker complete (done true). A stream the
+ * allocator does not know is passed over. */
+void a_marker_scripted(alloc_t *a, uintptr_t stream, bool done);
 /* the LIVE or PENDING block that starts at addr (alloc_t.fresh, then the map), or NULL */
 blk_t *a_map_get(const alloc_t *a, uint64_t addr);
 /* the size class of a block of `size` bytes (inline: the hot path computes it three times) */

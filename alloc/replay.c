@@ -17,6 +17,8 @@
  *   fa <id> <stream>          free in stream order (cudaFreeAsync)
  *   rs <id> <stream>          record_stream: the live allocation is used on stream too
  *   fc <id>                   the free of id completed (its block is reusable from here)
+ *   mr <stream> / md <stream>  the recording's allocator recorded a marker on stream / found its
+ *                             oldest marker complete (alloc.h, ALLOC_TR_MARKER_RECORD)
  *   e                         empty_cache
  *
  * Replay keeps the allocator's own event model ("work completes at issue") and models the two
@@ -128,6 +130,9 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
             q = parse_num(q + 2, eol, &e.id, &ok);
             q = parse_num(q, eol, &e.stream, &ok2);
             ok = ok && ok2;
+        } else if (WORD("mr") || WORD("md")) {
+            e.kind = q[1] == 'r' ? ALLOC_TR_MARKER_RECORD : ALLOC_TR_MARKER_DONE;
+            q = parse_num(q + 2, eol, &e.stream, &ok);
         } else if (WORD("fc")) {
             e.kind = ALLOC_TR_FREE_DONE;
             q = parse_num(q + 2, eol, &e.id, &ok);
@@ -167,7 +172,7 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
                         "line %zu: unknown event (expected 'a <id> <size> [stream]', 'ax <id> "
                         "<size> [stream]', 'ag <id> <size> [stream]', 'ao <id> <size> [stream]', "
                         "'ap <id> <size> <pool>', 'pr <pool>', 'cb <pool>', 'ce <pool>', 'f <id>', 'fa <id> <stream>', 'rs <id> <stream>', "
-                        "'fc <id>', 'e' or 'l <bytes>')",
+                        "'fc <id>', 'mr <stream>', 'md <stream>', 'e' or 'l <bytes>')",
                         line);
         }
         q = skip_ws(q, eol);
@@ -177,7 +182,7 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
                         "line %zu: bad or missing number (expected 'a <id> <size> [stream]', "
                         "'ax <id> <size> [stream]', 'ag <id> <size> [stream]', 'ao <id> <size> "
                         "[stream]', 'ap <id> <size> <pool>', 'pr <pool>', 'cb <pool>', 'ce <pool>', 'f <id>', 'fa <id> <stream>', "
-                        "'rs <id> <stream>', 'fc <id>', 'e' or 'l <bytes>')",
+                        "'rs <id> <stream>', 'fc <id>', 'mr <stream>', 'md <stream>', 'e' or 'l <bytes>')",
                         line);
         }
         if (!tv_push(&t, e)) {
@@ -257,6 +262,11 @@ int alloc_trace_write(const char *path, const alloc_trace_event_t *ev, size_t n)
             break;
         case ALLOC_TR_FREE_DONE:
             fprintf(f, "fc %llu\n", (unsigned long long)ev[i].id);
+            break;
+        case ALLOC_TR_MARKER_RECORD:
+        case ALLOC_TR_MARKER_DONE:
+            fprintf(f, "%s %llu\n", ev[i].kind == ALLOC_TR_MARKER_RECORD ? "mr" : "md",
+                    (unsigned long long)ev[i].stream);
             break;
         case ALLOC_TR_POOL_RELEASE:
             fprintf(f, "pr %llu\n", (unsigned long long)ev[i].stream);
@@ -821,6 +831,7 @@ static int run_begin(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
         return ALLOC_ERR_NOMEM;
     }
     r->bypass = cfg && cfg->policy == ALLOC_POLICY_PYTORCH;
+    r->a->mk_scripted = r->o.markers; /* the trace's `mr` / `md` lines answer the queries */
     r->held.a = r->a;
     *runp = r;
     return ALLOC_OK;
@@ -1040,6 +1051,10 @@ bool alloc_replay_feed(alloc_replay_run_t *run, const alloc_trace_event_t *ev, s
                     break;
                 }
             break;
+        case ALLOC_TR_MARKER_RECORD:
+        case ALLOC_TR_MARKER_DONE:
+            if (a->mk_scripted) a_marker_scripted(a, (uintptr_t)e->stream, e->kind == ALLOC_TR_MARKER_DONE);
+            break;
         case ALLOC_TR_POOL_RELEASE: {
             /* the recorded allocator synchronized before giving the pool back */
             for (size_t k = held.n; k-- > 0;)
@@ -1156,8 +1171,15 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
     for (size_t i = 0, k = 0; nfc && i < n; i++)
         if (ev[i].kind == ALLOC_TR_FREE_DONE) fcv[k++] = (fc_t){ev[i].id, i};
     if (nfc > 1) qsort(fcv, nfc, sizeof(*fcv), fc_cmp);
+    /* the recorded markers only where the trace has some: without them nothing would settle */
+    alloc_replay_opts_t o = {0};
+    if (opts) o = *opts;
+    bool marks = false;
+    for (size_t i = 0; o.markers && i < n && !marks; i++)
+        marks = ev[i].kind == ALLOC_TR_MARKER_RECORD || ev[i].kind == ALLOC_TR_MARKER_DONE;
+    o.markers = marks;
     alloc_replay_run_t *run;
-    int rc = run_begin(cfg, opts, fcv, nfc, &run, err, errlen);
+    int rc = run_begin(cfg, &o, fcv, nfc, &run, err, errlen);
     if (rc) return rc;
     alloc_replay_feed(run, ev, n);
     return alloc_replay_end(run, out, err, errlen);

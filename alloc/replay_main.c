@@ -28,6 +28,8 @@
  *     --framework-only  under the pytorch presets, `ag` lines (a library's cudaMalloc that the
  *                       recording's allocator served) go to the device as `ax` lines do: what
  *                       PyTorch's own allocator would reserve
+ *     --markers         the configuration given is the one the trace was recorded under: its
+ *                       `mr` / `md` lines (gpumem's markers) say what the releases found settled
  *
  * One line of key=value pairs per (trace, preset). Exit status: 0 ok, 1 a trace OOMed under the
  * limit (still reported), 2 usage, config or trace error (one-line message on stderr).
@@ -50,7 +52,7 @@ static int usage(void)
             "usage: gpumem-replay [--preset NAME|all]... [--conf STRING] [--limit SIZE] "
             "[--capacity SIZE] [--synth fixed|jitter [--steps N] [--seed N]] [--write FILE] "
             "[--check-conf] [--round BYTES]... [--stream-lag N] [--top-down] [--segments] "
-            "[--torch-env] [--divisions] [--framework-only] "
+            "[--torch-env] [--divisions] [--framework-only] [--markers] "
             "[TRACE...]\n"
             "  --preset NAME     gpumem (default), pytorch, pytorch-expandable, nocache, or all\n"
             "  --conf STRING     GPUMEM_CONF keys applied after the preset and $GPUMEM_CONF\n"
@@ -76,13 +78,17 @@ static int usage(void)
             "  --framework-only  under the pytorch presets, replay 'ag' lines as 'ax': what\n"
             "                    PyTorch's own allocator would reserve (it never sees a library's\n"
             "                    cudaMalloc)\n"
+            "  --markers         the trace was recorded under this configuration: its 'mr'/'md'\n"
+            "                    lines stand for the releases' marker queries (exact with work\n"
+            "                    queued; ignored in a trace without them)\n"
             "Trace lines: a <id> <size> [stream], ax <id> <size> [stream] (outside the framework's\n"
             "allocator), ag <id> <size> [stream] (outside it, served by the recording's allocator),\n"
             "ao <id> <size> [stream] (a request that failed: out of memory), ap <id> <size> <pool>\n"
             "(in a private pool: a CUDA graph's), ad <id> <size> [stream] (the driver's under every\n"
             "configuration: a pool the program chose, a graph's memory node), pr <pool> (the pool given\n"
             "back), cb <pool> / ce <pool> (gpumem's capture into the pool begins / ends), f <id>,\n"
-            "fa <id> <stream>, rs <id> <stream>, fc <id>, e, l <bytes> (alloc/README.md).\n");
+            "fa <id> <stream>, rs <id> <stream>, fc <id>, mr <stream> / md <stream> (a marker recorded /\n"
+            "found complete: --markers), e, l <bytes> (alloc/README.md).\n");
     return 2;
 }
 
@@ -184,6 +190,7 @@ int main(int argc, char **argv)
     int nrounds = 0;
     unsigned stream_lag = 0;
     bool top_down = false, segments = false, divisions = false, framework_only = false;
+    bool markers = false;
     const char *files[64];
     int nfiles = 0;
     for (int i = 1; i < argc; i++) {
@@ -263,6 +270,8 @@ int main(int argc, char **argv)
             segments = true;
         } else if (!strcmp(a, "--framework-only")) {
             framework_only = true;
+        } else if (!strcmp(a, "--markers")) {
+            markers = true;
         } else if (!strcmp(a, "--torch-env")) {
             torch_env = true;
         } else if (!strcmp(a, "--divisions")) {
@@ -360,6 +369,7 @@ int main(int argc, char **argv)
             seglist segs = {0};
             alloc_replay_opts_t o = {.capacity = capacity, .stream_lag = stream_lag,
                                      .top_down = top_down, .framework_only = framework_only,
+                                     .markers = markers,
                                      .end_walk = segments ? seg_add : NULL,
                                      .end_walk_user = &segs};
             alloc_replay_result_t r;

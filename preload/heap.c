@@ -256,6 +256,16 @@ static void hk_free_landed(void *user, uint64_t addr, size_t size, uintptr_t str
 #endif
 }
 
+/* a release's marker recorded on stream, or found complete: for the replay (trace `mr` / `md`) */
+static void hk_marker(void *user, uintptr_t stream, bool done)
+{
+#ifdef GM_HAVE_REC
+    gm_event_raw(done ? REC_MARKER_DONE : REC_MARKER_RECORD, (int)(intptr_t)user, stream, 0, 0, 0, 0);
+#else
+    (void)user, (void)stream, (void)done;
+#endif
+}
+
 /* Every stream the program created (cuStreamCreate*), with its device (the current context's
  * when it was created), so that a cudaFree fences them all even when no allocation was ever
  * made on them: work on any stream of the block's device may still use the block. A stream is
@@ -427,7 +437,7 @@ static alloc_t *dev_get(CUdevice dev)
             be.mem_info = be_mem_info;
         if (alloc_create(&be, &gm_alloc_config, &a) == ALLOC_OK) {
             alloc_hooks_t hk = {(void *)(intptr_t)dev, hk_map, hk_unmap, hk_oom, hk_free_landed,
-                                hk_streams_change};
+                                hk_streams_change, hk_marker};
             alloc_set_hooks(a, &hk);
             alloc_config_t cfg;
             alloc_get_config(a, &cfg);

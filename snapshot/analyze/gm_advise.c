@@ -164,6 +164,14 @@ int adv_add_limit(adv_model *m, uint64_t t, uint64_t cap, uint64_t millionths, s
     return 1;
 }
 
+int adv_add_marker(adv_model *m, uint64_t t, uint32_t stream, int done, size_t *evcap)
+{
+    uint32_t a = new_alloc(m, 0, stream, 0, 0, (uint32_t)m->nallocs);
+    if (a == UINT32_MAX || gm_grow_fast((void **)&m->evs, evcap, m->nevs + 1, sizeof *m->evs)) return -1;
+    m->evs[m->nevs++] = (adv_ev){.a = a, .kind = ADV_EV_MARKER, .pad = done ? 1 : 0, .step = -1, .t = t};
+    return 1;
+}
+
 uint32_t adv_intern(adv_model *m, const char *s)
 {
     return intern(m, s);
@@ -1477,10 +1485,14 @@ int adv_add_pool_release(adv_model *m, int kind, uint64_t alloc_id, uint32_t str
  *   OWN_EMPTY_CACHE: gpumem's allocator emptied its cache (kind 36 flagged REC_F_FRAMEWORK:
  *     gpumem_empty_cache, PyTorch's torch.cuda.empty_cache() through it);
  *   OWN_FRACTION: the program's per-process memory fraction, which gpumem's allocator applied
- *     (kind 37 flagged REC_F_FRAMEWORK: the cap in bytes, the fraction in millionths). */
-enum { OWN_NONE = 0, OWN_POOL_END, OWN_EMPTY_CACHE, OWN_FRACTION };
+ *     (kind 37 flagged REC_F_FRAMEWORK: the cap in bytes, the fraction in millionths);
+ *   OWN_MARKER: gpumem's allocator recorded a marker on a stream, or found one complete (kinds
+ *     39, 40: what its release before growth's event queries said, for the recorded
+ *     configuration's replay). */
+enum { OWN_NONE = 0, OWN_POOL_END, OWN_EMPTY_CACHE, OWN_FRACTION, OWN_MARKER };
 static inline int own_event_kept(int64_t kind, uint64_t flags)
 {
+    if (kind == REC_MARKER_RECORD || kind == REC_MARKER_DONE) return OWN_MARKER;
     if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) return flags & REC_F_PRIVATE_POOL ? OWN_POOL_END : OWN_NONE;
     if (!(flags & REC_F_FRAMEWORK)) return OWN_NONE;
     return kind == REC_TORCH_EMPTY_CACHE ? OWN_EMPTY_CACHE : kind == REC_TORCH_MEMORY_FRACTION ? OWN_FRACTION : OWN_NONE;
@@ -1503,6 +1515,9 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
             return load_added(L, adv_append_release(m, t, &L->evcap), had_evs, had_allocs, seq);
         case OWN_FRACTION: /* frag and tune apply it under the configured limit (gm_replay_trace_load_tap) */
             return load_added(L, adv_add_limit(m, t, size, requested, &L->evcap), had_evs, had_allocs, seq);
+        case OWN_MARKER:
+            return load_added(L, adv_add_marker(m, t, stream, kind == REC_MARKER_DONE, &L->evcap), had_evs,
+                              had_allocs, seq);
         }
         L->pool_end_stream = 0;
     }
@@ -2293,11 +2308,12 @@ static void trace_event(const adv_model *m, const adv_ev *e, alloc_trace_event_t
               : e->kind == ADV_EV_EMPTY_CACHE ? ALLOC_TR_EMPTY_CACHE
               : e->kind == ADV_EV_LIMIT       ? ALLOC_TR_LIMIT
               : e->kind == ADV_EV_POOL_RELEASE ? ALLOC_TR_POOL_RELEASE
+              : e->kind == ADV_EV_MARKER       ? (e->pad ? ALLOC_TR_MARKER_DONE : ALLOC_TR_MARKER_RECORD)
                                               : ALLOC_TR_FREE_ASYNC;
     t->size = e->kind == ADV_EV_ALLOC ? a->size : e->kind == ADV_EV_LIMIT ? adv_ev_limit(e) : 0;
-    t->stream = e->kind == ADV_EV_ALLOC        ? a->stream
-                : e->kind == ADV_EV_FREE_ASYNC ? e->stream
-                                               : 0;
+    t->stream = e->kind == ADV_EV_ALLOC || e->kind == ADV_EV_MARKER ? a->stream
+                : e->kind == ADV_EV_FREE_ASYNC                          ? e->stream
+                                                                        : 0;
     /* in a private pool: the pool's key, one per (pool, stream) as PyTorch keys a pool's
      * blocks by stream too; above every stream id (those are 32-bit) */
     uint32_t pool = (e->kind == ADV_EV_ALLOC || e->kind == ADV_EV_POOL_RELEASE) && a->orig < m->npools
@@ -2544,7 +2560,9 @@ static alloc_replay_opts_t replay_opts(const adv_model *m)
 {
     size_t cap = (size_t)80 << 30;
     if (2 * m->rec_peak_reserved > cap) cap = (size_t)(2 * m->rec_peak_reserved);
-    return (alloc_replay_opts_t){.capacity = cap, .top_down = m->top_down};
+    /* the recorded configuration: the recording's markers answer its release's queries (a
+     * rewrite keeps them where they were among the events it keeps) */
+    return (alloc_replay_opts_t){.capacity = cap, .top_down = m->top_down, .markers = true};
 }
 
 /* debugging (GPUMEM_ADVISE_DUMP): the whole trace made, written, and replayed; a %d in the path
@@ -2591,6 +2609,9 @@ int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t
         goto out;
     }
     alloc_replay_opts_t o = replay_opts(m);
+    o.markers = false; /* alloc_replay_begin cannot look: only where the model has some */
+    for (size_t i = 0; i < m->nevs && !o.markers; i++)
+        o.markers = m->evs[i].kind == ADV_EV_MARKER;
     if (alloc_replay_begin(&m->cfg, &o, f.fc, f.nfc, &f.run, err, errsz) != ALLOC_OK) goto out;
     free(f.fc), f.fc = NULL;
     int walked = trace_walk(m, emit_feed, &f);

@@ -848,7 +848,8 @@ static void find_fixes(gm_frag *f, gm_db *d, fix_model *fm, int search) {
     const alloc_config_t recorded = am.cfg;
     /* res[0]: the recorded configuration (the baseline); then each candidate that changes it */
     size_t nres = 0, which[NC + 1];
-    res[nres].cfg = recorded, which[nres++] = SIZE_MAX;
+    res[nres].cfg = recorded, which[nres] = SIZE_MAX;
+    res[nres++].markers = 1; /* its replay takes the recording's markers (alloc_replay_opts_t) */
     for (size_t i = 0; i < NC; i++) {
         const cand *k = &cands[i];
         if (k->classic_only && recorded.expandable_segments) continue;

@@ -400,7 +400,8 @@ static bool below_bar(void *user, size_t peak_reserved) {
 
 static void replay_one(job *j, gm_replay_result *r) {
     alloc_replay_opts_t o = {.capacity = j->capacity, .device_total = j->device_total, .top_down = j->top_down, .no_free_done = j->no_fc,
-                             .slots = j->slots, .nslots = j->nslots, .framework_only = j->own};
+                             .slots = j->slots, .nslots = j->nslots, .framework_only = j->own,
+                             .markers = r->markers != 0};
     if (j->below && r != &j->res[0]) o.keep_going = below_bar, o.keep_going_user = j;
     alloc_replay_result_t out;
     char err[256];

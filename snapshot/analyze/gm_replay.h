@@ -39,6 +39,9 @@ typedef struct gm_replay_result {
      * are ranked), SIZE_MAX when the rule did not pass this one over */
     int costly;
     size_t cheaper;
+    /* in: cfg is the recorded configuration: the replay takes the trace's marker lines for its
+     * releases' event queries (alloc_replay_opts_t.markers); the caller sets it */
+    int markers;
 } gm_replay_result;
 
 /* The recorded trace as advise's model, ready to replay as the program ran: the recorded

@@ -58,6 +58,8 @@ typedef struct search {
     uint64_t limit;
     double memory_fraction; /* the recorded per_process_memory_fraction key: a cap like the limit */
     int torch;   /* PyTorch's allocator recorded: its preset's neighbours stay PyTorch's keys */
+    char recorded_key[1024]; /* conf_key of the recorded configuration: its replay takes the
+                              * recording's markers (gm_replay_result.markers) */
 } search;
 
 static void conf_key(const alloc_config_t *c, char *out, size_t n) { alloc_config_format(c, out, n); }
@@ -233,7 +235,10 @@ static long evaluate(search *s, const alloc_config_t *cfgs, size_t n) {
             continue;
         }
         at[nrun] = i;
-        run[nrun++] = *r;
+        run[nrun] = *r;
+        char k[1024];
+        conf_key(&r->cfg, k, sizeof k);
+        run[nrun++].markers = !strcmp(k, s->recorded_key);
     }
     /* the slow replays first: the cores take the next replay as they finish one, and a slow one
      * started last keeps one core busy while the other idles at the round's end */
@@ -416,6 +421,7 @@ static int search_trace(gm_db *d, const adv_model *m, size_t nevents, alloc_trac
     alloc_config_t recorded = am.cfg;
     recorded.limit = s.limit;
     gm_conf_short(&recorded, t->recorded_conf, sizeof t->recorded_conf);
+    conf_key(&recorded, s.recorded_key, sizeof s.recorded_key);
     /* round 0: the recorded configuration and the presets */
     alloc_config_t batch[64];
     size_t nb = 0;

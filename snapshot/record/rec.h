@@ -124,6 +124,16 @@ enum rec_torch_kind {
                                       max_memory_allocated/_reserved() count only what follows */
 };
 
+/* 39-40 (after PyTorch's numbers): gpumem's allocator's marker events, for the replay of its
+ * release before growth (alloc/README.md, "Releasing without synchronizing"): 39 a release that
+ * does not synchronize recorded a marker event on stream (the allocator's on_marker hook), 40 it
+ * found that stream's oldest marker complete. Only device and stream are set; per allocator
+ * (device), in the order the allocator made them, among its free_completed events. */
+enum rec_marker_kind {
+    REC_MARKER_RECORD = 39,
+    REC_MARKER_DONE = 40
+};
+
 /* A kind the merge writes after the run (31-38), never the program's threads. */
 static inline int rec_kind_merged(unsigned kind) {
     return kind >= REC_TORCH_ALLOC && kind <= REC_TORCH_RESET_PEAK;

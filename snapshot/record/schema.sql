@@ -254,3 +254,14 @@ INSERT INTO kinds VALUES (36,'torch_empty_cache'),(37,'torch_memory_fraction');
 -- follows. Noted and merged as 36-37 are; report, tune, frag, advise and viz say where the
 -- program reset them and give PyTorch's figures since the last reset beside the whole run's.
 INSERT INTO kinds VALUES (38,'torch_reset_peak');
+
+-- Event kinds 39-40 (added within 1.3, 2026-12-09; older files have none and replay as before):
+-- gpumem's allocator's marker events (alloc/README.md, "Releasing without synchronizing"). Its
+-- release before growth does not synchronize: it records a marker event on each stream whose
+-- cached blocks may still be in use (39 marker_record) and unmaps only what markers it finds
+-- complete have settled (40 marker_done: that stream's oldest marker). device, stream only, in
+-- the allocator's order; `gpumem export --format trace` writes them as "mr" / "md" lines, and
+-- a replay of the recorded configuration (tune, frag, advise, gpumem-replay --markers) takes
+-- them for its event queries' answers, so it unmaps what the run did. Readers that do not know
+-- them skip them.
+INSERT INTO kinds VALUES (39,'marker_record'),(40,'marker_done');

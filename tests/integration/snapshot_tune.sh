@@ -88,33 +88,24 @@ echo "ok: cross-stream frees replay to the recorded peak reserved exactly (gpume
 # events and flags removed) the export has no "fc" line and the replay frees at once, as before.
 # advise's baseline is the same replay (its model reads the landings in the same pass: under
 # pytorch-expandable it replayed 0.8 GB against tune's and the recording's 2.2 GB before).
-# Rows: the configuration recorded and replayed; every one whose releases do not wait for
-# markers must replay to the recorded peak reserved exactly (gpumem's own policy with
-# release_before_grow off among them), preset:gpumem's replay is checked only against itself.
+# Rows: the configuration recorded and replayed; each must replay to the recorded peak reserved
+# exactly. gpumem's release before growth does not synchronize (issue 41): it unmaps only pages
+# whose frees its marker events say the device has finished with, when it queries them; the
+# recording holds what they said (kinds 39 marker_record, 40 marker_done: the trace's "mr" / "md"
+# lines), and the replay of the recorded configuration takes them for its queries' answers.
+# (Without them the replay, work done at issue, unmapped every free page: no bound either way, a
+# page unmapped early is mapped again on reuse and may straddle one handle more; 6 runs in 300
+# under ASan were 2 MiB above the run.) release_before_grow off replays exactly without them.
 for c in preset:gpumem preset:gpumem,release_before_grow:False preset:pytorch preset:pytorch-expandable; do
   GPUMEM_SIM_ASYNC=1 GPUMEM_CONF=$c "$GM" record -q -o "$TMP/x.db" -- "$APP" cross > "$TMP/x.txt" 2>&1 || { cat "$TMP/x.txt"; fail "$c: cross-stream run (async)"; }
   "$GM" tune --json "$TMP/x.db" > "$TMP/x.json" || fail "$c: tune on the cross-stream run (async)"
   read -r rec rep < <(jq -r --arg c "$c" '[.recorded.peak_reserved, ([.results[] | select(.conf == $c)][0].peak_reserved)] | @tsv' "$TMP/x.json")
   echo "async $c: recorded peak reserved $rec, replayed $rep"
   # whatever the timing (a sanitizer's, a loaded machine's): frees that an allocation's own
-  # synchronization lands start it over, so the recorded order is the allocator's (alloc/README.md).
-  # gpumem's release before growth does not synchronize (issue 41): it unmaps only pages whose
-  # frees the device has finished with, as far as its marker events say when it queries them,
-  # and the recording does not say what they said; the replay (work done at issue) unmaps every
-  # free page. That is NOT a bound either way: a page the replay gave back and the run kept is
-  # mapped again when the run reuses it from its cache, and the new mapping can straddle one
-  # handle more (a CI run under ASan: the replay unmapped 13 handles at a growth on one stream
-  # where the run, its markers pending, unmapped none; the next request on the other stream hit
-  # the run's cache and missed the replay's; 899,678,208 replayed > 895,483,904 recorded, and
-  # 832,569,344 > 830,472,192 here, 6 runs in 300 under ASan). So preset:gpumem's replay is
-  # compared with the trace's own replay only; with release_before_grow off the same
-  # allocator replays exactly, the recorded fc lines included.
-  if [[ $c == preset:gpumem ]]; then
-    want=$rep
-  else
-    [[ $rec == "$rep" ]] || fail "$c (async): the cross-stream replay does not reproduce the recorded peak reserved ($rec, $rep)"
-    want=$rec
-  fi
+  # synchronization lands start it over, so the recorded order is the allocator's (alloc/README.md);
+  # gpumem's releases unmap what the recorded markers settled, as the run's did
+  [[ $rec == "$rep" ]] || fail "$c (async): the cross-stream replay does not reproduce the recorded peak reserved ($rec, $rep)"
+  want=$rec
   adv=$("$GM" advise --json "$TMP/x.db" | jq -r '[.baseline.peak_allocated, .baseline.peak_reserved] | @tsv')
   tun=$(jq -r --arg c "$c" '[.results[] | select(.conf == $c)][0] | [.peak_allocated, .peak_reserved] | @tsv' "$TMP/x.json")
   [[ -n $tun && $adv == "$tun" ]] || fail "$c (async): advise's baseline ($adv) is not tune's replay of the recorded configuration ($tun)"
@@ -127,14 +118,16 @@ for c in preset:gpumem preset:gpumem,release_before_grow:False preset:pytorch pr
   # fit and releases are broken by address): the recording says so, tune follows it
   [[ $(sqlite3 "$TMP/x.db" "SELECT value FROM meta WHERE key = 'alloc.address_order'") == down ]] \
     || fail "$c (async): meta alloc.address_order is not 'down' on the virtual GPU"
-  "$BUILD/alloc/gpumem-replay" --top-down --conf "$c" "$TMP/x.trace" | grepq " peak_reserved=$want " \
-    || fail "$c (async): gpumem-replay --top-down of the exported trace does not find $want"
+  "$BUILD/alloc/gpumem-replay" --top-down --markers --conf "$c" "$TMP/x.trace" | grepq " peak_reserved=$want " \
+    || fail "$c (async): gpumem-replay --top-down --markers of the exported trace does not find $want"
   [[ $(sqlite3 "$TMP/x.db" "SELECT name FROM kinds WHERE id = 29") == free_completed ]] || fail "kind 29 is not named"
-  # an older recording: no free_completed, no flag
-  sqlite3 "$TMP/x.db" "DELETE FROM events WHERE kind = 29; UPDATE events SET flags = flags & ~8192; UPDATE meta SET value = (SELECT count(*) FROM events) WHERE key = 'events'" # (as the older recorder counted them)
+  [[ $(sqlite3 "$TMP/x.db" "SELECT group_concat(name) FROM kinds WHERE id IN (39, 40) ORDER BY id") == marker_record,marker_done ]] \
+    || fail "kinds 39, 40 are not named"
+  # an older recording: no free_completed, no flag, no markers
+  sqlite3 "$TMP/x.db" "DELETE FROM events WHERE kind IN (29, 39, 40); UPDATE events SET flags = flags & ~8192; UPDATE meta SET value = (SELECT count(*) FROM events) WHERE key = 'events'" # (as the older recorder counted them)
   "$GM" export --format trace "$TMP/x.db" > "$TMP/old.trace" || fail "$c: export of the older recording"
   ! grep -q '^fc ' "$TMP/old.trace" || fail "$c: fc lines from a recording without free_completed"
-  [[ $(grep -v '^fc ' "$TMP/x.trace") == "$(cat "$TMP/old.trace")" ]] || fail "$c: the older recording's trace differs beyond its fc lines"
+  [[ $(grep -v '^fc \|^m[rd] ' "$TMP/x.trace") == "$(cat "$TMP/old.trace")" ]] || fail "$c: the older recording's trace differs beyond its fc, mr and md lines"
   old=$("$BUILD/alloc/gpumem-replay" --top-down --conf "$c" "$TMP/old.trace" | grep -o ' peak_reserved=[0-9]*' | cut -d= -f2)
   "$GM" tune --json "$TMP/x.db" > "$TMP/old.json" || fail "$c: tune on the older recording"
   jq -e --arg c "$c" --argjson o "$old" '[.results[] | select(.conf == $c)][0].peak_reserved == $o' "$TMP/old.json" > /dev/null \
@@ -143,24 +136,37 @@ for c in preset:gpumem preset:gpumem,release_before_grow:False preset:pytorch pr
   [[ $adv == "$old" ]] || fail "$c: advise's baseline on the older recording ($adv) is not the trace's replay without fc lines ($old)"
   rm -f "$TMP/x.db"
 done
-echo "ok: on the asynchronous virtual GPU too (free_completed; gpumem exact with release_before_grow off), and older recordings replay as before"
+echo "ok: on the asynchronous virtual GPU too (free_completed, gpumem's markers), and older recordings replay as before"
 
 # the same, deterministic: on the synchronous virtual GPU with each event NOT_READY for its first
 # N queries, frees wait for several allocations. Where a synchronization lands some in the middle
 # of an allocation, the allocation starts over on what landed, so the trace's order is the
 # allocator's; the replay hands out addresses downwards as the recording did (issue 13). gpumem's
 # release before growth no longer synchronizes (issue 41): with its markers pending it keeps
-# pages the replay gives back, so preset:gpumem's replay is no bound of the run's (the
-# asynchronous case above); without release_before_grow gpumem's policy replays exactly.
+# pages that a replay without them gives back (event delay 3: 901,775,360 recorded, 847,249,408
+# replayed before kinds 39 / 40); with the recorded markers it replays exactly. An older
+# recording (markers deleted) replays as before: every free page settled at each release.
 for c in preset:gpumem preset:gpumem,release_before_grow:False preset:pytorch preset:pytorch-expandable; do
   for d in 1 3 5; do
     GPUMEM_SIM_EVENT_DELAY=$d GPUMEM_CONF=$c "$GM" record -q -o "$TMP/x.db" -- "$APP" cross > "$TMP/x.txt" 2>&1 \
       || { cat "$TMP/x.txt"; fail "$c: cross-stream run (event delay $d)"; }
     "$GM" tune --json "$TMP/x.db" > "$TMP/x.json" || fail "$c: tune on the cross-stream run (event delay $d)"
     read -r rec rep < <(jq -r --arg c "$c" '[.recorded.peak_reserved, ([.results[] | select(.conf == $c)][0].peak_reserved)] | @tsv' "$TMP/x.json")
-    [[ -n $rep ]] || fail "$c (event delay $d): tune has no result for the recorded configuration"
-    if [[ $c != preset:gpumem ]]; then # preset:gpumem: no bound, see the asynchronous case above
-      [[ $rec == "$rep" ]] || fail "$c (event delay $d): the replay finds $rep, the run reserved $rec"
+    echo "event delay $d $c: recorded peak reserved $rec, replayed $rep"
+    [[ $rec == "$rep" ]] || fail "$c (event delay $d): the replay finds $rep, the run reserved $rec"
+    if [[ $c == preset:gpumem ]]; then
+      "$GM" export --format trace "$TMP/x.db" > "$TMP/x.trace" || fail "$c: export (event delay $d)"
+      grep -q '^mr ' "$TMP/x.trace" && grep -q '^md ' "$TMP/x.trace" || fail "$c (event delay $d): no mr / md lines"
+      "$BUILD/alloc/gpumem-replay" --top-down --markers --conf "$c" "$TMP/x.trace" | grepq " peak_reserved=$rec " \
+        || fail "$c (event delay $d): gpumem-replay --markers of the exported trace does not find $rec"
+      adv=$("$GM" advise --json "$TMP/x.db" | jq -r '.baseline.peak_reserved')
+      [[ $adv == "$rec" ]] || fail "$c (event delay $d): advise's baseline ($adv) is not the recorded $rec"
+      # an older recording: no marker events; tune replays it as the trace without --markers
+      old=$("$BUILD/alloc/gpumem-replay" --top-down --conf "$c" "$TMP/x.trace" | grep -o ' peak_reserved=[0-9]*' | cut -d= -f2)
+      sqlite3 "$TMP/x.db" "DELETE FROM events WHERE kind IN (39, 40); UPDATE meta SET value = (SELECT count(*) FROM events) WHERE key = 'events'"
+      "$GM" export --format trace "$TMP/x.db" | grepq '^m[rd] ' && fail "$c (event delay $d): mr / md lines without marker events"
+      otun=$("$GM" tune --json "$TMP/x.db" | jq -r --arg c "$c" '[.results[] | select(.conf == $c)][0].peak_reserved')
+      [[ -n $old && $otun == "$old" ]] || fail "$c (event delay $d): tune on the older recording ($otun) is not the replay without markers ($old)"
     fi
     rm -f "$TMP/x.db"
   done
