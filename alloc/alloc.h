@@ -272,7 +272,9 @@ typedef struct alloc_hooks {
     void (*on_free_landed)(void *user, uint64_t addr, size_t size, uintptr_t stream,
                            uint64_t alloc_id);
     /* alloc_one_stream's answer may have changed: the first block named its stream, or a block
-     * on another stream mixed them (at most twice an allocator) */
+     * on another stream mixed them (at most twice an allocator). Called after the new answer is
+     * stored (relaxed): a hook that publishes it to lock-free readers does so with release, and
+     * they read alloc_one_stream after an acquire of what it published (preload/heap.c). */
     void (*on_streams_change)(void *user);
     /* a release that does not synchronize (release before growth, garbage collection) recorded
      * a marker event on stream (done false), or found that stream's oldest marker complete

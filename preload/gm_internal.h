@@ -349,7 +349,8 @@ void gm_heap_use_streams(int dev, CUstream s, const uint64_t *words, size_t n);
  * alloc_one_stream), so the launch hook skips the next ones (uses.c, use_streams); 0 otherwise. */
 int gm_heap_streams_settled(int dev, CUstream s);
 /* Owned by heap.c: bumped whenever an answer 1 of gm_heap_streams_settled may stop holding (a
- * device's allocator made or reset, an allocator's blocks' streams changed). */
+ * device's allocator made or reset, an allocator's blocks' streams changed), with release after
+ * the change: read it with acquire before asking gm_heap_streams_settled. */
 extern _Atomic unsigned gm_heap_streams_gen;
 struct alloc;
 struct alloc_oom_info;

@@ -305,9 +305,15 @@ static _Atomic int captures_underway;
 
 _Atomic unsigned gm_heap_streams_gen;
 
+/* Release, after the change it announces (the allocator's one_stream or mixed_streams stored,
+ * dev_alloc stored or cleared): a launching thread that reads the new value with acquire
+ * (uses.c, use_streams) then reads the change in gm_heap_streams_settled. Relaxed, a thread could
+ * read the new value and the old flags (a weakly ordered CPU reorders the two loads; x86 does
+ * not), remember "nothing to add" under the new value, and skip the launch that reads a block
+ * another thread just made on another stream. On x86 the same instructions either way. */
 static void streams_gen_bump(void)
 {
-    atomic_fetch_add_explicit(&gm_heap_streams_gen, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&gm_heap_streams_gen, 1, memory_order_release);
 }
 
 /* an allocator's blocks' streams changed (alloc_one_stream): called with its lock held */

@@ -176,7 +176,8 @@ UNIT_TESTS += $(addprefix $(BUILD)/tests/unit/,$(patsubst tests/unit/%.c,%,$(wil
 TSAN_UNIT_TESTS += $(if $(wildcard tests/unit/preload_pinned.c),$(BUILD)/tests/unit/preload_pinned)
 PRELOAD_SCRIPTS := $(wildcard tests/integration/preload_*.sh)
 SCRIPT_TESTS += $(PRELOAD_SCRIPTS)
-TSAN_SCRIPT_TESTS += $(filter %/preload_fork.sh %/preload_stress.sh %/preload_uses.sh %/preload_streams_stress.sh,$(PRELOAD_SCRIPTS))
+TSAN_SCRIPT_TESTS += $(filter %/preload_fork.sh %/preload_stress.sh %/preload_uses.sh %/preload_streams_stress.sh \
+                              %/preload_streams.sh,$(PRELOAD_SCRIPTS))
 
 # ---- Python (preload/python.c, the gpumem module in preload/python/) --------------------------
 # Python frames in stacks, the module's ranges and annotate(); torch tests skip without torch.

@@ -928,7 +928,8 @@ __attribute__((noinline)) static void use_streams_call(int device, CUstream s, c
  * tests/bench/README.md, "Tenth pass"). */
 __attribute__((noinline)) static void use_streams(int device, CUstream s, const uint64_t *w, size_t n)
 {
-    unsigned gen = atomic_load_explicit(&gm_heap_streams_gen, memory_order_relaxed);
+    /* acquire: gm_heap_streams_settled reads what the bump announced (heap.c, streams_gen_bump) */
+    unsigned gen = atomic_load_explicit(&gm_heap_streams_gen, memory_order_acquire);
     if (streams_memo.ok && streams_memo.gen == gen && streams_memo.s == s &&
         streams_memo.device == device)
         return;

@@ -34,6 +34,12 @@
  *                        cudaMalloc'ed (the legacy stream) and freed in order on it; mixed:
  *                        every block was on B, the block is the first on A; reset: every block
  *                        was on B, then cudaDeviceReset, and the block as in fresh.
+ *   streams_app uses-memo-threads ROUNDS
+ *                        the same with two threads: one launches on B (first a kernel with
+ *                        nothing to add, then one after another) while the main thread makes the
+ *                        block on another stream and hands it over; rounds alternate fresh and
+ *                        mixed, each after the first from a cudaDeviceReset. Prints
+ *                        "uses-memo-threads: R rounds, K overwritten, L launches ...".
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -629,6 +635,150 @@ static void uses_memo(const char *how)
     RT(cudaStreamDestroy(sb));
 }
 
+/* uses-memo-threads ROUNDS: the memo's case with two threads. A launching thread (memo_launcher)
+ * runs kernels on its stream B, the first of them with nothing to add (so it remembers B), then
+ * one launch after another while the main thread makes a block on another stream A (the
+ * allocator's streams change: gm_heap_streams_gen is bumped as the launcher reads it); the block
+ * is handed to the launcher (a mutex: the malloc happens before the launch that reads it), which
+ * fills and reads it on B; the main thread frees it in order on A and takes it again there. A
+ * launcher that kept its memo would not tell the allocator about B, and the new owner's bytes
+ * would reach the slow kernel. Rounds alternate: fresh (no allocator when B's first kernel ran;
+ * the block cudaMalloc'ed, on the legacy stream) and mixed (every block on B, the new one the
+ * first on A); each round after the first starts with cudaDeviceReset (a fresh allocator). */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int phase; /* 0 idle, 1 go (remember B), 2 remembered, 3 the block is posted, 4 launched, 5 quit */
+    cudaStream_t sb;
+    void *x, *p;
+    void *fnop, *ffill, *fcheck;
+    int ok, failed; /* the slow kernel's answer; the launcher's failed calls */
+    unsigned long spins; /* launches made while waiting for the block */
+} ml = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void ml_set(int phase)
+{
+    pthread_mutex_lock(&ml.mu);
+    ml.phase = phase;
+    pthread_cond_broadcast(&ml.cv);
+    pthread_mutex_unlock(&ml.mu);
+}
+
+static void ml_wait(int phase)
+{
+    pthread_mutex_lock(&ml.mu);
+    while (ml.phase != phase && ml.phase != 5)
+        pthread_cond_wait(&ml.cv, &ml.mu);
+    pthread_mutex_unlock(&ml.mu);
+}
+
+static void *memo_launcher(void *arg)
+{
+    (void)arg;
+    dim3 g = {1, 1, 1}, b = {1, 1, 1};
+    uint64_t n = 1 << 16;
+    int *okp = &ml.ok;
+    for (;;) {
+        ml_wait(1);
+        pthread_mutex_lock(&ml.mu);
+        int quit = ml.phase == 5;
+        cudaStream_t sb = ml.sb;
+        void *x = ml.x;
+        pthread_mutex_unlock(&ml.mu);
+        if (quit) break;
+        void *nargs[] = {&x};
+        int failed = cudaLaunchKernel(ml.fnop, g, b, nargs, 0, sb) != cudaSuccess; /* nothing to add */
+        ml_set(2);
+        void *p = NULL;
+        unsigned long spins = 0;
+        while (!p) { /* launches on B while the main thread allocates on A */
+            failed += cudaLaunchKernel(ml.fnop, g, b, nargs, 0, sb) != cudaSuccess;
+            spins++;
+            pthread_mutex_lock(&ml.mu);
+            if (ml.phase == 3) p = ml.p;
+            pthread_mutex_unlock(&ml.mu);
+        }
+        void *args[] = {&p, &n, &okp};
+        failed += cudaLaunchKernel(ml.ffill, g, b, args, 0, sb) != cudaSuccess;
+        failed += cudaLaunchKernel(ml.fcheck, g, b, args, 0, sb) != cudaSuccess; /* reads p after 250 ms */
+        pthread_mutex_lock(&ml.mu);
+        ml.failed += failed;
+        ml.spins += spins;
+        ml.phase = 4;
+        pthread_cond_broadcast(&ml.cv);
+        pthread_mutex_unlock(&ml.mu);
+    }
+    return NULL;
+}
+
+static void uses_memo_threads(int rounds)
+{
+    size_t sz[] = {sizeof(void *), sizeof(uint64_t), sizeof(int *)}, nsz[] = {sizeof(void *)};
+    ml.fcheck = sim_kernel("k_slow_check", k_slow_check, 3, sz);
+    ml.fnop = sim_kernel("k_nop", k_nop, 1, nsz);
+    ml.ffill = sim_kernel("k_fill", k_fill, 2, sz);
+    if (bad) return;
+    slow_check_ms = 250;
+    enum { N = 1 << 16 };
+    pthread_t t;
+    check(pthread_create(&t, NULL, memo_launcher, NULL) == 0, "uses-memo-threads: pthread_create");
+    if (bad) return;
+    int seen_bad = 0;
+    for (int r = 0; r < rounds; r++) {
+        int mixed = r % 2;
+        if (r) RT(cudaDeviceReset());
+        cudaStream_t sa = 0, sb;
+        void *x = NULL, *p = NULL, *q = NULL;
+        RT(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking));
+        if (mixed) {
+            RT(cudaStreamCreateWithFlags(&sa, cudaStreamNonBlocking));
+            RT(cudaMallocAsync(&x, N, sb)); /* every block on B */
+            RT(cudaStreamSynchronize(sb));
+        }
+        pthread_mutex_lock(&ml.mu);
+        ml.sb = sb, ml.x = x, ml.p = NULL, ml.ok = -1;
+        pthread_mutex_unlock(&ml.mu);
+        ml_set(1);
+        ml_wait(2);
+        /* the streams change while the launcher launches on B */
+        if (mixed)
+            RT(cudaMallocAsync(&p, N, sa));
+        else
+            RT(cudaMalloc(&p, N));
+        pthread_mutex_lock(&ml.mu);
+        ml.p = p, ml.phase = 3;
+        pthread_cond_broadcast(&ml.cv);
+        pthread_mutex_unlock(&ml.mu);
+        ml_wait(4);
+        RT(cudaFreeAsync(p, sa));
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        RT(cudaMallocAsync(&q, N, sa));
+        RT(cudaMemsetAsync(q, 0x11, N, sa));
+        RT(cudaStreamSynchronize(sa));
+        RT(cudaStreamSynchronize(sb));
+        pthread_mutex_lock(&ml.mu);
+        int ok = ml.ok;
+        pthread_mutex_unlock(&ml.mu);
+        if (ok != 1 && !seen_bad++)
+            printf("uses-memo-threads: round %d (%s, block %s): the kernel on B saw its block overwritten: the "
+                   "launching thread skipped telling the allocator about B after another thread's block changed "
+                   "the blocks' streams\n",
+                   r, mixed ? "mixed" : "fresh", p == q ? "reused" : "not reused");
+        RT(cudaFreeAsync(q, sa));
+        if (mixed) RT(cudaFreeAsync(x, sb));
+        RT(cudaDeviceSynchronize());
+        if (mixed) RT(cudaStreamDestroy(sa));
+        RT(cudaStreamDestroy(sb));
+    }
+    ml_set(5);
+    pthread_join(t, NULL);
+    check(!seen_bad, "uses-memo-threads: a block read on B was reused under the kernel");
+    check(!ml.failed, "uses-memo-threads: a launch on the launching thread failed");
+    printf("uses-memo-threads: %d rounds, %d overwritten, %lu launches while the block was made\n", rounds,
+           seen_bad, ml.spins);
+}
+
 /* ---- guard pages ---------------------------------------------------------------------------- */
 
 /* k_write(unsigned char *p, uint64_t n): p[i] = 0xee for i < n, as a kernel that miscounts */
@@ -675,7 +825,7 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr,
                 "usage: streams_app ptds|ptds-exit N|record|multidev|graph|ipc|churn N|uses|"
-                "uses-memo fresh|mixed|reset|guard N\n");
+                "uses-memo fresh|mixed|reset|uses-memo-threads ROUNDS|guard N\n");
         return 2;
     }
     if (!strcmp(argv[1], "ptds"))
@@ -696,6 +846,8 @@ int main(int argc, char **argv)
         uses();
     else if (!strcmp(argv[1], "uses-memo") && argc > 2)
         uses_memo(argv[2]);
+    else if (!strcmp(argv[1], "uses-memo-threads") && argc > 2)
+        uses_memo_threads(atoi(argv[2]));
     else if (!strcmp(argv[1], "guard") && argc > 2)
         guard(atoi(argv[2]));
     else {
