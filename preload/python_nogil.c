@@ -645,9 +645,13 @@ static int collect(uintptr_t f, uintptr_t *key, uint64_t *hash)
  * (code_frees), the identity check of each frame's code object against the identity it had
  * (ident_matches, frame_hit's check: a code object freed and another made at its address is not
  * taken for the old one, exec in a loop); the per-frame probes, line
- * lookups and copies are skipped. Direct mapped by the chain's hash; a slot is allocated at
- * its first chain (a few KiB) and overwritten by the next chain of its hash. */
-#define MEMO_SLOTS 1024u
+ * lookups and copies are skipped. Sets of two ways, chosen by the chain's hash: a chain is looked
+ * for in both; a new one goes into the first way, the first way's chain moves to the second, and
+ * the second's is dropped. (Direct mapped, two chains a step whose hashes met in one slot put
+ * each other out every step, and each was walked again: which ones meet depends on where the
+ * interpreter's code objects lie, 2 walks a tiny GPT-2 step in one build of libgpumem, none in the
+ * one before.) A slot is allocated at its first chain (a few KiB). */
+#define MEMO_SETS 512u
 #define MEMO_MAX 64 /* frames visited a kept chain may have */
 typedef struct ng_memo {
     uint64_t hash;    /* 0: empty */
@@ -658,7 +662,7 @@ typedef struct ng_memo {
     ng_ident id[MEMO_MAX];
     rec_pyframe out[MEMO_MAX];
 } ng_memo;
-static ng_memo *memo[MEMO_SLOTS];
+static ng_memo *memo[MEMO_SETS][2];
 static uint64_t memo_tag; /* the last tag given; not reset by a fork (a tag is never reused) */
 
 /* The frames of the chain key[0..nraw) (hash h), out of the memo; -1 when it is not there or a
@@ -666,7 +670,9 @@ static uint64_t memo_tag; /* the last tag given; not reset by a fork (a tag is n
 static int memo_find(const uintptr_t *key, int nraw, uint64_t h, rec_pyframe *out, int max,
                      uint64_t *tag, uint64_t frees)
 {
-    ng_memo *m = memo[h & (MEMO_SLOTS - 1)];
+    ng_memo *const *set = memo[h & (MEMO_SETS - 1)];
+    ng_memo *m = set[0];
+    if (!m || m->hash != h) m = set[1];
     if (!m || m->hash != h || m->nraw != nraw || m->nout > max ||
         memcmp(m->key, key, (size_t)nraw * 2 * sizeof *key) != 0)
         return -1;
@@ -685,9 +691,17 @@ static int memo_find(const uintptr_t *key, int nraw, uint64_t h, rec_pyframe *ou
 static void memo_put(const uintptr_t *key, int nraw, uint64_t h, const ng_ident *id,
                      const rec_pyframe *out, int nout, uint64_t *tag, uint64_t frees)
 {
-    ng_memo **slot = &memo[h & (MEMO_SLOTS - 1)];
-    if (!*slot && !(*slot = malloc(sizeof **slot))) return;
-    ng_memo *m = *slot;
+    ng_memo **set = memo[h & (MEMO_SETS - 1)], *m;
+    if (set[0] && set[0]->hash == h) /* the same chain, its identities changed: kept in place */
+        m = set[0];
+    else if (set[1] && set[1]->hash == h)
+        m = set[1];
+    else {
+        m = set[1]; /* the second way's chain is dropped */
+        if (!m && !(m = malloc(sizeof *m))) return;
+        set[1] = set[0];
+        set[0] = m;
+    }
     m->hash = h, m->tag = *tag = ++memo_tag, m->nraw = nraw, m->nout = nout, m->checked = frees;
     memcpy(m->key, key, (size_t)nraw * 2 * sizeof *key);
     memcpy(m->id, id, (size_t)nraw * sizeof *id);
@@ -841,8 +855,9 @@ static void ng_fork_child(void)
     atomic_store(&ng_lock, 0);
     memset(code_cache, 0, sizeof code_cache); /* recorder string ids start again */
     memset(frame_cache, 0, sizeof frame_cache);
-    for (unsigned i = 0; i < MEMO_SLOTS; i++)
-        if (memo[i]) memo[i]->hash = 0;
+    for (unsigned i = 0; i < MEMO_SETS; i++)
+        for (int w = 0; w < 2; w++)
+            if (memo[i][w]) memo[i][w]->hash = 0;
 }
 
 #define NG_SYM(name) gm_real_dlsym_fn(RTLD_DEFAULT, name)
