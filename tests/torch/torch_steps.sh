@@ -8,7 +8,9 @@
 # and the growth per step, 1 MiB (each step keeps 1 MiB; counted twice as many steps, it read
 # half that). One step (an inference loop: no optimizer step ends one) is not judged: the text
 # says so and how to mark the iterations, never "no steady growth" (which it said of a loop
-# keeping 1 MiB a batch).
+# keeping 1 MiB a batch). In the loops with a model's forward (one, two, scaler) the last step's
+# workspaces (report --json, .torch.categories.over_time) are the step before's: the loop's last
+# input, still referenced after the loop, was counted a workspace (a library's buffer, made once).
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 script=tests/torch/torch_steps.py
@@ -49,6 +51,14 @@ for row in "${table[@]}"; do
       ok "$kind (C hooks $hooks): $got steps, growth $growth bytes a step"
     else
       bad "$kind (C hooks $hooks): $got steps (want $want), growth $growth bytes a step (want 1 MiB)"
+    fi
+    [[ $kind == manual || $kind == ranged ]] && continue
+    "$G" report --json "$db" > "$tmp/$kind.$hooks.report.json" || { bad "$kind (C hooks $hooks): report"; continue; }
+    last2=$(jq -c '[.torch.categories.over_time[-2:][] | .workspaces]' "$tmp/$kind.$hooks.report.json")
+    if jq -e 'length == 2 and .[0] == .[1]' <<< "$last2" > /dev/null; then
+      ok "$kind (C hooks $hooks): the last step's workspaces are the step before's ($last2)"
+    else
+      bad "$kind (C hooks $hooks): the last two steps' workspaces differ: $last2"
     fi
   done
 done
