@@ -166,6 +166,14 @@ static struct {
         *s_fwd_what, *s_bwd_what, *s_data_ptr, *s_grad, *s_params, *s_items, *s_id, *s_next_id;
     PyObject *bwd_end, *out_gone, *fns;
     long step;
+    /* An optimizer's step ends step N, but the next one begins only with the next forward or
+     * backward pass: a second optimizer stepped right after the first (an encoder's and a
+     * head's, scaler.step(o1); scaler.step(o2)) is the same step's. step_done: an optimizer
+     * stepped since the last pass; stepped: the optimizers that did (their addresses, never
+     * read), an optimizer stepped twice starting the next step (a loop with no module or
+     * backward to open one). */
+    int step_done, nstepped;
+    const void *stepped[8];
     hk_mod *tab; /* module address -> hk_mod, open addressing; entries are never removed */
     size_t mask, count;
 } hk;
@@ -249,9 +257,18 @@ static int enter_mod(hk_thread *t, PyObject *enc, const char *label)
     return push(t, K_MOD, 0, label, enc);
 }
 
-/* "step N" (unless open on this thread) and the pass. */
-static int open_step(hk_thread *t, int pass)
+/* "step N" (unless open on this thread) and the pass; opt: the optimizer of an update (NULL for
+ * a forward or backward), hk.step_done's rule deciding whether the pass begins step N+1. */
+static int open_step(hk_thread *t, int pass, const void *opt)
 {
+    if (hk.step_done) {
+        int again = pass != P_OPT || hk.nstepped == (int)(sizeof hk.stepped / sizeof hk.stepped[0]);
+        for (int j = 0; !again && j < hk.nstepped; j++)
+            again = hk.stepped[j] == opt;
+        if (again) hk.step++, hk.step_done = 0, hk.nstepped = 0;
+    }
+    if (pass == P_OPT && hk.nstepped < (int)(sizeof hk.stepped / sizeof hk.stepped[0]))
+        hk.stepped[hk.nstepped++] = opt;
     int i = 0;
     while (i < t->n && t->st[i].kind != K_STEP)
         i++;
@@ -610,7 +627,7 @@ static int pre_work(PyObject *module)
     hk_mod m;
     last_release();
     if (mod_lookup(module, &m) != 0) return -1;
-    if (!t->nmods && open_step(t, P_FWD) != 0) return -1;
+    if (!t->nmods && open_step(t, P_FWD, NULL) != 0) return -1;
     if (enter_mod(t, m.enc, m.label) != 0) return -1;
     if (t->nmods == t->capm && grow((void **)&t->mods, &t->capm, sizeof *t->mods) != 0) return -1;
     t->mods[t->nmods++] = m;
@@ -932,7 +949,7 @@ static PyObject *bwd_start(PyObject *enc, PyObject *arg)
     hk_thread *t = &tls;
     int i = bwd_pass(t);
     if (i == t->n) {
-        if (open_step(t, P_BWD) != 0) return swallow(hk.s_bwd_what);
+        if (open_step(t, P_BWD, NULL) != 0) return swallow(hk.s_bwd_what);
         PyObject *r = py.PyObject_CallFunctionObjArgs(hk.queue_callback, hk.bwd_end, NULL);
         if (!r) return swallow(hk.s_bwd_what);
         py.Py_DecRef(r);
@@ -1047,10 +1064,10 @@ static PyObject *bwd_end(PyObject *self, PyObject *unused)
 
 /* ---- optimizer: the range, and the scans (the names stay in _Hooks.opt_pre / opt_post) ------- */
 
-static PyObject *opt_begin(PyObject *self, PyObject *unused)
+static PyObject *opt_begin(PyObject *self, PyObject *opt)
 {
-    (void)self, (void)unused;
-    if (open_step(&tls, P_OPT) != 0) return NULL;
+    (void)self;
+    if (open_step(&tls, P_OPT, opt) != 0) return NULL;
     return none();
 }
 
@@ -1060,7 +1077,7 @@ static PyObject *opt_end(PyObject *self, PyObject *unused)
     hk_thread *t = &tls;
     close_pass(t);
     if (t->n && t->st[t->n - 1].kind == K_STEP) pop(t);
-    hk.step++;
+    hk.step_done = 1; /* the next pass is step N+1's (open_step) */
     return none();
 }
 
@@ -1529,8 +1546,8 @@ static PyObject *changed_state(PyObject *self, PyObject *const *args, Py_ssize_t
 static py_method_def defs[] = {
     {"fwd_pre", (void *)fwd_pre, PY_METH_FASTCALL, "gpumem's forward pre-hook"},
     {"fwd_post", (void *)fwd_post, PY_METH_FASTCALL, "gpumem's forward hook"},
-    {"opt_begin", (void *)opt_begin, PY_METH_NOARGS, "opens step N/opt"},
-    {"opt_end", (void *)opt_end, PY_METH_NOARGS, "closes step N/opt; the next step is N+1"},
+    {"opt_begin", (void *)opt_begin, PY_METH_O, "opens step N/opt for the optimizer given"},
+    {"opt_end", (void *)opt_end, PY_METH_NOARGS, "closes step N/opt; the next forward or backward is step N+1's"},
     {"changed_grads", (void *)changed_grads, PY_METH_FASTCALL,
      "(param_groups) -> the parameters whose gradient is not the one last named"},
     {"changed_state", (void *)changed_state, PY_METH_FASTCALL,
@@ -1675,7 +1692,7 @@ GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
         !(dp.descr_type = py.PyObject_Type(dict_items)))
         return NULL;
     dict_tags_check();
-    hk.step = 1;
+    hk.step = 1, hk.step_done = 0, hk.nstepped = 0;
     enum { N = sizeof defs / sizeof defs[0] };
     PyObject *f[N];
     for (int i = 0; i < N; i++)

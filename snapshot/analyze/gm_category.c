@@ -702,11 +702,13 @@ static int note_grad_name(ctx *x, uint32_t name)
  * categorise: the phases (GM_CPH_*: bp * 5 + dp), and where the death's step lies from the
  * birth's. */
 enum { SH_DEATH_STEP = 1 << 5, /* the death is in a step */
-       SH_LATER_STEP = 1 << 6, /* ... after the birth's */
+       SH_LATER_STEP = 1 << 6, /* ... after the birth's; with no death in a step (after the last,
+                                * or none): the birth is in the last of two steps or more */
        SH_KEPT = 1 << 7 };     /* ... two or more steps after it */
-static uint8_t shape_of(int bp, int dp, long bs, long ds)
+static uint8_t shape_of(int bp, int dp, long bs, long ds, long last)
 {
-    return (uint8_t)((bp * 5 + dp) | (ds >= 0 ? SH_DEATH_STEP : 0) | (ds > bs ? SH_LATER_STEP : 0) |
+    return (uint8_t)((bp * 5 + dp) | (ds >= 0 ? SH_DEATH_STEP : 0) |
+                     (ds > bs || (ds < 0 && last >= 1 && bs == last) ? SH_LATER_STEP : 0) |
                      (ds >= bs + 2 ? SH_KEPT : 0));
 }
 
@@ -735,7 +737,7 @@ static inline __attribute__((always_inline)) int categorise(ctx *x, const gm_cat
         int bp = event_phase_memo(x, cs, births, pb, a->birth, a->range, 1, &bs, hb);
         size_t hd = *hb;
         int dp = a->death ? event_phase_memo(x, cs, deaths, pd, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
-        shape = shape_of(bp, dp, bs, ds);
+        shape = shape_of(bp, dp, bs, ds, (long)cs->nsteps - 1);
         if (k == GM_NCATS && bp == GM_CPH_PRE && dp == GM_CPH_POST)
             cat[i] = GM_CAT_PARAM, src[i] = (uint8_t)phase_src;
         if (bs >= 0 && (dp == GM_CPH_POST || ds >= bs + 2)) { /* kept */
@@ -774,6 +776,11 @@ static inline __attribute__((always_inline)) int category_decide(const ctx *x, c
         uint64_t *v = u64map_get(&x->repeats, a->requested * 8 + (uint64_t)bp);
         if (v && (*v >> 32) >= 2) {
             cat = GM_CAT_OTHER;
+        } else if (dp == GM_CPH_POST && (sh & SH_LATER_STEP) && bp == GM_CPH_FWD) {
+            /* made in the last step's forward and held past it, a step after the others (the
+             * loop's last input or loss, still referenced after the loop): what each step before
+             * held into the next, an activation; a workspace is made in the first step */
+            cat = GM_CAT_ACT;
         } else {
             *unsure = 1;
             if (bp == GM_CPH_OPT) cat = GM_CAT_OPT;

@@ -2271,7 +2271,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
             }
         }
         if (m->nsteps) {
-            fprintf(out, "\nGrowth across steps (%zu steps)\n", m->nsteps);
+            fprintf(out, "\nGrowth across steps (%zu step%s)\n", m->nsteps, m->nsteps == 1 ? "" : "s");
             /* one rule for every per-step table (gm_step_rows) */
             gm_step_row *rows = malloc(m->nsteps * sizeof *rows);
             size_t nrows = rows ? gm_step_rows(m->nsteps, same_step_figures, m, rows) : 0;
@@ -2294,6 +2294,13 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
              * (the slope alone also rises with a last pass that keeps its output) */
             if (m->nsteps >= 2 && slope >= 1024 && kn)
                 fprintf(out, "  memory grows by %s per step: something allocated each step is kept\n", g);
+            else if (m->nsteps < 2)
+                /* one step has no "across": "no steady growth" claimed a loop's growth was none
+                 * (an inference loop is one step to the PyTorch hooks: no optimizer step ends it) */
+                fprintf(out, "  one step only: growth across steps is not judged (steps are \"step N\" ranges, "
+                             "and PyTorch's hooks end one at each optimizer step: a loop with none, as "
+                             "inference, is one step); to judge it, mark each iteration with "
+                             "`with gpumem.range(\"step %%d\" %% i):` or an NVTX range \"step N\"\n");
             else
                 fprintf(out, "  no steady growth across steps\n");
             if (kn) {

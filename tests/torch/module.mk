@@ -65,3 +65,7 @@ BENCHES += tests/bench/torch_rec_instr.sh
 # replays meet the recorded OOM; one rule for the key and a call in gpumem's allocator, its
 # replays and tune's recommendation, and advise leaves the key's at-start note out (torch_fraction_key.sh)
 SCRIPT_TESTS += tests/torch/torch_fraction_key.sh
+# the steps the PyTorch hooks mark are the program's: optimizers stepped one after another are one
+# step (two optimizers, scaler.step each), one optimizer stepped twice with no pass between is
+# two; leaks' growth per step on them (torch_steps.sh, torch_steps.py)
+SCRIPT_TESTS += tests/torch/torch_steps.sh

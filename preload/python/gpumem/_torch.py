@@ -632,6 +632,12 @@ class _Hooks:
         self.torch = torch
         self.direct = direct_names  # gpumem serves tensors: name them in gpumem directly
         self.step = 1
+        # an optimizer's step ends step N; the next begins with the next forward or backward, so
+        # that a second optimizer stepped right after the first is the same step's (torch_hooks.c,
+        # hk.step_done): whether one has stepped since the last pass, and which (their ids; one
+        # stepped twice begins the next step)
+        self.step_done = False
+        self.stepped = set()
         self.paths = {}    # id(module) -> module path
         self.enc = {}      # label -> its bytes (pushed once per module and step: encode once)
         self.pnames = {}   # id(param) -> parameter name
@@ -755,8 +761,16 @@ class _Hooks:
             self.c_pop()
         self._push(t, "mod", path)
 
-    def _open_step(self, t, pass_label):
-        """Opens "step N" (if not open on this thread) and the pass ("fwd", "bwd", "opt")."""
+    def _open_step(self, t, pass_label, opt=None):
+        """Opens "step N" (if not open on this thread) and the pass ("fwd", "bwd", "opt"; opt:
+        the update's optimizer), step N+1 where an optimizer has stepped since the last pass
+        and this is a forward, a backward, or an update by an optimizer that stepped already."""
+        if self.step_done and (pass_label != "opt" or id(opt) in self.stepped or len(self.stepped) == 8):
+            self.step += 1
+            self.step_done = False
+            self.stepped = set()
+        if pass_label == "opt" and len(self.stepped) < 8:
+            self.stepped.add(id(opt))
         if not any(e[0] == "step" for e in t.st):
             self._push(t, "step", "step %d" % self.step)
         self._push(t, "pass", pass_label)
@@ -893,15 +907,15 @@ class _Hooks:
         if hasattr(v, "data_ptr"):  # not a number in the state
             seen[key] = (_ref(v), v.data_ptr())
 
-    def _begin_opt(self):
-        self._open_step(self._t(), "opt")
+    def _begin_opt(self, opt):
+        self._open_step(self._t(), "opt", opt)
 
     def _end_opt(self):
         t = self._t()
         self._close_pass(t)
         if t.st and t.st[-1][0] == "step":
             self._pop(t)
-        self.step += 1
+        self.step_done = True  # the next forward or backward is step N+1's (_open_step)
 
     def _changed_grads(self, groups):
         seen = self.seen_grads
@@ -921,7 +935,7 @@ class _Hooks:
 
     def opt_pre(self, opt, args, kwargs):
         try:
-            self._begin_opt()
+            self._begin_opt(opt)
             for p in self._changed_grads(opt.param_groups):
                 g = p.grad
                 self._name(g, self._label(p, "grad."))
