@@ -113,7 +113,7 @@ int gm_export_trace(gm_db *d, FILE *out) {
     /* the recording's allocator served the libraries' allocations too (replace is the default) */
     const char *other_word = !mode[0] || !strcmp(mode, "replace") ? "ag" : "ax";
     if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, flags, device, alloc_id, size FROM events "
-                                  "WHERE kind IN (1, 2, 3, 4, 13, 15, 19, 21, 29, 39, 40, 41) OR (kind = 36 AND (flags & 4096) != 0) "
+                                  "WHERE kind IN (1, 2, 3, 4, 13, 15, 19, 21, 29, 39, 40, 41) OR (kind IN (36, 37) AND (flags & 4096) != 0) "
                                   "ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
         fprintf(stderr, "gpumem: %s: cannot read events: %s\n", d->path, sqlite3_errmsg(d->db));
         return GM_EXIT_BADDB;
@@ -185,6 +185,8 @@ int gm_export_trace(gm_db *d, FILE *out) {
             fprintf(out, "pr %" PRIu64 "\n", key);
         } else if (kind == REC_TORCH_EMPTY_CACHE) { /* gpumem's allocator emptied its cache */
             fprintf(out, "e\n");
+        } else if (kind == REC_TORCH_MEMORY_FRACTION) { /* the fraction its allocator applied */
+            fprintf(out, "l %" PRId64 "\n", (int64_t)sqlite3_column_int64(s, 8));
         } else if (kind == REC_OOM) { /* the failed request, tried again by the replay */
             int64_t req = (int64_t)sqlite3_column_int64(s, 3);
             if (!req) req = (int64_t)sqlite3_column_int64(s, 8);

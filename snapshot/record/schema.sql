@@ -265,3 +265,15 @@ INSERT INTO kinds VALUES (38,'torch_reset_peak');
 -- them for its event queries' answers, so it unmaps what the run did. Readers that do not know
 -- them skip them.
 INSERT INTO kinds VALUES (39,'marker_record'),(40,'marker_done');
+
+-- Event kind 41 (added within 1.3; older files have none and replay as before): gpumem's
+-- allocator synchronized the device (its OOM path, the release threshold, empty_cache, a stream
+-- forgotten, a failed event record): every free made before it is settled. flags 256: the
+-- allocation in progress then started over on the frees it landed. On 39, 40 and 41, size is the
+-- settle point within the allocation recorded next (1, 2...: its releases' event queries and its
+-- synchronizations; 0: made outside an allocation), so that a replay takes each where the
+-- allocation reached it. `gpumem export --format trace` writes 41 as "sy [step]" / "sr", 39 and
+-- 40 as "mr <stream> [step]" / "md <stream> [step]". A device free (2) flagged 256 came after the
+-- program's synchronization of the device (free_sync:device, a plain cudaFree): the allocator
+-- settled its block at once; the trace's "fs <id>".
+INSERT INTO kinds VALUES (41,'alloc_sync');

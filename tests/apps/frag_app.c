@@ -63,17 +63,56 @@ static int sync_frees(void) {
     return 0;
 }
 
-/* "oom": under a limit the caller sets (GPUMEM_LIMIT=80M), blocks of 1 to 12 MiB on two streams,
- * five live at a time, each freed in stream order on the other stream: live memory stays under
- * the limit, but what is cached (pages whose frees the markers have not settled yet, frees still
- * waiting for their stream) meets it, and the allocator's OOM path synchronizes, lands what
- * waited and gives cached pages back before retrying. Every request is served in the end. The
- * replay must see those synchronizations where the run made them. */
-static int oom_rounds(void) {
+/* "destroy": the cross-stream rounds, each ending with a stream of its own made, used for a block
+ * and destroyed. The allocator synchronizes before it forgets a stream that holds memory, which
+ * settles every free made before: the next round's release before growth gives back what that
+ * settled. The replay must settle there too (it has no line for the stream's end but the
+ * synchronization's). */
+static int destroy_rounds(void) {
     cudaStream_t s[2];
     if (cudaStreamCreate(&s[0]) != cudaSuccess || cudaStreamCreate(&s[1]) != cudaSuccess) return 1;
+    void *p[48] = {0};
+    for (int round = 0; round < 8; round++) {
+        for (int i = 0; i < 48; i++) {
+            size_t sz = ((size_t)(1 + (i * 5 + round * 7) % (9 + 2 * round)) << 20) + (size_t)(i % 3) * 8192;
+            if (cudaMallocAsync(&p[i], sz, s[i % 2]) != cudaSuccess) return 1;
+            if (cudaMemsetAsync(p[i], 0, 4096, s[i % 2]) != cudaSuccess) return 1;
+        }
+        for (int i = 0; i < 48; i++) {
+            if (cudaFreeAsync(p[i], s[(i + 1) % 2]) != cudaSuccess) return 1;
+            p[i] = NULL;
+        }
+        cudaStream_t t;
+        void *q = NULL;
+        if (cudaStreamCreate(&t) != cudaSuccess || cudaMallocAsync(&q, (size_t)3 << 20, t) != cudaSuccess ||
+            cudaFreeAsync(q, t) != cudaSuccess || cudaStreamDestroy(t) != cudaSuccess)
+            return 1;
+    }
+    cudaDeviceSynchronize();
+    printf("destroy rounds done\n");
+    return 0;
+}
+
+/* "oom": blocks of 1 to 12 MiB on two streams, five live at a time, each freed in stream order on
+ * the other stream, first under a per-process memory fraction of 48 MiB (gpumem's PyTorch entry
+ * point; the trace's `l` line): live memory stays under it, but what is cached (pages whose
+ * frees the markers have not settled yet) meets it, and the allocator's OOM path synchronizes and
+ * gives cached pages back before retrying. Every request is served. Then the cap is lifted and
+ * rounds of larger blocks grow reserved memory from what the first phase left cached: the
+ * replay reaches the run's peak only if it settled, released and kept what the run did, its
+ * synchronizations included, each where the run made it. */
+static int oom_rounds(void) {
+    void (*fraction)(double, int) = (void (*)(double, int))dlsym(RTLD_DEFAULT, "gpumem_torch_memory_fraction");
+    size_t fr = 0, total = 0;
+    if (!fraction || cudaMemGetInfo(&fr, &total) != cudaSuccess || !total) {
+        printf("gpumem_torch_memory_fraction not found (run under gpumem)\n");
+        return 1;
+    }
+    cudaStream_t s[2];
+    if (cudaStreamCreate(&s[0]) != cudaSuccess || cudaStreamCreate(&s[1]) != cudaSuccess) return 1;
+    fraction((double)((size_t)48 << 20) / (double)total, 0);
     enum { LIVE = 5 };
-    void *p[LIVE] = {0};
+    void *p[48] = {0};
     for (int i = 0; i < 240; i++) {
         int k = i % LIVE;
         if (p[k] && cudaFreeAsync(p[k], s[(i + 1) % 2]) != cudaSuccess) return 1;
@@ -84,7 +123,20 @@ static int oom_rounds(void) {
         }
         if (cudaMemsetAsync(p[k], 0, 4096, s[i % 2]) != cudaSuccess) return 1;
     }
-    for (int k = 0; k < LIVE; k++) cudaFreeAsync(p[k], s[k % 2]);
+    fraction(1.0, 0);
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < 48; i++) {
+            if (i >= LIVE || !p[i]) {
+                size_t sz = ((size_t)(1 + (i * 5 + round * 7) % (9 + 2 * round)) << 20) + (size_t)(i % 3) * 8192;
+                if (cudaMallocAsync(&p[i], sz, s[i % 2]) != cudaSuccess) return 1;
+            }
+            if (cudaMemsetAsync(p[i], 0, 4096, s[i % 2]) != cudaSuccess) return 1;
+        }
+        for (int i = 0; i < 48; i++) {
+            if (cudaFreeAsync(p[i], s[(i + 1) % 2]) != cudaSuccess) return 1;
+            p[i] = NULL;
+        }
+    }
     cudaDeviceSynchronize();
     printf("oom rounds done\n");
     return 0;
@@ -117,6 +169,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "torch")) return torch_and_library();
     if (argc > 1 && !strcmp(argv[1], "syncfree")) return sync_frees();
     if (argc > 1 && !strcmp(argv[1], "oom")) return oom_rounds();
+    if (argc > 1 && !strcmp(argv[1], "destroy")) return destroy_rounds();
     void *p[N] = {0};
     for (int i = 0; i < N; i++) {
         cudaError_t e = cudaMalloc(&p[i], (size_t)4 << 20);
