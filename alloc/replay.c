@@ -835,6 +835,18 @@ static void script_step(void *user, unsigned step)
     r->mqn = j;
 }
 
+/* The allocation returned with lines held for steps it did not reach (another configuration's
+ * replay: advise's rewrites, a limit lifted): the markers are taken now, so that each `md` still
+ * finds its `mr`; a synchronization the replay's allocation never reached is one it did not make
+ * (the run's OOM path under a limit the replay does not have), and is left out. The recorded
+ * configuration's replay reaches every step. */
+static void script_end(alloc_replay_run_t *r)
+{
+    for (size_t k = 0; k < r->mqn; k++)
+        if (r->mq[k].kind != ALLOC_TR_SYNC) script_apply(r->a, &r->mq[k]);
+    r->mqn = 0;
+}
+
 /* A marker or sync line of the trace (mk_scripted): one made inside an allocation waits for the
  * replay's allocation to reach its step; any other is taken where it comes. */
 static void script_line(alloc_replay_run_t *r, const alloc_trace_event_t *e)
@@ -1033,8 +1045,8 @@ bool alloc_replay_feed(alloc_replay_run_t *run, const alloc_trace_event_t *ev, s
                     alloc_last_oom(a, &out->oom);
                 }
             }
-            /* lines held for steps the replay's allocation did not reach: taken before the next */
-            if (run->mqn) script_step(run, UINT_MAX);
+            /* lines held for steps the replay's allocation did not reach */
+            if (run->mqn) script_end(run);
             if (r == ALLOC_ERR_OOM) {
                 if (!o.continue_after_oom) goto stop;
                 break;

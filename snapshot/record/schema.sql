@@ -93,8 +93,9 @@ CREATE INDEX ranges_parent ON ranges (parent);
 -- memory pool the program chose (1.3), 4096 = made through the framework's hook, 16384 = a
 -- graph's memory node (the driver's, made during a stream capture), 32768 = in a graph capture's
 -- private pool. On a device free (2, 4): 8192 = its block waited for stream events (a
--- free_completed, 29, follows). On a foreign free (9): 256 = interior pointer. On an OOM (13):
--- 256 / 512 / 768 = the limit it met (the ooms table). On a segment event (14, 15, 18, 19) and
+-- free_completed, 29, follows); on 2, 256 = after the program's synchronization of the device
+-- (free_sync:device): settled at once (below, kind 41). On a foreign free (9): 256 = interior
+-- pointer. On an OOM (13): 256 / 512 / 768 = the limit it met (the ooms table). On a segment event (14, 15, 18, 19) and
 -- PyTorch's rows (31-35): 32768 as above. On a bad access (30): 256 / 512 /
 -- 1024 = the operation. On torch_empty_cache (36) and torch_memory_fraction (37): 4096 =
 -- gpumem's allocator as PyTorch's; on 37, 1024 = the starting fraction. The same bit on another
