@@ -9,12 +9,13 @@
 # recorded peak reserved to the byte.
 #   syncfree  a third of the frees are plain cudaFree's (free_sync:device) among stream-ordered
 #             frees on the other stream: before `fs`, the replay settled them only at the next
-#             marker of their stream (2 MiB over the run with the events delayed 3 or 5 times).
+#             marker of their stream (2 MiB over the run: asynchronous, events delayed 3 or 5 times).
 #   destroy   a stream made, used and destroyed each round: the allocator synchronizes before it
 #             forgets a stream that holds memory; before `sy`, the replay had no line for it and
-#             kept what the run gave back (31 MiB over on the asynchronous GPU).
+#             kept what the run gave back (25-31 MiB over on the asynchronous GPU).
 #   oom       a 48 MiB per-process fraction first (the trace's `l`), so that the OOM path
-#             synchronizes, then growth from what it left. A synchronization inside an allocation
+#             synchronizes, then growth from what it left. The replay's own OOM path synchronizes
+#             where the run's did (exact before kind 41 too); once recorded, a synchronization inside an allocation
 #             is replayed at its step: the lines of an allocation come before it in the trace, and
 #             taken all at once (steps dropped) they settle the allocation's first release early
 #             (checked: that replay differs with delayed events).
