@@ -1498,6 +1498,16 @@ static size_t land_upto(alloc_t *a, uint64_t seq)
     return landed;
 }
 
+/* A settle point: a release's event queries (settle_free) or a synchronization (sync_land). Inside
+ * an allocation it gets the next step (alloc_hooks_t.on_marker), and a replay that takes the
+ * trace's marker lines for its queries (mk_scripted) applies those the run made up to this step
+ * first: a release early in an allocation must not see what the run only learnt later in it. */
+static void mk_point(alloc_t *a)
+{
+    a->mk_cur = a->mk_in_malloc ? ++a->mk_step : 0;
+    if (a->mk_scripted && a->mk_script && a->mk_cur) a->mk_script(a->mk_script_user, a->mk_cur);
+}
+
 /* Synchronize the device with the allocator lock dropped (other threads keep allocating and
  * freeing meanwhile), then land every free fenced before the synchronization started. Blocks
  * freed by other threads during the wait keep a free sequence above a->synced_free_seq, so a
@@ -1510,14 +1520,20 @@ static size_t land_upto(alloc_t *a, uint64_t seq)
  * goes back to it for the new start (unless another thread moved it during the wait). */
 static size_t sync_land(alloc_t *a, const uint64_t *restart_epoch)
 {
+    mk_point(a);
     if (a->captures) return 0; /* synchronizing would invalidate the capture */
     uint64_t fs = a->fence_seq, frs = a->free_seq, ep = a->epoch;
     a->st.num_syncs++;
     if (a->be.synchronize) {
         be_count(a, ALLOC_BE_CALL_SYNCHRONIZE);
+        /* the allocation in progress is this thread's: another one's may number its own points
+         * while the lock is dropped */
+        bool in = a->mk_in_malloc;
+        unsigned step = a->mk_step, cur = a->mk_cur;
         UNLOCK(a);
         int rc = a->be.synchronize(a->be.ctx);
         LOCK(a);
+        a->mk_in_malloc = in, a->mk_step = step, a->mk_cur = cur;
         be_rc(a, rc);
     }
     bool back = restart_epoch && a->epoch == ep;
@@ -1526,6 +1542,11 @@ static size_t sync_land(alloc_t *a, const uint64_t *restart_epoch)
     if (back && !landed) a->epoch = ep;
     if (frs > a->synced_free_seq) a->synced_free_seq = frs;
     a->broken_event = false;
+    /* for the replay, which must settle here too (trace `sy` / `sr`): a malloc's slow path starts
+     * over when frees landed (alloc_malloc_ex), and the replay's allocation is that new start */
+    if (a->hooks.on_marker)
+        a->hooks.on_marker(a->hooks.user, restart_epoch && landed ? ALLOC_MARKER_RESTART : ALLOC_MARKER_SYNC, 0,
+                           a->mk_cur);
     return landed;
 }
 
@@ -1785,10 +1806,15 @@ static void markers_poll(alloc_t *a)
                 a->broken_event = true;
             }
             marker_pop(a, st, rc == ALLOC_BE_OK);
-            if (rc == ALLOC_BE_OK && a->hooks.on_marker) a->hooks.on_marker(a->hooks.user, st->stream, true);
+            if (rc == ALLOC_BE_OK && a->hooks.on_marker) a->hooks.on_marker(a->hooks.user, ALLOC_MARKER_DONE, st->stream, a->mk_cur);
         }
     }
     mk_all_update(a);
+}
+
+void a_sync_scripted(alloc_t *a)
+{
+    if (a->free_seq > a->synced_free_seq) a->synced_free_seq = a->free_seq;
 }
 
 void a_marker_scripted(alloc_t *a, uintptr_t stream, bool done)
@@ -1836,7 +1862,7 @@ static void markers_record(alloc_t *a)
             continue;
         }
         a->st.num_events_recorded++;
-        if (a->hooks.on_marker) a->hooks.on_marker(a->hooks.user, st->stream, false);
+        if (a->hooks.on_marker) a->hooks.on_marker(a->hooks.user, ALLOC_MARKER_RECORD, st->stream, a->mk_cur);
         e->ev = ev;
         e->f = NULL;
         e->seq = a->free_seq;
@@ -1856,6 +1882,7 @@ static void markers_record(alloc_t *a)
  * release gives back what a synchronization would have). */
 static void settle_free(alloc_t *a)
 {
+    mk_point(a);
     if (a->captures) return; /* no event query while a graph is captured */
     if (a->mk_scripted) { /* the trace's marker lines are the queries' answers */
         mk_all_update(a);
@@ -2349,6 +2376,8 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
         return ALLOC_ERR_NOMEM;
     }
     if (a->broken_event) sync_and_land(a);
+    a->mk_in_malloc = true; /* its settle points are numbered from here (mk_point) */
+    a->mk_step = 0;
     /* A synchronization in the slow path (release before growth, garbage collection, the OOM
      * path) may land pending frees after the request has looked at the cache and decided on
      * what it saw. A recording can only put those frees' free_completed events before the
@@ -2397,9 +2426,12 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
             }
         }
         if (rc != GROW_AGAIN) break;
+        a->mk_step = 0; /* the new start's points: the replay's allocation starts here (`sr`) */
         if (a->release_floor == floor1)
             a->release_floor = floor0; /* unless another thread moved it */
     }
+    a->mk_in_malloc = false;
+    a->mk_cur = 0;
     if (rc != GROW_OK) {
         int err = rc == GROW_NOMEM ? ALLOC_ERR_NOMEM
                   : rc == GROW_ERR ? ALLOC_ERR_BACKEND

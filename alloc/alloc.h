@@ -276,12 +276,18 @@ typedef struct alloc_hooks {
      * stored (relaxed): a hook that publishes it to lock-free readers does so with release, and
      * they read alloc_one_stream after an acquire of what it published (preload/heap.c). */
     void (*on_streams_change)(void *user);
-    /* a release that does not synchronize (release before growth, garbage collection) recorded
-     * a marker event on stream (done false), or found that stream's oldest marker complete
-     * (done true): what settle_free's event queries said, for the replay (trace `mr` / `md`;
-     * README, "Releasing without synchronizing") */
-    void (*on_marker)(void *user, uintptr_t stream, bool done);
+    /* What settled frees, for the replay (trace `mr` / `md` / `sy` / `sr`; README, "Releasing
+     * without synchronizing"): a release that does not synchronize (release before growth,
+     * garbage collection) recorded a marker event on stream (ALLOC_MARKER_RECORD) or found that
+     * stream's oldest marker complete (ALLOC_MARKER_DONE); the allocator synchronized the device
+     * (ALLOC_MARKER_SYNC, stream 0: every free made before it is settled; ALLOC_MARKER_RESTART:
+     * the same, and the allocation in progress starts over on what it landed). `step`: inside
+     * an allocation, which of its settle points (1, 2...: its releases' event queries and its
+     * synchronizations, counted from the allocation's start or its last new start) made it; 0
+     * outside one. */
+    void (*on_marker)(void *user, unsigned what, uintptr_t stream, unsigned step);
 } alloc_hooks_t;
+enum { ALLOC_MARKER_RECORD = 0, ALLOC_MARKER_DONE = 1, ALLOC_MARKER_SYNC = 2, ALLOC_MARKER_RESTART = 3 };
 void alloc_set_hooks(alloc_t *a, const alloc_hooks_t *hooks);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -707,14 +713,32 @@ typedef enum alloc_trace_kind {
      * with alloc_replay_opts_t.markers does the same with these lines as its event queries'
      * answers (the replay's free sequence at `mr`, the stream's settled point at `md`), so the
      * configuration the trace was recorded under replays exactly with work queued. Ignored
-     * otherwise: another configuration's releases would have asked at other moments. */
+     * otherwise: another configuration's releases would have asked at other moments.
+     * `mr <stream> <step>` / `md <stream> <step>` (and `sy <step>`): made at that settle point of
+     * the allocation that follows (the lines come before its own, which is recorded when it
+     * returns); the replay holds them until its own allocation reaches that point, so a release
+     * early in an allocation does not see what the run learnt later in it. No step (or 0):
+     * taken where the line comes. */
     ALLOC_TR_MARKER_RECORD = 15,
     ALLOC_TR_MARKER_DONE = 16,
+    /* sy: the recording's allocator synchronized the device (its OOM path, the release threshold,
+     * empty_cache, a stream forgotten, a failed event): every free made before it was settled
+     * (gpumem's event kind 41). sr: the same inside an allocation, which then started over on
+     * the frees it landed (kind 41 flagged 256; those frees' `fc` lines come before it). Taken
+     * as marker lines are. */
+    ALLOC_TR_SYNC = 17,
+    ALLOC_TR_SYNC_RESTART = 18,
+    /* fs <id>: a cudaFree after the program's device synchronization (free_sync:device, the
+     * default): the block's work had finished, and the allocator settled it at once (gpumem's
+     * free event flagged 256). Every replay frees it as alloc_free_ex(..., ALLOC_FREE_SYNCED). */
+    ALLOC_TR_FREE_SYNCED = 19,
 } alloc_trace_kind_t;
 
 typedef struct alloc_trace_event {
     uint64_t id;     /* allocation id, any 64-bit value; unique among live allocations */
-    uint64_t size;   /* ALLOC, ALLOC_OTHER, ALLOC_SERVED, ALLOC_FAILED, ALLOC_DRIVER; LIMIT: the cap */
+    uint64_t size;   /* ALLOC, ALLOC_OTHER, ALLOC_SERVED, ALLOC_FAILED, ALLOC_DRIVER; LIMIT: the cap;
+                      * MARKER_RECORD, MARKER_DONE, SYNC: the step within the allocation that
+                      * follows (alloc_hooks_t.on_marker; 0: none, take it where it comes) */
     uint64_t stream; /* the allocations', FREE_ASYNC, RECORD_STREAM, MARKER_RECORD, MARKER_DONE;
                       * POOL_RELEASE, CAPTURE_BEGIN, CAPTURE_END: the pool's key */
     uint32_t kind;   /* alloc_trace_kind_t */

@@ -338,6 +338,16 @@ struct alloc {
      * .markers): no events, yet a block is settled only by its stream's markers, which those
      * lines record and complete (a_marker_scripted), never by settle_free itself */
     bool mk_scripted;
+    /* the settle points of the allocation in progress (alloc_hooks_t.on_marker's step):
+     * mk_in_malloc while alloc_malloc_ex runs (after its broken-event synchronization), mk_step
+     * the points so far since its start or last new start, mk_cur the point underway (0: none) */
+    bool mk_in_malloc;
+    unsigned mk_step, mk_cur;
+    /* mk_scripted: called at each settle point of an allocation with its step, before the point
+     * looks at what is settled: the replay applies the trace's lines made at that point or
+     * before (a_marker_scripted, a_sync_scripted) */
+    void (*mk_script)(void *user, unsigned step);
+    void *mk_script_user;
     bool broken_event;   /* an event query failed: the next malloc synchronizes */
     unsigned captures;   /* graph captures underway: no event query, no synchronization */
     void **ev_pool; /* idle events for reuse */
@@ -380,6 +390,9 @@ sstate_t *a_stream_find(alloc_t *a, uintptr_t stream);
  * the free sequence so far), or that stream's oldest marker complete (done true). A stream the
  * allocator does not know is passed over. */
 void a_marker_scripted(alloc_t *a, uintptr_t stream, bool done);
+/* A trace's sync line (mk_scripted): the recording's allocator synchronized; every free so far
+ * is settled. */
+void a_sync_scripted(alloc_t *a);
 /* the LIVE or PENDING block that starts at addr (alloc_t.fresh, then the map), or NULL */
 blk_t *a_map_get(const alloc_t *a, uint64_t addr);
 /* the size class of a block of `size` bytes (inline: the hot path computes it three times) */

@@ -31,6 +31,7 @@
  * allocated_bytes are, whether or not the block has returned to the allocator yet.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,6 +134,16 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
         } else if (WORD("mr") || WORD("md")) {
             e.kind = q[1] == 'r' ? ALLOC_TR_MARKER_RECORD : ALLOC_TR_MARKER_DONE;
             q = parse_num(q + 2, eol, &e.stream, &ok);
+            const char *r = skip_ws(q, eol);
+            if (ok && r < eol && *r != '#') q = parse_num(r, eol, &e.size, &ok); /* its step */
+        } else if (WORD("sy") || WORD("sr")) {
+            e.kind = q[1] == 'y' ? ALLOC_TR_SYNC : ALLOC_TR_SYNC_RESTART;
+            q += 2;
+            const char *r = skip_ws(q, eol);
+            if (e.kind == ALLOC_TR_SYNC && r < eol && *r != '#') q = parse_num(r, eol, &e.size, &ok);
+        } else if (WORD("fs")) {
+            e.kind = ALLOC_TR_FREE_SYNCED;
+            q = parse_num(q + 2, eol, &e.id, &ok);
         } else if (WORD("fc")) {
             e.kind = ALLOC_TR_FREE_DONE;
             q = parse_num(q + 2, eol, &e.id, &ok);
@@ -172,7 +183,7 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
                         "line %zu: unknown event (expected 'a <id> <size> [stream]', 'ax <id> "
                         "<size> [stream]', 'ag <id> <size> [stream]', 'ao <id> <size> [stream]', "
                         "'ap <id> <size> <pool>', 'pr <pool>', 'cb <pool>', 'ce <pool>', 'f <id>', 'fa <id> <stream>', 'rs <id> <stream>', "
-                        "'fc <id>', 'mr <stream>', 'md <stream>', 'e' or 'l <bytes>')",
+                        "'fc <id>', 'fs <id>', 'mr <stream> [step]', 'md <stream> [step]', 'sy [step]', 'sr', 'e' or 'l <bytes>')",
                         line);
         }
         q = skip_ws(q, eol);
@@ -182,7 +193,7 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
                         "line %zu: bad or missing number (expected 'a <id> <size> [stream]', "
                         "'ax <id> <size> [stream]', 'ag <id> <size> [stream]', 'ao <id> <size> "
                         "[stream]', 'ap <id> <size> <pool>', 'pr <pool>', 'cb <pool>', 'ce <pool>', 'f <id>', 'fa <id> <stream>', "
-                        "'rs <id> <stream>', 'fc <id>', 'mr <stream>', 'md <stream>', 'e' or 'l <bytes>')",
+                        "'rs <id> <stream>', 'fc <id>', 'fs <id>', 'mr <stream> [step]', 'md <stream> [step]', 'sy [step]', 'sr', 'e' or 'l <bytes>')",
                         line);
         }
         if (!tv_push(&t, e)) {
@@ -265,8 +276,22 @@ int alloc_trace_write(const char *path, const alloc_trace_event_t *ev, size_t n)
             break;
         case ALLOC_TR_MARKER_RECORD:
         case ALLOC_TR_MARKER_DONE:
-            fprintf(f, "%s %llu\n", ev[i].kind == ALLOC_TR_MARKER_RECORD ? "mr" : "md",
+            fprintf(f, "%s %llu", ev[i].kind == ALLOC_TR_MARKER_RECORD ? "mr" : "md",
                     (unsigned long long)ev[i].stream);
+            if (ev[i].size) fprintf(f, " %llu", (unsigned long long)ev[i].size);
+            fputc('\n', f);
+            break;
+        case ALLOC_TR_SYNC:
+            if (ev[i].size)
+                fprintf(f, "sy %llu\n", (unsigned long long)ev[i].size);
+            else
+                fputs("sy\n", f);
+            break;
+        case ALLOC_TR_SYNC_RESTART:
+            fputs("sr\n", f);
+            break;
+        case ALLOC_TR_FREE_SYNCED:
+            fprintf(f, "fs %llu\n", (unsigned long long)ev[i].id);
             break;
         case ALLOC_TR_POOL_RELEASE:
             fprintf(f, "pr %llu\n", (unsigned long long)ev[i].stream);
@@ -621,6 +646,7 @@ int alloc_trace_slots(const alloc_trace_event_t *ev, size_t n, uint32_t **slots,
         }
         case ALLOC_TR_FREE:
         case ALLOC_TR_FREE_ASYNC:
+        case ALLOC_TR_FREE_SYNCED:
             if (idmap_take(&ids, e->id, &l)) s[i] = spare[nspare++] = (uint32_t)l.ptr;
             break;
         default:
@@ -780,7 +806,71 @@ struct alloc_replay_run {
     char err[256];
     double seconds; /* in the replay loop, over the pieces */
     alloc_replay_result_t out;
+    /* mk_scripted: the marker and sync lines made inside the allocation that follows (a step
+     * set), held until the replay's allocation reaches their step (script_step) */
+    alloc_trace_event_t *mq;
+    size_t mqn, mqcap;
 };
+
+/* A marker or sync line, taken now for what the recording's allocator learnt (mk_scripted). */
+static void script_apply(alloc_t *a, const alloc_trace_event_t *e)
+{
+    if (e->kind == ALLOC_TR_SYNC || e->kind == ALLOC_TR_SYNC_RESTART)
+        a_sync_scripted(a);
+    else
+        a_marker_scripted(a, (uintptr_t)e->stream, e->kind == ALLOC_TR_MARKER_DONE);
+}
+
+/* The allocation in progress reached settle point `step` (alloc_t.mk_script; UINT_MAX: it
+ * returned, or started over): the lines held for that step or an earlier one, in their order. */
+static void script_step(void *user, unsigned step)
+{
+    alloc_replay_run_t *r = user;
+    size_t j = 0;
+    for (size_t k = 0; k < r->mqn; k++)
+        if (r->mq[k].size <= step)
+            script_apply(r->a, &r->mq[k]);
+        else
+            r->mq[j++] = r->mq[k];
+    r->mqn = j;
+}
+
+/* The allocation returned with lines held for steps it did not reach (another configuration's
+ * replay: advise's rewrites, a limit lifted): the markers are taken now, so that each `md` still
+ * finds its `mr`; a synchronization the replay's allocation never reached is one it did not make
+ * (the run's OOM path under a limit the replay does not have), and is left out. The recorded
+ * configuration's replay reaches every step. */
+static void script_end(alloc_replay_run_t *r)
+{
+    for (size_t k = 0; k < r->mqn; k++)
+        if (r->mq[k].kind != ALLOC_TR_SYNC) script_apply(r->a, &r->mq[k]);
+    r->mqn = 0;
+}
+
+/* A marker or sync line of the trace (mk_scripted): one made inside an allocation waits for the
+ * replay's allocation to reach its step; any other is taken where it comes. */
+static void script_line(alloc_replay_run_t *r, const alloc_trace_event_t *e)
+{
+    if (e->kind == ALLOC_TR_SYNC_RESTART) { /* the allocation starts over from here */
+        script_step(r, UINT_MAX);
+        script_apply(r->a, e);
+        return;
+    }
+    if (!e->size) {
+        script_apply(r->a, e);
+        return;
+    }
+    if (r->mqn == r->mqcap) {
+        size_t nc = r->mqcap ? r->mqcap * 2 : 16;
+        alloc_trace_event_t *nv = realloc(r->mq, nc * sizeof(*nv));
+        if (!nv) { /* out of host memory: taken now, as a trace without steps has it */
+            script_apply(r->a, e);
+            return;
+        }
+        r->mq = nv, r->mqcap = nc;
+    }
+    r->mq[r->mqn++] = *e;
+}
 
 /* Takes fcv (sorted, malloc'ed; NULL with nfc 0): freed here on failure, else by
  * alloc_replay_end. */
@@ -832,6 +922,7 @@ static int run_begin(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
     }
     r->bypass = cfg && cfg->policy == ALLOC_POLICY_PYTORCH;
     r->a->mk_scripted = r->o.markers; /* the trace's `mr` / `md` lines answer the queries */
+    r->a->mk_script = script_step, r->a->mk_script_user = r;
     r->held.a = r->a;
     *runp = r;
     return ALLOC_OK;
@@ -954,6 +1045,8 @@ bool alloc_replay_feed(alloc_replay_run_t *run, const alloc_trace_event_t *ev, s
                     alloc_last_oom(a, &out->oom);
                 }
             }
+            /* lines held for steps the replay's allocation did not reach */
+            if (run->mqn) script_end(run);
             if (r == ALLOC_ERR_OOM) {
                 if (!o.continue_after_oom) goto stop;
                 break;
@@ -1002,6 +1095,7 @@ bool alloc_replay_feed(alloc_replay_run_t *run, const alloc_trace_event_t *ev, s
         }
         case ALLOC_TR_FREE:
         case ALLOC_TR_FREE_ASYNC:
+        case ALLOC_TR_FREE_SYNCED:
             if (!lives_take(&ids, i, e->id, &l)) {
                 out->bad_frees++;
                 break;
@@ -1042,7 +1136,10 @@ bool alloc_replay_feed(alloc_replay_run_t *run, const alloc_trace_event_t *ev, s
                 out->held_frees++;
                 break;
             }
-            async ? alloc_free_async(a, l.ptr, free_on) : alloc_free(a, l.ptr);
+            if (async)
+                alloc_free_async(a, l.ptr, free_on);
+            else /* after the program's synchronization (`fs`): settled at once, as in the run */
+                alloc_free_ex(a, l.ptr, false, e->kind == ALLOC_TR_FREE_SYNCED ? ALLOC_FREE_SYNCED : 0, NULL);
             break;
         case ALLOC_TR_FREE_DONE:
             for (size_t k = 0; k < held.n; k++)
@@ -1053,7 +1150,9 @@ bool alloc_replay_feed(alloc_replay_run_t *run, const alloc_trace_event_t *ev, s
             break;
         case ALLOC_TR_MARKER_RECORD:
         case ALLOC_TR_MARKER_DONE:
-            if (a->mk_scripted) a_marker_scripted(a, (uintptr_t)e->stream, e->kind == ALLOC_TR_MARKER_DONE);
+        case ALLOC_TR_SYNC:
+        case ALLOC_TR_SYNC_RESTART:
+            if (a->mk_scripted) script_line(run, e);
             break;
         case ALLOC_TR_POOL_RELEASE: {
             /* the recorded allocator synchronized before giving the pool back */
@@ -1148,6 +1247,7 @@ int alloc_replay_end(alloc_replay_run_t *run, alloc_replay_result_t *out, char *
     free(run->held.v);
     free(run->gone);
     free(run->fcv);
+    free(run->mq);
     lives_free(&run->ids);
     alloc_destroy(a);
     alloc_mem_backend_destroy(run->mb);

@@ -29,7 +29,8 @@
  *                       recording's allocator served) go to the device as `ax` lines do: what
  *                       PyTorch's own allocator would reserve
  *     --markers         the configuration given is the one the trace was recorded under: its
- *                       `mr` / `md` lines (gpumem's markers) say what the releases found settled
+ *                       `mr` / `md` lines (gpumem's markers) say what the releases found settled,
+ *                       `sy` / `sr` where its allocator synchronized, each at its step
  *
  * One line of key=value pairs per (trace, preset). Exit status: 0 ok, 1 a trace OOMed under the
  * limit (still reported), 2 usage, config or trace error (one-line message on stderr).
@@ -79,16 +80,19 @@ static int usage(void)
             "                    PyTorch's own allocator would reserve (it never sees a library's\n"
             "                    cudaMalloc)\n"
             "  --markers         the trace was recorded under this configuration: its 'mr'/'md'\n"
-            "                    lines stand for the releases' marker queries (exact with work\n"
-            "                    queued; ignored in a trace without them)\n"
+            "                    lines stand for the releases' marker queries and its 'sy'/'sr'\n"
+            "                    lines for its synchronizations, each at its step (exact with work\n"
+            "                    queued; ignored in a trace without 'mr'/'md')\n"
             "Trace lines: a <id> <size> [stream], ax <id> <size> [stream] (outside the framework's\n"
             "allocator), ag <id> <size> [stream] (outside it, served by the recording's allocator),\n"
             "ao <id> <size> [stream] (a request that failed: out of memory), ap <id> <size> <pool>\n"
             "(in a private pool: a CUDA graph's), ad <id> <size> [stream] (the driver's under every\n"
             "configuration: a pool the program chose, a graph's memory node), pr <pool> (the pool given\n"
             "back), cb <pool> / ce <pool> (gpumem's capture into the pool begins / ends), f <id>,\n"
-            "fa <id> <stream>, rs <id> <stream>, fc <id>, mr <stream> / md <stream> (a marker recorded /\n"
-            "found complete: --markers), e, l <bytes> (alloc/README.md).\n");
+            "fa <id> <stream>, fs <id> (a cudaFree after the program's synchronization: settled at once),\n"
+            "rs <id> <stream>, fc <id>, mr <stream> [step] / md <stream> [step] (a marker recorded /\n"
+            "found complete), sy [step] / sr (the allocator synchronized / and started the allocation\n"
+            "over: --markers), e, l <bytes> (alloc/README.md).\n");
     return 2;
 }
 

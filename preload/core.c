@@ -426,6 +426,7 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
     _Static_assert(GM_EVF_PITCHED == REC_F_PITCHED && GM_EVF_POOL == REC_F_POOL,
                    "GM_EVF_* are the recorder's REC_F_* flags");
     _Static_assert(GM_EVF_PENDING == REC_F_PENDING, "GM_EVF_* are the recorder's REC_F_* flags");
+    _Static_assert(GM_EVF_SYNCED == REC_F_FREE_SYNCED, "GM_EVF_* are the recorder's REC_F_* flags");
     _Static_assert(GM_EVF_GRAPH == REC_F_GRAPH, "GM_EVF_* are the recorder's REC_F_* flags");
     _Static_assert(GM_EVF_CAPTURE == REC_F_PRIVATE_POOL, "GM_EVF_* are the recorder's REC_F_* flags");
     flags |= shape;

@@ -447,6 +447,8 @@ enum gm_ev {
 #define GM_EVF_PITCHED 0x400 /* pitched or 3D (gm_next_alloc_flags) */
 #define GM_EVF_POOL 0x800    /* from a pool the program chose (gm_next_alloc_flags) */
 #define GM_EVF_PENDING 0x2000   /* a free that waits for stream events (free_completed follows) */
+#define GM_EVF_SYNCED 0x100     /* on a device free: after free_sync's synchronization of its
+                                   device, settled at once (REC_F_FREE_SYNCED) */
 #define GM_EVF_FRAMEWORK 0x1000 /* made through the framework's allocator hook, gpumem_torch_malloc
                                    (gm_next_alloc_flags) */
 #define GM_EVF_GRAPH 0x4000     /* a graph allocation: a memory node the driver created during a

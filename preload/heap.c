@@ -256,13 +256,18 @@ static void hk_free_landed(void *user, uint64_t addr, size_t size, uintptr_t str
 #endif
 }
 
-/* a release's marker recorded on stream, or found complete: for the replay (trace `mr` / `md`) */
-static void hk_marker(void *user, uintptr_t stream, bool done)
+/* a release's marker recorded on stream or found complete, a synchronization of the allocator's:
+ * for the replay (trace `mr` / `md` / `sy` / `sr`); size holds the step within the allocation */
+static void hk_marker(void *user, unsigned what, uintptr_t stream, unsigned step)
 {
 #ifdef GM_HAVE_REC
-    gm_event_raw(done ? REC_MARKER_DONE : REC_MARKER_RECORD, (int)(intptr_t)user, stream, 0, 0, 0, 0);
+    unsigned kind = what == ALLOC_MARKER_RECORD ? REC_MARKER_RECORD
+                    : what == ALLOC_MARKER_DONE ? REC_MARKER_DONE
+                    : what == ALLOC_MARKER_SYNC ? REC_ALLOC_SYNC
+                                                : REC_ALLOC_SYNC | REC_F_SYNC_RESTART;
+    gm_event_raw(kind, (int)(intptr_t)user, stream, 0, step, 0, 0);
 #else
-    (void)user, (void)stream, (void)done;
+    (void)user, (void)what, (void)stream, (void)step;
 #endif
 }
 
@@ -510,6 +515,7 @@ struct heap_free_note {
     int dev;
     CUstream stream;
     gm_alloc_kind kind;
+    int synced; /* after free_sync's synchronization of this device: settled at once */
 };
 
 /* Called by the allocator with its lock held, the block just out of the live state: the free's
@@ -523,7 +529,7 @@ static void heap_freed(void *arg, const alloc_block_query_t *q)
     const struct heap_free_note *n = arg;
     gm_heap_pool_forget(q->base);
     gm_event_id((enum gm_ev)((n->kind == GM_ALLOC_ASYNC ? GM_EV_FREE_ASYNC : GM_EV_FREE) |
-                             (q->pending ? GM_EVF_PENDING : 0)),
+                             (q->pending ? GM_EVF_PENDING : 0) | (n->synced ? GM_EVF_SYNCED : 0)),
                 n->dev, n->stream, q->base, q->size, 0, q->alloc_id);
 }
 
@@ -545,7 +551,7 @@ static int heap_free_held(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, 
         /* free_sync synchronized the current context's device: that covers the block only
          * when it lives there (a cudaFree of another device's memory is fenced instead) */
         int synced = kind == GM_FREE_SYNCED && synced_device == i;
-        struct heap_free_note note = {i, stream, kind};
+        struct heap_free_note note = {i, stream, kind, synced};
         /* freed on a capturing stream: the graph may use the block at every replay */
         int e = alloc_free_notify(a, ptr, kind == GM_ALLOC_ASYNC,
                                   synced ? ALLOC_FREE_SYNCED : (uintptr_t)stream, capture, &q,

@@ -164,11 +164,12 @@ int adv_add_limit(adv_model *m, uint64_t t, uint64_t cap, uint64_t millionths, s
     return 1;
 }
 
-int adv_add_marker(adv_model *m, uint64_t t, uint32_t stream, int done, size_t *evcap)
+int adv_add_marker(adv_model *m, uint64_t t, uint32_t stream, int what, uint32_t at, size_t *evcap)
 {
     uint32_t a = new_alloc(m, 0, stream, 0, 0, (uint32_t)m->nallocs);
     if (a == UINT32_MAX || gm_grow_fast((void **)&m->evs, evcap, m->nevs + 1, sizeof *m->evs)) return -1;
-    m->evs[m->nevs++] = (adv_ev){.a = a, .kind = ADV_EV_MARKER, .pad = done ? 1 : 0, .step = -1, .t = t};
+    m->evs[m->nevs++] =
+        (adv_ev){.a = a, .kind = ADV_EV_MARKER, .pad = (uint16_t)what, .stream = at, .step = -1, .t = t};
     return 1;
 }
 
@@ -1488,11 +1489,11 @@ int adv_add_pool_release(adv_model *m, int kind, uint64_t alloc_id, uint32_t str
  *     (kind 37 flagged REC_F_FRAMEWORK: the cap in bytes, the fraction in millionths);
  *   OWN_MARKER: gpumem's allocator recorded a marker on a stream, or found one complete (kinds
  *     39, 40: what its release before growth's event queries said, for the recorded
- *     configuration's replay). */
+ *     configuration's replay), or synchronized (kind 41: every free before it settled). */
 enum { OWN_NONE = 0, OWN_POOL_END, OWN_EMPTY_CACHE, OWN_FRACTION, OWN_MARKER };
 static inline int own_event_kept(int64_t kind, uint64_t flags)
 {
-    if (kind == REC_MARKER_RECORD || kind == REC_MARKER_DONE) return OWN_MARKER;
+    if (kind == REC_MARKER_RECORD || kind == REC_MARKER_DONE || kind == REC_ALLOC_SYNC) return OWN_MARKER;
     if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) return flags & REC_F_PRIVATE_POOL ? OWN_POOL_END : OWN_NONE;
     if (!(flags & REC_F_FRAMEWORK)) return OWN_NONE;
     return kind == REC_TORCH_EMPTY_CACHE ? OWN_EMPTY_CACHE : kind == REC_TORCH_MEMORY_FRACTION ? OWN_FRACTION : OWN_NONE;
@@ -1516,8 +1517,14 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
         case OWN_FRACTION: /* frag and tune apply it under the configured limit (gm_replay_trace_load_tap) */
             return load_added(L, adv_add_limit(m, t, size, requested, &L->evcap), had_evs, had_allocs, seq);
         case OWN_MARKER:
-            return load_added(L, adv_add_marker(m, t, stream, kind == REC_MARKER_DONE, &L->evcap), had_evs,
-                              had_allocs, seq);
+            return load_added(L,
+                              adv_add_marker(m, t, stream,
+                                             kind == REC_MARKER_RECORD ? ADV_MK_RECORD
+                                             : kind == REC_MARKER_DONE ? ADV_MK_DONE
+                                             : flags & REC_F_SYNC_RESTART ? ADV_MK_RESTART
+                                                                         : ADV_MK_SYNC,
+                                             (uint32_t)size, &L->evcap),
+                              had_evs, had_allocs, seq);
         }
         L->pool_end_stream = 0;
     }
@@ -1592,6 +1599,7 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
         e.a = (uint32_t)a;
         e.kind = kind == REC_FREE ? ADV_EV_FREE : ADV_EV_FREE_ASYNC;
         e.stream = stream;
+        if (rec_is_synced_free((unsigned)kind, (unsigned)flags)) e.stream |= ADV_FREE_SYNCED;
         if (m->torch == 1) {
             L->t_alloc -= size < L->t_alloc ? size : L->t_alloc;
             /* held until its free_completed, where one comes later (load_event's pad) */
@@ -2308,9 +2316,16 @@ static void trace_event(const adv_model *m, const adv_ev *e, alloc_trace_event_t
               : e->kind == ADV_EV_EMPTY_CACHE ? ALLOC_TR_EMPTY_CACHE
               : e->kind == ADV_EV_LIMIT       ? ALLOC_TR_LIMIT
               : e->kind == ADV_EV_POOL_RELEASE ? ALLOC_TR_POOL_RELEASE
-              : e->kind == ADV_EV_MARKER       ? (e->pad ? ALLOC_TR_MARKER_DONE : ALLOC_TR_MARKER_RECORD)
+              : e->kind == ADV_EV_MARKER       ? (e->pad == ADV_MK_RECORD ? ALLOC_TR_MARKER_RECORD
+                                                  : e->pad == ADV_MK_DONE ? ALLOC_TR_MARKER_DONE
+                                                  : e->pad == ADV_MK_SYNC ? ALLOC_TR_SYNC
+                                                                          : ALLOC_TR_SYNC_RESTART)
                                               : ALLOC_TR_FREE_ASYNC;
-    t->size = e->kind == ADV_EV_ALLOC ? a->size : e->kind == ADV_EV_LIMIT ? adv_ev_limit(e) : 0;
+    if (t->kind == ALLOC_TR_FREE && (e->stream & ADV_FREE_SYNCED)) t->kind = ALLOC_TR_FREE_SYNCED;
+    t->size = e->kind == ADV_EV_ALLOC    ? a->size
+              : e->kind == ADV_EV_LIMIT  ? adv_ev_limit(e)
+              : e->kind == ADV_EV_MARKER ? e->stream /* its step */
+                                         : 0;
     t->stream = e->kind == ADV_EV_ALLOC || e->kind == ADV_EV_MARKER ? a->stream
                 : e->kind == ADV_EV_FREE_ASYNC                          ? e->stream
                                                                         : 0;
@@ -2610,8 +2625,8 @@ int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t
     }
     alloc_replay_opts_t o = replay_opts(m);
     o.markers = false; /* alloc_replay_begin cannot look: only where the model has some */
-    for (size_t i = 0; i < m->nevs && !o.markers; i++)
-        o.markers = m->evs[i].kind == ADV_EV_MARKER;
+    for (size_t i = 0; i < m->nevs && !o.markers; i++) /* a marker's, not only a sync's */
+        o.markers = m->evs[i].kind == ADV_EV_MARKER && m->evs[i].pad <= ADV_MK_DONE;
     if (alloc_replay_begin(&m->cfg, &o, f.fc, f.nfc, &f.run, err, errsz) != ALLOC_OK) goto out;
     free(f.fc), f.fc = NULL;
     int walked = trace_walk(m, emit_feed, &f);

@@ -37,12 +37,18 @@ enum { ADV_EV_LIMIT = 5 };
  * on the pool's stream (adv_model.pools names the pool), so that adv_to_trace writes the trace's
  * `pr` with the key of the pool's `ap` lines. Only the loaders add it (adv_add_pool_release). */
 enum { ADV_EV_POOL_RELEASE = 6 };
-/* gpumem's allocator recorded a marker on a stream (pad 0: kind 39) or found that stream's oldest
- * marker complete (pad 1: kind 40): the trace's `mr` / `md`, which a replay under the recorded
- * configuration takes for its release's event queries (alloc.h, ALLOC_TR_MARKER_RECORD). `a` is a
- * 0-byte allocation of its own on that stream, as ADV_EV_EMPTY_CACHE's. Only the loader adds it
- * (adv_add_marker). */
+/* gpumem's allocator recorded a marker on a stream (pad ADV_MK_RECORD: kind 39), found that
+ * stream's oldest marker complete (ADV_MK_DONE: kind 40), or synchronized (ADV_MK_SYNC, and
+ * ADV_MK_RESTART where the allocation then started over: kind 41): the trace's `mr` / `md` /
+ * `sy` / `sr`, which a replay under the recorded configuration takes for its release's event
+ * queries (alloc.h, ALLOC_TR_MARKER_RECORD). stream: the step within the allocation that
+ * follows (0: none). `a` is a 0-byte allocation of its own on the marker's stream, as
+ * ADV_EV_EMPTY_CACHE's. Only the loader adds it (adv_add_marker). */
 enum { ADV_EV_MARKER = 7 };
+enum { ADV_MK_RECORD = 0, ADV_MK_DONE = 1, ADV_MK_SYNC = 2, ADV_MK_RESTART = 3 };
+/* On an ADV_EV_FREE's stream: a cudaFree after free_sync's synchronization of the device (kind 2
+ * flagged REC_F_FREE_SYNCED), settled at once: the trace's `fs`. Database stream ids are small. */
+#define ADV_FREE_SYNCED 0x80000000u
 /* The phase of an event, from the NVTX path of its range: a component named fwd / forward,
  * bwd / backward, opt / optim / optimizer. */
 enum { ADV_PH_OTHER = 0, ADV_PH_FWD = 1, ADV_PH_BWD = 2, ADV_PH_OPT = 3 };
@@ -387,7 +393,7 @@ int adv_append_release(adv_model *m, uint64_t t, size_t *evcap);
 int adv_add_limit(adv_model *m, uint64_t t, uint64_t cap, uint64_t millionths, size_t *evcap);
 /* ADV_EV_MARKER at time t on stream (done: found complete) appended as adv_append_release appends
  * its event. 1 added, -1 out of memory. */
-int adv_add_marker(adv_model *m, uint64_t t, uint32_t stream, int done, size_t *evcap);
+int adv_add_marker(adv_model *m, uint64_t t, uint32_t stream, int what, uint32_t at, size_t *evcap);
 uint32_t adv_intern(adv_model *m, const char *s);
 uint32_t adv_new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t cls, uint32_t name, uint32_t orig);
 

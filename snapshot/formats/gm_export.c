@@ -113,7 +113,7 @@ int gm_export_trace(gm_db *d, FILE *out) {
     /* the recording's allocator served the libraries' allocations too (replace is the default) */
     const char *other_word = !mode[0] || !strcmp(mode, "replace") ? "ag" : "ax";
     if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, flags, device, alloc_id, size FROM events "
-                                  "WHERE kind IN (1, 2, 3, 4, 13, 15, 19, 21, 29, 39, 40) OR (kind = 36 AND (flags & 4096) != 0) "
+                                  "WHERE kind IN (1, 2, 3, 4, 13, 15, 19, 21, 29, 39, 40, 41) OR (kind IN (36, 37) AND (flags & 4096) != 0) "
                                   "ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
         fprintf(stderr, "gpumem: %s: cannot read events: %s\n", d->path, sqlite3_errmsg(d->db));
         return GM_EXIT_BADDB;
@@ -185,6 +185,8 @@ int gm_export_trace(gm_db *d, FILE *out) {
             fprintf(out, "pr %" PRIu64 "\n", key);
         } else if (kind == REC_TORCH_EMPTY_CACHE) { /* gpumem's allocator emptied its cache */
             fprintf(out, "e\n");
+        } else if (kind == REC_TORCH_MEMORY_FRACTION) { /* the fraction its allocator applied */
+            fprintf(out, "l %" PRId64 "\n", (int64_t)sqlite3_column_int64(s, 8));
         } else if (kind == REC_OOM) { /* the failed request, tried again by the replay */
             int64_t req = (int64_t)sqlite3_column_int64(s, 3);
             if (!req) req = (int64_t)sqlite3_column_int64(s, 8);
@@ -194,8 +196,16 @@ int gm_export_trace(gm_db *d, FILE *out) {
             const uint64_t *birth = u64map_get(&live, addr);
             if (!birth) continue;
             fprintf(out, "rs %" PRIu64 " %" PRId64 "\n", *birth, stream);
-        } else if (kind == REC_MARKER_RECORD || kind == REC_MARKER_DONE) {
-            fprintf(out, "%s %" PRId64 "\n", kind == REC_MARKER_RECORD ? "mr" : "md", stream);
+        } else if (kind == REC_MARKER_RECORD || kind == REC_MARKER_DONE || kind == REC_ALLOC_SYNC) {
+            int64_t step = (int64_t)sqlite3_column_int64(s, 8);
+            if (kind == REC_ALLOC_SYNC && (sqlite3_column_int64(s, 5) & REC_F_SYNC_RESTART))
+                fprintf(out, "sr\n");
+            else if (kind == REC_ALLOC_SYNC)
+                fprintf(out, step ? "sy %" PRId64 "\n" : "sy\n", step);
+            else if (step)
+                fprintf(out, "%s %" PRId64 " %" PRId64 "\n", kind == REC_MARKER_RECORD ? "mr" : "md", stream, step);
+            else
+                fprintf(out, "%s %" PRId64 "\n", kind == REC_MARKER_RECORD ? "mr" : "md", stream);
         } else if (kind == REC_FREE_COMPLETED) {
             const uint64_t *k = u64map_get(&pend_key, addr);
             uint64_t birth;
@@ -217,7 +227,9 @@ int gm_export_trace(gm_db *d, FILE *out) {
                 rc = SQLITE_NOMEM;
                 break;
             }
-            if (kind == REC_FREE) fprintf(out, "f %" PRIu64 "\n", birth);
+            if (kind == REC_FREE)
+                fprintf(out, "%s %" PRIu64 "\n",
+                        rec_is_synced_free((unsigned)kind, (unsigned)sqlite3_column_int64(s, 5)) ? "fs" : "f", birth);
             else fprintf(out, "fa %" PRIu64 " %" PRId64 "\n", birth, stream);
         }
         lines++;

@@ -131,8 +131,22 @@ enum rec_torch_kind {
  * (device), in the order the allocator made them, among its free_completed events. */
 enum rec_marker_kind {
     REC_MARKER_RECORD = 39,
-    REC_MARKER_DONE = 40
+    REC_MARKER_DONE = 40,
+    /* 41: gpumem's allocator synchronized the device (its OOM path, the release threshold,
+     * empty_cache, a stream forgotten, a failed event): every free made before it is settled;
+     * flagged REC_F_SYNC_RESTART when the allocation in progress then started over. On 39, 40
+     * and 41, size is the step within the allocation recorded next (alloc.h, on_marker; 0: made
+     * outside one). */
+    REC_ALLOC_SYNC = 41
 };
+/* REC_ALLOC_SYNC only: the allocation in progress started over on the frees it landed */
+#define REC_F_SYNC_RESTART 0x100u
+/* REC_FREE only: a cudaFree after free_sync's synchronization of the block's device: the
+ * allocator settled the block at once (the trace's `fs`) */
+#define REC_F_FREE_SYNCED 0x100u
+static inline int rec_is_synced_free(unsigned kind, unsigned flags) {
+    return kind == REC_FREE && (flags & REC_F_FREE_SYNCED) != 0;
+}
 
 /* A kind the merge writes after the run (31-38), never the program's threads. */
 static inline int rec_kind_merged(unsigned kind) {

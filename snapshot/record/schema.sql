@@ -93,8 +93,9 @@ CREATE INDEX ranges_parent ON ranges (parent);
 -- memory pool the program chose (1.3), 4096 = made through the framework's hook, 16384 = a
 -- graph's memory node (the driver's, made during a stream capture), 32768 = in a graph capture's
 -- private pool. On a device free (2, 4): 8192 = its block waited for stream events (a
--- free_completed, 29, follows). On a foreign free (9): 256 = interior pointer. On an OOM (13):
--- 256 / 512 / 768 = the limit it met (the ooms table). On a segment event (14, 15, 18, 19) and
+-- free_completed, 29, follows); on 2, 256 = after the program's synchronization of the device
+-- (free_sync:device): settled at once (below, kind 41). On a foreign free (9): 256 = interior
+-- pointer. On an OOM (13): 256 / 512 / 768 = the limit it met (the ooms table). On a segment event (14, 15, 18, 19) and
 -- PyTorch's rows (31-35): 32768 as above. On a bad access (30): 256 / 512 /
 -- 1024 = the operation. On torch_empty_cache (36) and torch_memory_fraction (37): 4096 =
 -- gpumem's allocator as PyTorch's; on 37, 1024 = the starting fraction. The same bit on another
@@ -265,3 +266,15 @@ INSERT INTO kinds VALUES (38,'torch_reset_peak');
 -- them for its event queries' answers, so it unmaps what the run did. Readers that do not know
 -- them skip them.
 INSERT INTO kinds VALUES (39,'marker_record'),(40,'marker_done');
+
+-- Event kind 41 (added within 1.3; older files have none and replay as before): gpumem's
+-- allocator synchronized the device (its OOM path, the release threshold, empty_cache, a stream
+-- forgotten, a failed event record): every free made before it is settled. flags 256: the
+-- allocation in progress then started over on the frees it landed. On 39, 40 and 41, size is the
+-- settle point within the allocation recorded next (1, 2...: its releases' event queries and its
+-- synchronizations; 0: made outside an allocation), so that a replay takes each where the
+-- allocation reached it. `gpumem export --format trace` writes 41 as "sy [step]" / "sr", 39 and
+-- 40 as "mr <stream> [step]" / "md <stream> [step]". A device free (2) flagged 256 came after the
+-- program's synchronization of the device (free_sync:device, a plain cudaFree): the allocator
+-- settled its block at once; the trace's "fs <id>".
+INSERT INTO kinds VALUES (41,'alloc_sync');

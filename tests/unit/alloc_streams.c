@@ -879,12 +879,37 @@ static void rt_landed(void *user, uint64_t addr, size_t size, uintptr_t stream, 
         if (t->waiting[i] == id) t->waiting[i] = 0;
 }
 
+/* What settled frees in the run, as the recorder writes it (kinds 39-41: `mr`, `md`, `sy`, `sr`,
+ * each with its step within the allocation that follows) */
+static void rt_marker(void *user, unsigned what, uintptr_t stream, unsigned step)
+{
+    static const uint32_t kind[] = {[ALLOC_MARKER_RECORD] = ALLOC_TR_MARKER_RECORD,
+                                    [ALLOC_MARKER_DONE] = ALLOC_TR_MARKER_DONE,
+                                    [ALLOC_MARKER_SYNC] = ALLOC_TR_SYNC,
+                                    [ALLOC_MARKER_RESTART] = ALLOC_TR_SYNC_RESTART};
+    assert_true(what < 4);
+    rt_push(user, (alloc_trace_event_t){.stream = stream, .size = step, .kind = kind[what]});
+}
+
+struct rt_freeing {
+    rtrace_t *t;
+    uintptr_t stream;
+};
+
+/* the free's line written inside the allocator's lock, where the recorder writes it: before
+ * whatever the free itself then does (a release threshold's synchronization) */
+static void rt_freed(void *arg, const alloc_block_query_t *q)
+{
+    const struct rt_freeing *x = arg;
+    rt_push(x->t, (alloc_trace_event_t){.id = q->alloc_id, .stream = x->stream, .kind = ALLOC_TR_FREE_ASYNC});
+}
+
 static void rt_free(fake_t *f, rtrace_t *t, uint64_t p, uint64_t id, uintptr_t stream)
 {
     alloc_block_query_t q;
-    assert_int_equal(alloc_free_ex(f->a, p, true, stream, &q), ALLOC_OK);
+    struct rt_freeing x = {t, stream};
+    assert_int_equal(alloc_free_notify(f->a, p, true, stream, 0, &q, rt_freed, &x), ALLOC_OK);
     assert_true(q.alloc_id == id);
-    rt_push(t, (alloc_trace_event_t){.id = id, .stream = stream, .kind = ALLOC_TR_FREE_ASYNC});
     if (!q.pending) return;
     /* unless it landed during the free itself (its fc then came first: not held) */
     bool early = false;
@@ -897,15 +922,15 @@ static void rt_free(fake_t *f, rtrace_t *t, uint64_t p, uint64_t id, uintptr_t s
         }
 }
 
-static void record_and_replay(const char *conf, bool top_down, bool exact, bool idle,
-                              unsigned *landed_in_sync)
+static void record_and_replay_cap(const char *conf, size_t cap, bool top_down, bool exact, bool idle,
+                                  bool markers, unsigned *landed_in_sync)
 {
     /* no OOM: the pytorch policy's OOM path does not start over (PyTorch does not search the
      * cache again there) */
-    fake_t *f = mk_cap(conf, (size_t)4 << 30, top_down);
+    fake_t *f = mk_cap(conf, cap, top_down);
     f->all_idle = idle;
     rtrace_t t = {0};
-    alloc_hooks_t hk = {.user = &t, .on_free_landed = rt_landed};
+    alloc_hooks_t hk = {.user = &t, .on_free_landed = rt_landed, .on_marker = markers ? rt_marker : NULL};
     alloc_set_hooks(f->a, &hk);
     const uintptr_t s[2] = {0x10, 0x20};
     enum { N = 32 };
@@ -947,7 +972,12 @@ static void record_and_replay(const char *conf, bool top_down, bool exact, bool 
     alloc_get_config(f->a, &cfg);
     /* the device's address order, as the preload records it (meta alloc.address_order) */
     assert_int_equal(alloc_address_order(f->a), top_down ? -1 : 1);
-    alloc_replay_opts_t o = {.capacity = (size_t)4 << 30, .top_down = top_down};
+    alloc_replay_opts_t o = {.capacity = cap, .top_down = top_down, .markers = markers};
+    size_t nmarks = 0;
+    for (size_t i = 0; i < t.n; i++)
+        nmarks += t.v[i].kind == ALLOC_TR_MARKER_RECORD || t.v[i].kind == ALLOC_TR_MARKER_DONE;
+    if (markers && !strstr(conf, "release_before_grow:False") && !nmarks)
+        fail_msg("%s: no marker recorded: the release before growth never waited for a stream", conf);
     alloc_replay_result_t r;
     char err[256];
     assert_int_equal(alloc_replay(&cfg, &o, t.v, t.n, &r, err, sizeof(err)), ALLOC_OK);
@@ -969,30 +999,60 @@ static void record_and_replay(const char *conf, bool top_down, bool exact, bool 
     free(t.v);
 }
 
+static void record_and_replay(const char *conf, bool top_down, bool exact, bool idle, bool markers,
+                              unsigned *landed_in_sync)
+{
+    record_and_replay_cap(conf, (size_t)4 << 30, top_down, exact, idle, markers, landed_in_sync);
+}
+
 static void test_replay_lands_frees_in_order(void **state)
 {
     (void)state;
     unsigned landed;
     /* PyTorch's OOM-free path never synchronizes; their frees land at the trace's fc lines */
-    record_and_replay("preset:pytorch", false, true, false, &landed);
-    record_and_replay("preset:pytorch-expandable", false, true, false, &landed);
+    record_and_replay("preset:pytorch", false, true, false, false, &landed);
+    record_and_replay("preset:pytorch-expandable", false, true, false, false, &landed);
     /* a device that hands out addresses downwards (the virtual GPU's mmap), replayed so */
-    record_and_replay("preset:pytorch", true, true, false, &landed);
-    /* gpumem's release before growth no longer synchronizes (issue 41): it unmaps only pages
-     * its markers say the device is done with, which the trace does not say (s[1] lags here);
-     * the replay, where work completes at issue, unmaps them all. That is no bound either way
-     * (a page unmapped early is mapped again on reuse, perhaps across one handle more:
-     * tests/integration/snapshot_tune.sh); this sequence happens to replay at or below the run.
-     * Without release_before_grow the same policy replays exactly with s[1] lagging; exact with
-     * it too where the streams keep up (every event complete at its first query: the virtual
-     * GPU without delays) */
-    record_and_replay("preset:gpumem", false, false, false, &landed);
-    record_and_replay("preset:gpumem", true, false, false, &landed);
-    record_and_replay("preset:gpumem,release_before_grow:False", false, true, false, &landed);
-    record_and_replay("preset:gpumem,release_before_grow:False", true, true, false, &landed);
-    record_and_replay("preset:gpumem", false, true, true, &landed);
-    record_and_replay("preset:gpumem", true, true, true, &landed);
+    record_and_replay("preset:pytorch", true, true, false, false, &landed);
+    /* gpumem's release before growth does not synchronize (issue 41): it unmaps only pages its
+     * markers say the device is done with (s[1] lags here). Recorded through the on_marker hook
+     * (the recorder's kinds 39-41), the trace says what they said, where: the replay of the
+     * recorded configuration takes them for its queries' answers and reproduces the run. */
+    record_and_replay("preset:gpumem", false, true, false, true, &landed);
+    record_and_replay("preset:gpumem", true, true, false, true, &landed);
+    /* an older recording (no markers): the replay, where work completes at issue, unmaps every
+     * page it could. That is no bound either way (a page unmapped early is mapped again on
+     * reuse, perhaps across one handle more: tests/integration/snapshot_tune.sh); this sequence
+     * happens to replay at or below the run */
+    record_and_replay("preset:gpumem", false, false, false, false, &landed);
+    record_and_replay("preset:gpumem", true, false, false, false, &landed);
+    /* Without release_before_grow the same policy replays exactly with s[1] lagging, markers or
+     * not; exact without them too where the streams keep up (every event complete at its first
+     * query: the virtual GPU without delays) */
+    record_and_replay("preset:gpumem,release_before_grow:False", false, true, false, true, &landed);
+    record_and_replay("preset:gpumem,release_before_grow:False", true, true, false, false, &landed);
+    record_and_replay("preset:gpumem", false, true, true, false, &landed);
+    record_and_replay("preset:gpumem", true, true, true, true, &landed);
     assert_int_equal(landed, 0); /* no synchronization landed frees mid-allocation */
+    /* On a device too small for what s[1]'s lag keeps cached, preset:gpumem's OOM path
+     * synchronizes: inside an allocation, after its release before growth (the trace's
+     * `sy <step>`), and where it lands frees the allocation starts over (`sr`, after their `fc`
+     * lines). Replayed with the markers, each at its step, the run's peak, hits and misses come
+     * back (at 416 MiB: without the `sr` lines 2 MiB below and 45 hits fewer; with the steps
+     * dropped, 3 hits more). Not a bound for every size: the first attempt's release before
+     * growth unmapped pages before the OOM, which the replay, starting at the new start, does not
+     * redo (432 and 448 MiB: the same peak, 6 hits fewer; alloc/README.md). */
+    unsigned restarts = 0;
+    record_and_replay_cap("preset:gpumem", (size_t)416 << 20, false, true, false, true, &landed);
+    restarts += landed;
+    record_and_replay_cap("preset:gpumem", (size_t)480 << 20, false, true, false, true, &landed);
+    restarts += landed;
+    assert_true(restarts > 0);
+    /* garbage collection too (off in preset:gpumem): its release and the release before growth
+     * query markers in the same allocation, each at its own step (without the markers: 23 MiB
+     * below the run, 108 hits fewer) */
+    record_and_replay_cap("preset:gpumem,garbage_collection_threshold:0.3", (size_t)1 << 30, false, true,
+                          false, true, &landed);
 }
 
 int main(void)
