@@ -1349,6 +1349,7 @@ typedef struct ev_reader {
     int nomem;
     int probe; /* ADV_LOAD_TORCH answered by this pass: stop at a row that says PyTorch */
     int progress;   /* ADV_LOAD_PROGRESS, on a terminal */
+    int markers;    /* ADV_LOAD_MARKERS */
     fc_reader fc;   /* the frees' landings (adv_ev.pad): not of a PyTorch history */
     u64map torch_freed;       /* a PyTorch history's: a freed block's address -> its free's event,
                                  until its free_completed */
@@ -1517,6 +1518,7 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
         case OWN_FRACTION: /* frag and tune apply it under the configured limit (gm_replay_trace_load_tap) */
             return load_added(L, adv_add_limit(m, t, size, requested, &L->evcap), had_evs, had_allocs, seq);
         case OWN_MARKER:
+            if (!L->markers) return 0;
             return load_added(L,
                               adv_add_marker(m, t, stream,
                                              kind == REC_MARKER_RECORD ? ADV_MK_RECORD
@@ -1784,7 +1786,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
      * load's time on 10 M events), else through SQLite; the same rows either way */
     ev_reader L = {.m = m, .r = r, .ridx = &ridx, .names = names, .nnames = nnames, .spans = &spans, .tap = tap,
                    .infer = (how & ADV_LOAD_INFER) != 0, .probe = probe,
-                   .progress = (how & ADV_LOAD_PROGRESS) && isatty(2)};
+                   .progress = (how & ADV_LOAD_PROGRESS) && isatty(2), .markers = (how & ADV_LOAD_MARKERS) != 0};
     int pr = how & ADV_LOAD_SQL ? GM_PAGES_NO : gm_events_pages(d, event_rows, &L);
     /* the pages gave up after rows were read, or were not read (GPUMEM_SWEEP=sql) while the
      * recording's kind was still to be found: all again through SQLite; a PyTorch recording: all
@@ -2575,9 +2577,14 @@ static alloc_replay_opts_t replay_opts(const adv_model *m)
 {
     size_t cap = (size_t)80 << 30;
     if (2 * m->rec_peak_reserved > cap) cap = (size_t)(2 * m->rec_peak_reserved);
-    /* the recorded configuration: the recording's markers answer its release's queries (a
-     * rewrite keeps them where they were among the events it keeps) */
-    return (alloc_replay_opts_t){.capacity = cap, .top_down = m->top_down, .markers = true};
+    /* the recorded configuration, every free settled at each release: the recorded markers
+     * and syncs (ADV_EV_MARKER) are not taken (nor loaded: ADV_LOAD_MARKERS). They say when the recorded program's frees
+     * landed; a rewrite's frees land elsewhere (taken there, the predictions of e2e_advise.sh's
+     * trainer rewrites were off by up to 20% of their re-runs' reserved), and the baseline is
+     * predicted the way the rewrites are, since advice compares them (advise_any.sh: an OOM
+     * recording, cut and so rewritten, advises what the whole run does). tune and frag, which
+     * compare configurations, take them for the recorded one (ADVISE.md). */
+    return (alloc_replay_opts_t){.capacity = cap, .top_down = m->top_down, .markers = false};
 }
 
 /* debugging (GPUMEM_ADVISE_DUMP): the whole trace made, written, and replayed; a %d in the path
@@ -2624,9 +2631,6 @@ int adv_replay(const adv_model *m, alloc_replay_result_t *out, char *err, size_t
         goto out;
     }
     alloc_replay_opts_t o = replay_opts(m);
-    o.markers = false; /* alloc_replay_begin cannot look: only where the model has some */
-    for (size_t i = 0; i < m->nevs && !o.markers; i++) /* a marker's, not only a sync's */
-        o.markers = m->evs[i].kind == ADV_EV_MARKER && m->evs[i].pad <= ADV_MK_DONE;
     if (alloc_replay_begin(&m->cfg, &o, f.fc, f.nfc, &f.run, err, errsz) != ALLOC_OK) goto out;
     free(f.fc), f.fc = NULL;
     int walked = trace_walk(m, emit_feed, &f);

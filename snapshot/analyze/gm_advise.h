@@ -326,8 +326,11 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz);
  * recorded (frag and tune replay those). ADV_LOAD_SQL: the events through SQLite, never from
  * the table's pages (the same rows: the pages' reader is taken only where they are; the
  * environment's GPUMEM_SWEEP=sql does the same). ADV_LOAD_PROGRESS: a progress line on stderr
- * while the events are read, where stderr is a terminal (the report's, gm_model_load's). */
-enum { ADV_LOAD_TORCH = 1, ADV_LOAD_INFER = 2, ADV_LOAD_SQL = 4, ADV_LOAD_PROGRESS = 8 };
+ * while the events are read, where stderr is a terminal (the report's, gm_model_load's).
+ * ADV_LOAD_MARKERS: gpumem's allocator's markers and syncs (kinds 39-41) read into the model
+ * (ADV_EV_MARKER) for a replay of the recorded configuration that takes them (tune's and frag's,
+ * gm_replay_trace_load_tap); advise's own model leaves them out (replay_opts says why). */
+enum { ADV_LOAD_TORCH = 1, ADV_LOAD_INFER = 2, ADV_LOAD_SQL = 4, ADV_LOAD_PROGRESS = 8, ADV_LOAD_MARKERS = 16 };
 int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz);
 /* Every events row as the load reads them (all kinds, a page's rows at a time, before the model
  * takes its own), for a caller that makes more of the same pass (frag's timeline, through
