@@ -41,7 +41,9 @@ static const char *const usage_advise =
     "trace (recompute, offload of activations or optimizer state, gradient accumulation by\n"
     "2/4/8, gradients set to none, bf16 saved activations) and the rewritten trace is replayed\n"
     "through gpumem's allocator under the recorded configuration: rounding, caching and\n"
-    "fragmentation are in every predicted peak. For a recording of the included trainer\n"
+    "fragmentation are in every predicted peak. A recommendation lowers the peak reserved (what\n"
+    "the device must hold); one that lowers the peak allocated alone is listed as not worth it.\n"
+    "For a recording of the included trainer\n"
     "(train_gpt2 in the recorded command line) each recommendation is its exact flags;\n"
     "otherwise the change in words, with the PyTorch way of doing it. Techniques add to those\n"
     "the recorded command uses (a flag it sets is merged: --offload activations on an\n"
@@ -1598,8 +1600,8 @@ int gm_advise_main(int argc, char **argv)
     /* the single techniques: every one the recorded command does not use yet, and the values
      * of a flag it uses that add something (activations to an optimizer offload, another
      * recompute choice, more micro-batches) */
-    spec *recs = NULL, *all = NULL, *front = NULL;
-    size_t nrecs = 0, rcap = 0, nall = 0, acap = 0, nfront = 0, fcap = 0;
+    spec *recs = NULL, *all = NULL, *front = NULL, *worse = NULL;
+    size_t nrecs = 0, rcap = 0, nall = 0, acap = 0, nfront = 0, fcap = 0, nworse = 0, wcap = 0;
 #define PUSH(arr, n, cap, val)                                                                     \
     do {                                                                                           \
         if ((n) + 1 > (cap)) {                                                                     \
@@ -1729,11 +1731,17 @@ int gm_advise_main(int argc, char **argv)
         rc = GM_EXIT_BADDB;
         goto done;
     }
+    /* what decides is the peak reserved, what the device must hold (an OOM is a segment that
+     * cannot be mapped): a technique that lowers it is a recommendation; one that lowers the
+     * peak allocated alone, leaving the reserved as it is or raising it, is not worth it (listed
+     * apart, with its cost); one that lowers neither is left out */
     size_t keep = 0;
-    for (size_t i = 0; i < nrecs; i++)
-        if (try_flags || recs[i].r.peak_reserved < c.base.peak_reserved ||
-            recs[i].r.peak_allocated < c.base.peak_allocated)
+    for (size_t i = 0; i < nrecs; i++) {
+        if (try_flags || recs[i].r.peak_reserved < c.base.peak_reserved)
             recs[keep++] = recs[i];
+        else if (recs[i].r.peak_allocated < c.base.peak_allocated)
+            PUSH(worse, nworse, wcap, recs[i]);
+    }
     nrecs = keep;
     if (nrecs > 1) gm_sort(recs, nrecs, sizeof *recs, cmp_saving); /* (NULL when empty) */
     /* combinations: every stack of the single techniques (accumulation: one k at a time;
@@ -1970,6 +1978,9 @@ int gm_advise_main(int argc, char **argv)
         printf("],\n \"combinations\": [");
         for (size_t i = 0; i < nfront; i++)
             printf("%s\n  ", i ? "," : ""), json_rec(stdout, &c, &front[i], 1);
+        printf("],\n \"not_worth_it\": [");
+        for (size_t i = 0; i < nworse; i++)
+            printf("%s\n  ", i ? "," : ""), json_rec(stdout, &c, &worse[i], 0);
         printf("]");
         /* every documented key is there whatever the options: null where it does not apply
          * (the budget's keys without --budget, floor/nearest/why when a plan fits, the check's
@@ -2063,12 +2074,20 @@ int gm_advise_main(int argc, char **argv)
         if (!nrecs && c.m.phases_from == GM_CSRC_NONE)
             printf("  none: forward, backward and update are not known in this recording (see the note): "
                    "record it with NVTX ranges or gpumem record's PyTorch hooks\n");
+        else if (!nrecs && nworse)
+            printf("  none: no technique lowers the peak reserved of this recording (those below lower "
+                   "the peak allocated alone)\n");
         else if (!nrecs)
             printf("  none: no technique lowers the peak of this recording (what is live at the "
                    "peak is not "
                    "saved activations, gradients or optimizer state in a step)\n");
         for (size_t i = 0; i < nr; i++)
             text_rec(stdout, &c, &recs[i]);
+        if (nworse)
+            printf("\nnot worth it (%zu: each lowers the peak allocated but not the peak reserved, "
+                   "what the device must hold):\n", nworse);
+        for (size_t i = 0; i < nworse && (int)i < top; i++)
+            text_rec(stdout, &c, &worse[i]);
         printf("\ncombinations (least extra time for the peak; %zu of %zu):\n", nf, nfront);
         for (size_t i = 0; i < nf; i++)
             text_rec(stdout, &c, &front[i]);
@@ -2121,6 +2140,7 @@ done:
     free(front);
     free(all);
     free(recs);
+    free(worse);
     free(c.classes);
     adv_model_free(&c.m);
     return rc;
@@ -2129,6 +2149,7 @@ oom:
     free(front);
     free(all);
     free(recs);
+    free(worse);
     free(c.classes);
     adv_model_free(&c.m);
     return GM_EXIT_BADDB;

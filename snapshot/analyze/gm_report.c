@@ -1802,16 +1802,40 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         oom_cause cause;
         gm_oom_bound from = gm_oom_limit_from(d, oo->limit, oo->limit_flags);
         oom_explain(oo, from, unit, m->torch.present == 2, &cause);
-        group *go = NULL;
-        uint64_t ot, oc;
-        alloc_set at_oom = select_allocs(whole, SET_LIVE_AT, oo->seq);
-        /* memory on another device cannot help this one: the OOM's device's allocations only */
-        size_t kept = 0;
-        for (size_t k = 0; k < at_oom.n; k++)
-            if (whole->allocs[at_oom.idx[k]].device == oo->device) at_oom.idx[kept++] = at_oom.idx[k];
-        at_oom.n = kept;
-        size_t no = group_allocs(whole, &l, &at_oom, BY_SITE, &go, &ot, &oc);
-        free(at_oom.idx);
+        group *go = NULL, *gx = NULL;
+        uint64_t ot, oc, xt = 0, xc;
+        /* what is live at the OOM is the program's tensors where PyTorch's history is merged
+         * (present 1: the device's allocations are PyTorch's segments then, made at whichever
+         * line first needed one, cached and cut up for others since); the allocations outside
+         * PyTorch's segments (libraries' workspaces) are listed apart */
+        int tensors = whole->torch.present == 1;
+        size_t no = 0, kept;
+        for (int pass = !tensors; pass < 2 && !no; pass++) {
+            /* no tensor of PyTorch's on the OOM's device (a C library's device): its allocations */
+            tensors = pass == 0;
+            gm_model tw = tensors ? gm_model_torch_view(whole) : *whole;
+            alloc_set at_oom = select_allocs(&tw, SET_LIVE_AT, oo->seq);
+            /* memory on another device cannot help this one: the OOM's device's allocations only */
+            kept = 0;
+            for (size_t k = 0; k < at_oom.n; k++)
+                if (tw.allocs[at_oom.idx[k]].device == oo->device) at_oom.idx[kept++] = at_oom.idx[k];
+            at_oom.n = kept;
+            free(go), go = NULL;
+            no = group_allocs(&tw, &l, &at_oom, BY_SITE, &go, &ot, &oc);
+            free(at_oom.idx);
+        }
+        size_t nx = 0;
+        if (tensors) {
+            alloc_set outside = select_allocs(whole, SET_LIVE_AT, oo->seq);
+            kept = 0;
+            for (size_t k = 0; k < outside.n; k++) {
+                const gm_alloc *a = &whole->allocs[outside.idx[k]];
+                if (a->device == oo->device && !(a->flags & GM_ALLOC_FW_SEGMENT)) outside.idx[kept++] = outside.idx[k];
+            }
+            outside.n = kept;
+            if (kept) nx = group_allocs(whole, &l, &outside, BY_SITE, &gx, &xt, &xc);
+            free(outside.idx);
+        }
         if (o->json) {
             fprintf(out,
                     "%s{\"seq\":%" PRIu64 ",\"device\":%d,\"requested\":%" PRIu64
@@ -1842,6 +1866,8 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
             gm_json_str(out, py && src[0] ? src : NULL);
             fputc(',', out);
             print_groups_json(out, "live_by_site", go, no, o->top, ot, "site");
+            fprintf(out, ",\"live_of\":\"%s\",", tensors ? "tensors" : "allocations");
+            print_groups_json(out, "outside_torch_by_site", gx, nx, o->top, xt, "site");
             fputc('}', out);
         } else {
             char r[32], al[32], re[32], fc[32], lf[32];
@@ -1895,9 +1921,13 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                     !strcmp(cause.kind, "fraction") ? li : "",
                     !strcmp(cause.kind, "fraction") ? ")" : "", sf, cause.shortfall);
             fprintf(out, "    what to change: %s\n", cause.advice);
-            print_groups_text(out, "live at the OOM, by call site", go, no, o->top < 5 ? o->top : 5, ot);
+            print_groups_text(out, tensors ? "live at the OOM, by call site (PyTorch's tensors)" : "live at the OOM, by call site",
+                              go, no, o->top < 5 ? o->top : 5, ot);
+            if (nx)
+                print_groups_text(out, "outside PyTorch's allocator at the OOM, by call site", gx, nx,
+                                  o->top < 5 ? o->top : 5, xt);
         }
-        free(go);
+        free(go), free(gx);
     }
     if (o->json) fputs("]}\n", out);
     free(gs), free(gp), free(gn), free(gop);
@@ -2122,6 +2152,57 @@ static size_t group_kept(const gm_model *m, labels *l, int by, group **out, uint
     return merge_groups(g, k);
 }
 
+/* The last step when it is partial: it lacks a phase (a range directly inside a "step N" range:
+ * PyTorch's hooks' fwd, bwd, opt, or a user's own) that every step before it has. An evaluation
+ * forward after the last optimizer step is one (the hooks open a step at a forward, and only an
+ * optimizer step ends one), as is a step an OOM or a kill cut short: its end is not a step's end
+ * like the others', and memory at it (an evaluation batch's activations) is no step's growth.
+ * Returns 1 with the phase it lacks in missing (the first such, in the ranges' order). */
+static int last_step_partial(const gm_model *m, char *missing, size_t sz) {
+    enum { NAMES = 32 };
+    missing[0] = 0;
+    if (m->nsteps < 2) return 0;
+    u64map idx = {0}; /* step number -> index into m->steps */
+    for (size_t i = 0; i < m->nsteps; i++)
+        if (u64map_put(&idx, (uint64_t)m->steps[i].step, i) != 0) return u64map_free(&idx), 0;
+    const char *names[NAMES];
+    size_t nn = 0, words = (m->nsteps + 63) / 64, in_all = m->nsteps - 1;
+    uint64_t *seen = calloc(NAMES * words, sizeof *seen); /* names x steps: a phase in a step */
+    size_t count[NAMES] = {0};                             /* steps before the last with it */
+    int partial = 0;
+    for (size_t k = 0; seen && k < m->nranges; k++) {
+        const gm_range *r = &m->ranges[k];
+        const gm_range *p = r->step >= 0 && r->parent ? gm_range_of(m, (uint64_t)r->parent) : NULL;
+        if (!p || p->step != r->step || !r->path) continue;
+        /* p is the "step N" range itself, not a phase inside it */
+        const gm_range *pp = p->parent ? gm_range_of(m, (uint64_t)p->parent) : NULL;
+        if (pp && pp->step == p->step) continue;
+        uint64_t *si = u64map_get(&idx, (uint64_t)r->step);
+        if (!si) continue;
+        const char *nm = strrchr(r->path, '/');
+        nm = nm ? nm + 1 : r->path;
+        size_t j = 0;
+        while (j < nn && strcmp(names[j], nm) != 0) j++;
+        if (j == nn) {
+            if (nn == NAMES) continue;
+            names[nn++] = nm;
+        }
+        uint64_t *w = &seen[j * words + *si / 64], bit = 1ull << (*si % 64);
+        if (*w & bit) continue;
+        *w |= bit;
+        if (*si + 1 < m->nsteps) count[j]++;
+    }
+    size_t last = m->nsteps - 1;
+    for (size_t j = 0; seen && j < nn && !partial; j++)
+        if (count[j] == in_all && !(seen[j * words + last / 64] & (1ull << (last % 64)))) {
+            snprintf(missing, sz, "%s", names[j]);
+            partial = 1;
+        }
+    free(seen);
+    u64map_free(&idx);
+    return partial;
+}
+
 int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leaked_bytes) {
     labels l;
     labels_make(m, &l, 1);
@@ -2152,11 +2233,15 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     uint64_t kt2, kc2;
     size_t knn = kept.n ? group_allocs(m, &l, &kept, BY_NAME | G_REQUESTED | G_PHASE, &gkn, &kt2, &kc2) : 0;
     free(kept.idx);
-    /* growth across steps: least-squares slope of the allocated bytes at each step's end */
+    /* growth across steps: least-squares slope of the allocated bytes at each step's end, over
+     * the whole steps (a trailing partial step left out: last_step_partial) */
+    char lacks[64];
+    int partial = last_step_partial(m, lacks, sizeof lacks);
+    size_t nfit = m->nsteps - (size_t)partial;
     double slope = 0;
-    if (m->nsteps >= 2) {
-        double sx = 0, sy = 0, sxx = 0, sxy = 0, n = (double)m->nsteps;
-        for (size_t i = 0; i < m->nsteps; i++) {
+    if (nfit >= 2) {
+        double sx = 0, sy = 0, sxx = 0, sxy = 0, n = (double)nfit;
+        for (size_t i = 0; i < nfit; i++) {
             double x = (double)i, y = (double)m->steps[i].end_allocated;
             sx += x, sy += y, sxx += x * x, sxy += x * y;
         }
@@ -2205,12 +2290,21 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         print_groups_json(out, "by_phase", gp, np, o->top, total, "phase");
         fputc(',', out);
         print_groups_json(out, "by_name", gn, named ? nn : 0, o->top, total, "name");
+        /* the steps the growth per step is fitted over: a trailing partial step left out */
+        fprintf(out, ",\"growth_over\":{\"steps\":%zu,\"left_out\":", nfit);
+        if (partial) {
+            fprintf(out, "{\"step\":%" PRId64 ",\"lacks\":", m->steps[m->nsteps - 1].step);
+            gm_json_str(out, lacks);
+            fputs("}}", out);
+        } else {
+            fputs("null}", out);
+        }
         fputs(",\"steps\":[", out);
         for (size_t i = 0; i < m->nsteps; i++)
             fprintf(out, "%s{\"step\":%" PRId64 ",\"allocated_at_end\":%" PRIu64 ",\"leaked\":%" PRIu64 "}",
                     i ? "," : "", m->steps[i].step, m->steps[i].end_allocated, m->steps[i].leaked);
         fprintf(out, "],\"growth_per_step\":%.0f,\"grows\":%s,\"kept_beyond_steps\":{\"bytes\":%" PRIu64 ",", slope,
-                m->nsteps >= 2 && slope >= 1024 && kn ? "true" : "false", kn ? ktotal : 0);
+                nfit >= 2 && slope >= 1024 && kn ? "true" : "false", kn ? ktotal : 0);
         print_groups_json(out, "by_site", gk, kn, o->top, ktotal, "site");
         fputc(',', out);
         print_groups_json(out, "by_name", gkn, knn, o->top, ktotal, "name");
@@ -2292,8 +2386,18 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
             gm_fmt_bytes(mag >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)mag, g, sizeof g);
             /* growth is claimed only where something made in one step is kept through the next
              * (the slope alone also rises with a last pass that keeps its output) */
-            if (m->nsteps >= 2 && slope >= 1024 && kn)
-                fprintf(out, "  memory grows by %s per step: something allocated each step is kept\n", g);
+            char over[64] = "";
+            if (partial) {
+                fprintf(out, "  step %" PRId64 " has no %s phase, as every step before it has: a partial step (an "
+                             "evaluation forward after the last optimizer step, or a step cut short), left out "
+                             "of the growth per step\n", m->steps[m->nsteps - 1].step, lacks);
+                snprintf(over, sizeof over, " (steps %" PRId64 "-%" PRId64 ")", m->steps[0].step,
+                         m->steps[nfit - 1].step);
+            }
+            if (nfit >= 2 && slope >= 1024 && kn)
+                fprintf(out, "  memory grows by %s per step%s: something allocated each step is kept\n", g, over);
+            else if (nfit < 2 && partial)
+                fprintf(out, "  one whole step only: growth across steps is not judged\n");
             else if (m->nsteps < 2)
                 /* one step has no "across": "no steady growth" claimed a loop's growth was none
                  * (an inference loop is one step to the PyTorch hooks: no optimizer step ends it) */
@@ -2302,7 +2406,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
                              "inference, is one step); to judge it, mark each iteration with "
                              "`with gpumem.range(\"step %%d\" %% i):` or an NVTX range \"step N\"\n");
             else
-                fprintf(out, "  no steady growth across steps\n");
+                fprintf(out, "  no steady growth across steps%s\n", over);
             if (kn) {
                 char kb[32];
                 gm_fmt_bytes(ktotal, kb, sizeof kb);

@@ -34,7 +34,7 @@ run() { # NAME ARGS...
   jq -r '.notes[]' "$TMP/$name-off.json" | grepq 'inferred from its allocations.*the backward begins with kernel train_.*the update runs train_adamw' \
     || fail "$name: the note on how the recording was read: $(jq -c .notes "$TMP/$name-off.json")"
   local techs
-  techs=$(jq -r '[.recommendations[].technique] | unique | join(" ")' "$TMP/$name-off.json")
+  techs=$(jq -r '[(.recommendations + .not_worth_it)[].technique] | unique | join(" ")' "$TMP/$name-off.json")
   for t in recompute offload accum grad_none; do
     [[ " $techs " == *" $t "* ]] || fail "$name: unannotated, advise does not find $t (it finds: $techs)"
   done

@@ -69,3 +69,8 @@ SCRIPT_TESTS += tests/torch/torch_fraction_key.sh
 # step (two optimizers, scaler.step each), one optimizer stepped twice with no pass between is
 # two; leaks' growth per step on them (torch_steps.sh, torch_steps.py)
 SCRIPT_TESTS += tests/torch/torch_steps.sh
+# gpumem's outputs against small PyTorch programs' memory truths: leaks' growth per step with a
+# validation forward after the last optimizer step (a partial step, left out), advise recommending
+# no technique that raises the peak reserved, an OOM's live tensors at their Python line rather than
+# PyTorch's segments (torch_truths.sh, torch_truths.py)
+SCRIPT_TESTS += tests/torch/torch_truths.sh

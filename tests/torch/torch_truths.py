@@ -1,0 +1,49 @@
+# Small PyTorch programs whose memory truths tests/torch/torch_truths.sh checks gpumem's outputs
+# against (argv[1] the kind):
+#   val   a training loop of 4 steps, each keeping 1 MiB (the list `kept`), then a validation
+#         forward (with autograd, its loss kept) after the last optimizer step: the hooks open a
+#         5th step at that forward, and it ends no optimizer step. Growth per step: 1 MiB.
+#   mlp   an activation-heavy MLP (4 blocks 512-2048-512, a batch of 8192): offloading its AdamW
+#         state lowers the peak allocated, not the peak reserved (its segments are cut up).
+#   oom   (on a 1 GiB virtual GPU) a 512 MiB buffer made and freed (`scratch`: PyTorch keeps its
+#         segment), 7 tensors of 64 MiB kept (`acts`, at one line: in that segment), then a
+#         768 MiB request fails: the tensors live at the OOM are the 448 MiB at the `acts` line,
+#         not the segment (made at the `scratch` line, or by PyTorch's C++).
+import sys
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+kind = sys.argv[1]
+if kind == "val":
+    enc = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 256)).cuda()
+    opt = torch.optim.AdamW(enc.parameters(), lr=1e-3)
+    kept = []
+    for step in range(4):
+        kept.append(torch.empty(1 << 20, dtype=torch.uint8, device="cuda"))
+        x = torch.randn(512, 256, device="cuda")
+        opt.zero_grad()
+        enc(x).square().mean().backward()
+        opt.step()
+    xv = torch.randn(2048, 256, device="cuda")
+    val_loss = enc(xv).square().mean()  # no no_grad: its activations stay with the loss
+elif kind == "mlp":
+    blocks = [nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 512)) for _ in range(4)]
+    model = nn.Sequential(*blocks).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for step in range(3):
+        x = torch.randn(8192, 512, device="cuda")
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+elif kind == "oom":
+    scratch = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")  # the scratch line
+    del scratch
+    acts = []
+    for i in range(7):
+        acts.append(torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))  # the acts line
+    try:
+        big = torch.empty(768 << 20, dtype=torch.uint8, device="cuda")
+    except torch.OutOfMemoryError:
+        print("out of memory, as meant")
+torch.cuda.synchronize()
