@@ -42,7 +42,8 @@ static const char *const usage_advise =
     "2/4/8, gradients set to none, bf16 saved activations) and the rewritten trace is replayed\n"
     "through gpumem's allocator under the recorded configuration: rounding, caching and\n"
     "fragmentation are in every predicted peak. A recommendation lowers the peak reserved (what\n"
-    "the device must hold); one that lowers the peak allocated alone is listed as not worth it.\n"
+    "the device must hold), or the peak allocated leaving the reserved as it is; one that lowers\n"
+    "the peak allocated but raises the reserved is listed as not worth it.\n"
     "For a recording of the included trainer\n"
     "(train_gpt2 in the recorded command line) each recommendation is its exact flags;\n"
     "otherwise the change in words, with the PyTorch way of doing it. Techniques add to those\n"
@@ -1732,14 +1733,18 @@ int gm_advise_main(int argc, char **argv)
         goto done;
     }
     /* what decides is the peak reserved, what the device must hold (an OOM is a segment that
-     * cannot be mapped): a technique that lowers it is a recommendation; one that lowers the
-     * peak allocated alone, leaving the reserved as it is or raising it, is not worth it (listed
-     * apart, with its cost); one that lowers neither is left out */
+     * cannot be mapped): a technique that lowers it is a recommendation, and so is one that
+     * lowers the peak allocated and leaves the reserved as it is (the rounding of a small
+     * program's segments hides a saving the same technique makes at scale); one that lowers the
+     * peak allocated but raises the reserved is not worth it (listed apart, with its cost); one
+     * that lowers neither is left out */
     size_t keep = 0;
     for (size_t i = 0; i < nrecs; i++) {
-        if (try_flags || recs[i].r.peak_reserved < c.base.peak_reserved)
+        const alloc_replay_result_t *r = &recs[i].r;
+        if (try_flags || r->peak_reserved < c.base.peak_reserved ||
+            (r->peak_allocated < c.base.peak_allocated && r->peak_reserved == c.base.peak_reserved))
             recs[keep++] = recs[i];
-        else if (recs[i].r.peak_allocated < c.base.peak_allocated)
+        else if (r->peak_allocated < c.base.peak_allocated)
             PUSH(worse, nworse, wcap, recs[i]);
     }
     nrecs = keep;
@@ -2076,7 +2081,7 @@ int gm_advise_main(int argc, char **argv)
                    "record it with NVTX ranges or gpumem record's PyTorch hooks\n");
         else if (!nrecs && nworse)
             printf("  none: no technique lowers the peak reserved of this recording (those below lower "
-                   "the peak allocated alone)\n");
+                   "the peak allocated but raise the reserved)\n");
         else if (!nrecs)
             printf("  none: no technique lowers the peak of this recording (what is live at the "
                    "peak is not "
@@ -2084,7 +2089,7 @@ int gm_advise_main(int argc, char **argv)
         for (size_t i = 0; i < nr; i++)
             text_rec(stdout, &c, &recs[i]);
         if (nworse)
-            printf("\nnot worth it (%zu: each lowers the peak allocated but not the peak reserved, "
+            printf("\nnot worth it (%zu: each lowers the peak allocated but raises the peak reserved, "
                    "what the device must hold):\n", nworse);
         for (size_t i = 0; i < nworse && (int)i < top; i++)
             text_rec(stdout, &c, &worse[i]);
