@@ -1791,6 +1791,19 @@ static void mk_all_update(alloc_t *a)
     a->mk_all_done = all == UINT64_MAX ? a->free_seq : all;
 }
 
+/* e (its event ev, NULL for a scripted one) as the newest marker of st, covering every free up
+ * to seq. */
+static void mk_push(sstate_t *st, fev_t *e, void *ev, uint64_t seq)
+{
+    *e = (fev_t){.ev = ev, .seq = seq};
+    if (st->mk_tail)
+        st->mk_tail->next = e;
+    else
+        st->mk_head = e;
+    st->mk_tail = e;
+    st->mk_n++;
+}
+
 /* Collect the markers that have completed (each stream's oldest first: they complete in order).
  * Never blocks. A failed query drops its marker (its event destroyed, not reused) and asks the
  * next malloc to synchronize, which settles what it would have. */
@@ -1828,13 +1841,7 @@ void a_marker_scripted(alloc_t *a, uintptr_t stream, bool done)
     }
     fev_t *e = fev_new(a);
     if (!e) return; /* out of host memory: its `md` settles nothing more (pages stay cached) */
-    *e = (fev_t){.seq = a->free_seq};
-    if (st->mk_tail)
-        st->mk_tail->next = e;
-    else
-        st->mk_head = e;
-    st->mk_tail = e;
-    st->mk_n++;
+    mk_push(st, e, NULL, a->free_seq);
 }
 
 /* A marker on every stream a release found unsettled blocks for (all live streams for the shared
@@ -1863,16 +1870,7 @@ static void markers_record(alloc_t *a)
         }
         a->st.num_events_recorded++;
         if (a->hooks.on_marker) a->hooks.on_marker(a->hooks.user, ALLOC_MARKER_RECORD, st->stream, a->mk_cur);
-        e->ev = ev;
-        e->f = NULL;
-        e->seq = a->free_seq;
-        e->next = NULL;
-        if (st->mk_tail)
-            st->mk_tail->next = e;
-        else
-            st->mk_head = e;
-        st->mk_tail = e;
-        st->mk_n++;
+        mk_push(st, e, ev, a->free_seq);
     }
 }
 

@@ -835,8 +835,8 @@ static void script_step(void *user, unsigned step)
     r->mqn = j;
 }
 
-/* The allocation returned with lines held for steps it did not reach (another configuration's
- * replay: advise's rewrites, a limit lifted): the markers are taken now, so that each `md` still
+/* The allocation returned with lines held for steps it did not reach (a replay whose
+ * allocations differ from the run's: a limit lifted): the markers are taken now, so that each `md` still
  * finds its `mr`; a synchronization the replay's allocation never reached is one it did not make
  * (the run's OOM path under a limit the replay does not have), and is left out. The recorded
  * configuration's replay reaches every step. */

@@ -1363,18 +1363,18 @@ GM_EXPORT void gpumem_empty_cache(void)
         gm_heap_empty_cache();
 }
 
-static __attribute__((noinline)) int torch_free_entry(void *ptr, ssize_t size, int device,
-                                                    void *stream)
+static __attribute__((noinline)) void torch_free_entry(void *ptr, ssize_t size, int device,
+                                                     void *stream)
 {
     (void)size;
     if (!ptr)
-        return 0;
+        return;
     gm_mode_t m = gm_mode();
     CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
     CUresult res;
     gm_stat_add(GM_ST_RT_FREE_ASYNC, 1);
     if (m == GM_MODE_REPLACE && gm_heap_free(p, (CUstream)stream, GM_ALLOC_ASYNC, &res))
-        return 0;
+        return;
     size_t sz;
     enum gm_pt_kind k;
     int dev;
@@ -1386,11 +1386,9 @@ static __attribute__((noinline)) int torch_free_entry(void *ptr, ssize_t size, i
     }
     if (gm_driver_init())
         gm_real.cuMemFree_v2(p); /* after its event: see rt_record_free */
-    return 0;
 }
 
-/* void: GM_SCRUBBED needs a value, torch_free_entry's 0 */
 GM_EXPORT void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stream)
 {
-    (void)GM_SCRUBBED(mem, torch_free_entry(ptr, size, device, stream));
+    GM_SCRUBBED_VOID(mem, torch_free_entry(ptr, size, device, stream));
 }

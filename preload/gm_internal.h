@@ -633,6 +633,12 @@ void gm_stack_scrub_trace(void);
         if (gm_uses_active()) gm_stack_scrub_##KIND();                                             \
         gm_scrubbed_r_;                                                                            \
     })
+/* The same for a hook that returns nothing. */
+#define GM_SCRUBBED_VOID(KIND, CALL)                                                               \
+    do {                                                                                           \
+        (CALL);                                                                                    \
+        if (gm_uses_active()) gm_stack_scrub_##KIND();                                             \
+    } while (0)
 
 /* Converts a driver result to the runtime error the real runtime would give. */
 cudaError_t gm_rt_error(CUresult r);
