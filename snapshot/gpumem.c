@@ -1134,6 +1134,12 @@ static int cmd_record(int argc, char **argv) {
         return 127;
     if (!quiet) gm_torch_warn_flags(&torch, argv + i);
     prepend_env("LD_PRELOAD", lib, ':');
+#ifdef __SANITIZE_ADDRESS__
+    /* a gpumem built with AddressSanitizer (make SAN=address) preloads a library built with it
+     * into a program that is not: ASan's runtime then comes in with the library, after the
+     * program's own, which ASan refuses unless told that the order is known */
+    prepend_env("ASAN_OPTIONS", "verify_asan_link_order=0", ':');
+#endif
     setenv("GPUMEM_QUIET", "1", 1);
     /* the side channel (rec_status): which database this run wrote, or why none; an unlinked
      * file read back through our own descriptor, so nothing is left behind */

@@ -88,10 +88,12 @@ static void prepend(const char *name, const char *value, char sep)
 }
 
 /* the folder holding the gpumem module and the one holding the sitecustomize: the source tree
- * next to the build (build/gpumem), or the installed share/gpumem */
+ * next to the build (build/gpumem, or a sanitizer's build/san-thread/gpumem), or the installed
+ * share/gpumem */
 static int python_dirs(const char *selfdir, char *mod, char *site, size_t n)
 {
     static const char *const where[][2] = {{"%s/../preload/python", "%s/../preload/python/site"},
+                                           {"%s/../../preload/python", "%s/../../preload/python/site"},
                                            {"%s/../share/gpumem/python", "%s/../share/gpumem/python-site"}};
     for (size_t k = 0; k < sizeof where / sizeof where[0]; k++) {
         char probe[PATH_MAX + 64];

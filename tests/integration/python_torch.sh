@@ -72,4 +72,13 @@ for mode in gil nogil; do
     || fail "($mode) no frame of torch's own Python between backward and loss.backward()"
   echo "python_torch: $mode ok"
 done
+
+# gpumem finds its own Python files (the module, the sitecustomize that turns the hooks on) from
+# wherever it was built: build/gpumem, and a sanitizer's build/san-address/gpumem (it looked in
+# build/san-address/../preload/python, and PyTorch was then recorded by its segments only)
+db=$TMP/own.db
+env -u PYTHONPATH "$GPUMEM" record -o "$db" -- "$PY" -c 'import gpumem, sitecustomize; print(gpumem.__file__)' \
+  > "$db.out" 2> "$db.err" || { cat "$db.out" "$db.err"; fail "record of a Python one-liner failed"; }
+grep -q "neither in" "$db.err" && { cat "$db.err"; fail "$GPUMEM did not find gpumem's Python files"; }
+grep -q "^$PWD/preload/python/gpumem/" "$db.out" || { cat "$db.out" "$db.err"; fail "the program imported another gpumem module"; }
 echo "python_torch: ok"
