@@ -127,6 +127,18 @@ static bool torch_env; /* --torch-env */
 
 static bool limit_given; /* --limit, which overrides the configuration's limit key */
 
+/* the preset in effect once GPUMEM_CONF and --conf are applied (a `preset:` key there resets
+ * the one --preset named): the name the output line gives */
+static const char *preset_in_effect(const alloc_config_t *cfg)
+{
+    switch (cfg->policy) {
+    case ALLOC_POLICY_PYTORCH: return cfg->expandable_segments ? "pytorch-expandable" : "pytorch";
+    case ALLOC_POLICY_NOCACHE: return "nocache";
+    case ALLOC_POLICY_GPUMEM: break;
+    }
+    return "gpumem";
+}
+
 static int make_config(const char *preset, const char *conf, size_t limit, alloc_config_t *cfg)
 {
     char err[1024];
@@ -386,7 +398,7 @@ int main(int argc, char **argv)
             printf("trace=%s preset=%s events=%llu peak_requested=%zu peak_allocated=%zu "
                    "peak_reserved=%zu utilization=%.4f driver_calls=%llu device_allocs=%llu "
                    "device_frees=%llu cache_hits=%llu cache_misses=%llu oom_at=%lld",
-                   tname, presets[p], (unsigned long long)r.events, r.peak_requested,
+                   tname, preset_in_effect(&cfg), (unsigned long long)r.events, r.peak_requested,
                    r.peak_allocated, r.peak_reserved, r.utilization,
                    (unsigned long long)r.driver_calls, (unsigned long long)r.device_allocs,
                    (unsigned long long)r.device_frees, (unsigned long long)r.cache_hits,

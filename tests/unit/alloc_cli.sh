@@ -42,6 +42,20 @@ out=$("$cli" --preset gpumem "$tmp/t.trace") || fail "replay: $out"
    $out == *"oom_at=-1"* ]] || fail "gpumem replay: $out"
 out=$("$cli" --preset pytorch "$tmp/t.trace") || fail "replay: $out"
 [[ $out == *"peak_reserved=58720256 "* ]] || fail "pytorch replay (3 x 10 MiB segments + 26 MiB on stream 1 expected): $out"
+# the line names the preset that was replayed: a --conf or GPUMEM_CONF preset wins over --preset's
+while read -r want args; do
+  out=$("$cli" $args "$tmp/t.trace") || fail "replay $args: $out"
+  [[ $out == *" preset=$want "* ]] || fail "replay $args: want preset=$want: $out"
+done <<'ROWS'
+pytorch --preset pytorch
+pytorch --conf preset:pytorch
+pytorch-expandable --preset gpumem --conf preset:pytorch-expandable
+pytorch-expandable --conf preset:pytorch,expandable_segments:True
+nocache --preset pytorch --conf preset:nocache
+gpumem --preset nocache --conf preset:gpumem
+ROWS
+out=$(GPUMEM_CONF=preset:pytorch "$cli" --preset gpumem "$tmp/t.trace") || fail "replay: $out"
+[[ $out == *" preset=pytorch "* && $out == *"peak_reserved=58720256 "* ]] || fail "GPUMEM_CONF=preset:pytorch: $out"
 
 out=$("$cli" --preset gpumem --limit 24M "$tmp/t.trace"); rc=$?
 [[ $rc -eq 1 && $out == *"oom_at=2 "* && $out == *"oom_requested=10485760 "* && $out == *"oom_limit=25165824"* ]] ||
