@@ -2791,10 +2791,22 @@ int alloc_forget_stream(alloc_t *a, uintptr_t stream)
             sync_and_land(a);
             markers_poll(a); /* complete now: the dead streams' states can go */
             reap_dead_streams(a);
+            /* for the replay (trace `sf`): what it released, and releases from now on */
+            if (a->hooks.on_marker) a->hooks.on_marker(a->hooks.user, ALLOC_MARKER_FORGET, stream, 0);
         }
     }
     UNLOCK(a);
     return ALLOC_OK;
+}
+
+void a_forget_scripted(alloc_t *a, uintptr_t stream)
+{
+    sstate_t *st = a_stream_find(a, stream);
+    if (!st) return;
+    st->fenced = false;
+    st->dead = true;
+    /* the run's synchronization and the markers it then found complete came as the lines before */
+    reap_dead_streams(a);
 }
 
 /* Add `stream` to the streams that use live block b (nothing when it is the allocation stream

@@ -284,10 +284,19 @@ typedef struct alloc_hooks {
      * the same, and the allocation in progress starts over on what it landed). `step`: inside
      * an allocation, which of its settle points (1, 2...: its releases' event queries and its
      * synchronizations, counted from the allocation's start or its last new start) made it; 0
-     * outside one. */
+     * outside one. alloc_forget_stream reports a stream it forgot that held memory
+     * (ALLOC_MARKER_FORGET, after the ALLOC_MARKER_SYNC of its synchronization: it then released
+     * what the forgotten streams' pools held; trace `sf`). A stream that held nothing is not
+     * reported: forgetting it changes nothing a replay sees. */
     void (*on_marker)(void *user, unsigned what, uintptr_t stream, unsigned step);
 } alloc_hooks_t;
-enum { ALLOC_MARKER_RECORD = 0, ALLOC_MARKER_DONE = 1, ALLOC_MARKER_SYNC = 2, ALLOC_MARKER_RESTART = 3 };
+enum {
+    ALLOC_MARKER_RECORD = 0,
+    ALLOC_MARKER_DONE = 1,
+    ALLOC_MARKER_SYNC = 2,
+    ALLOC_MARKER_RESTART = 3,
+    ALLOC_MARKER_FORGET = 4
+};
 void alloc_set_hooks(alloc_t *a, const alloc_hooks_t *hooks);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -732,6 +741,12 @@ typedef enum alloc_trace_kind {
      * default): the block's work had finished, and the allocator settled it at once (gpumem's
      * free event flagged 256). Every replay frees it as alloc_free_ex(..., ALLOC_FREE_SYNCED). */
     ALLOC_TR_FREE_SYNCED = 19,
+    /* sf <stream>: the program destroyed a stream that held memory and the recording's allocator
+     * forgot it (gpumem's event kind 42; alloc_forget_stream): it synchronized (the `sy` before)
+     * and released the forgotten streams' free pages there and then; their pools go as soon as
+     * they hold nothing in use. Every replay forgets the stream there: the recorded
+     * configuration's (markers) as the run did, any other as its own allocator would. */
+    ALLOC_TR_STREAM_FORGET = 20,
 } alloc_trace_kind_t;
 
 typedef struct alloc_trace_event {
@@ -739,7 +754,8 @@ typedef struct alloc_trace_event {
     uint64_t size;   /* ALLOC, ALLOC_OTHER, ALLOC_SERVED, ALLOC_FAILED, ALLOC_DRIVER; LIMIT: the cap;
                       * MARKER_RECORD, MARKER_DONE, SYNC: the step within the allocation that
                       * follows (alloc_hooks_t.on_marker; 0: none, take it where it comes) */
-    uint64_t stream; /* the allocations', FREE_ASYNC, RECORD_STREAM, MARKER_RECORD, MARKER_DONE;
+    uint64_t stream; /* the allocations', FREE_ASYNC, RECORD_STREAM, MARKER_RECORD, MARKER_DONE,
+                      * STREAM_FORGET;
                       * POOL_RELEASE, CAPTURE_BEGIN, CAPTURE_END: the pool's key */
     uint32_t kind;   /* alloc_trace_kind_t */
 } alloc_trace_event_t;

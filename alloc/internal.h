@@ -393,6 +393,10 @@ void a_marker_scripted(alloc_t *a, uintptr_t stream, bool done);
 /* A trace's sync line (mk_scripted): the recording's allocator synchronized; every free so far
  * is settled. */
 void a_sync_scripted(alloc_t *a);
+/* A trace's forget line (mk_scripted): the program destroyed stream, which held memory; the
+ * recording's allocator forgot it and released what the forgotten streams' pools held, as
+ * alloc_forget_stream does after its synchronization (the trace's `sy` and `md` came first). */
+void a_forget_scripted(alloc_t *a, uintptr_t stream);
 /* the LIVE or PENDING block that starts at addr (alloc_t.fresh, then the map), or NULL */
 blk_t *a_map_get(const alloc_t *a, uint64_t addr);
 /* the size class of a block of `size` bytes (inline: the hot path computes it three times) */

@@ -141,6 +141,9 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
             q += 2;
             const char *r = skip_ws(q, eol);
             if (e.kind == ALLOC_TR_SYNC && r < eol && *r != '#') q = parse_num(r, eol, &e.size, &ok);
+        } else if (WORD("sf")) {
+            e.kind = ALLOC_TR_STREAM_FORGET;
+            q = parse_num(q + 2, eol, &e.stream, &ok);
         } else if (WORD("fs")) {
             e.kind = ALLOC_TR_FREE_SYNCED;
             q = parse_num(q + 2, eol, &e.id, &ok);
@@ -183,7 +186,7 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
                         "line %zu: unknown event (expected 'a <id> <size> [stream]', 'ax <id> "
                         "<size> [stream]', 'ag <id> <size> [stream]', 'ao <id> <size> [stream]', "
                         "'ap <id> <size> <pool>', 'pr <pool>', 'cb <pool>', 'ce <pool>', 'f <id>', 'fa <id> <stream>', 'rs <id> <stream>', "
-                        "'fc <id>', 'fs <id>', 'mr <stream> [step]', 'md <stream> [step]', 'sy [step]', 'sr', 'e' or 'l <bytes>')",
+                        "'fc <id>', 'fs <id>', 'mr <stream> [step]', 'md <stream> [step]', 'sy [step]', 'sr', 'sf <stream>', 'e' or 'l <bytes>')",
                         line);
         }
         q = skip_ws(q, eol);
@@ -193,7 +196,7 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
                         "line %zu: bad or missing number (expected 'a <id> <size> [stream]', "
                         "'ax <id> <size> [stream]', 'ag <id> <size> [stream]', 'ao <id> <size> "
                         "[stream]', 'ap <id> <size> <pool>', 'pr <pool>', 'cb <pool>', 'ce <pool>', 'f <id>', 'fa <id> <stream>', "
-                        "'rs <id> <stream>', 'fc <id>', 'fs <id>', 'mr <stream> [step]', 'md <stream> [step]', 'sy [step]', 'sr', 'e' or 'l <bytes>')",
+                        "'rs <id> <stream>', 'fc <id>', 'fs <id>', 'mr <stream> [step]', 'md <stream> [step]', 'sy [step]', 'sr', 'sf <stream>', 'e' or 'l <bytes>')",
                         line);
         }
         if (!tv_push(&t, e)) {
@@ -289,6 +292,9 @@ int alloc_trace_write(const char *path, const alloc_trace_event_t *ev, size_t n)
             break;
         case ALLOC_TR_SYNC_RESTART:
             fputs("sr\n", f);
+            break;
+        case ALLOC_TR_STREAM_FORGET:
+            fprintf(f, "sf %llu\n", (unsigned long long)ev[i].stream);
             break;
         case ALLOC_TR_FREE_SYNCED:
             fprintf(f, "fs %llu\n", (unsigned long long)ev[i].id);
@@ -1153,6 +1159,14 @@ bool alloc_replay_feed(alloc_replay_run_t *run, const alloc_trace_event_t *ev, s
         case ALLOC_TR_SYNC:
         case ALLOC_TR_SYNC_RESTART:
             if (a->mk_scripted) script_line(run, e);
+            break;
+        case ALLOC_TR_STREAM_FORGET:
+            /* the recorded configuration's replay does what the run did (its `sy` and `md` lines
+             * came first); any other forgets the stream as its own allocator would */
+            if (a->mk_scripted)
+                a_forget_scripted(a, (uintptr_t)e->stream);
+            else
+                alloc_forget_stream(a, (uintptr_t)e->stream);
             break;
         case ALLOC_TR_POOL_RELEASE: {
             /* the recorded allocator synchronized before giving the pool back */

@@ -256,15 +256,17 @@ static void hk_free_landed(void *user, uint64_t addr, size_t size, uintptr_t str
 #endif
 }
 
-/* a release's marker recorded on stream or found complete, a synchronization of the allocator's:
- * for the replay (trace `mr` / `md` / `sy` / `sr`); size holds the step within the allocation */
+/* a release's marker recorded on stream or found complete, a synchronization of the allocator's,
+ * a stream it forgot: for the replay (trace `mr` / `md` / `sy` / `sr` / `sf`); size holds the step
+ * within the allocation */
 static void hk_marker(void *user, unsigned what, uintptr_t stream, unsigned step)
 {
 #ifdef GM_HAVE_REC
-    unsigned kind = what == ALLOC_MARKER_RECORD ? REC_MARKER_RECORD
-                    : what == ALLOC_MARKER_DONE ? REC_MARKER_DONE
-                    : what == ALLOC_MARKER_SYNC ? REC_ALLOC_SYNC
-                                                : REC_ALLOC_SYNC | REC_F_SYNC_RESTART;
+    unsigned kind = what == ALLOC_MARKER_RECORD          ? REC_MARKER_RECORD
+                    : what == ALLOC_MARKER_DONE          ? REC_MARKER_DONE
+                    : what == ALLOC_MARKER_SYNC          ? REC_ALLOC_SYNC
+                    : what == ALLOC_MARKER_RESTART       ? REC_ALLOC_SYNC | REC_F_SYNC_RESTART
+                                                         : REC_STREAM_FORGET;
     gm_event_raw(kind, (int)(intptr_t)user, stream, 0, step, 0, 0);
 #else
     (void)user, (void)what, (void)stream, (void)step;

@@ -1490,11 +1490,13 @@ int adv_add_pool_release(adv_model *m, int kind, uint64_t alloc_id, uint32_t str
  *     (kind 37 flagged REC_F_FRAMEWORK: the cap in bytes, the fraction in millionths);
  *   OWN_MARKER: gpumem's allocator recorded a marker on a stream, or found one complete (kinds
  *     39, 40: what its release before growth's event queries said, for the recorded
- *     configuration's replay), or synchronized (kind 41: every free before it settled). */
+ *     configuration's replay), or synchronized (kind 41: every free before it settled), or forgot
+ *     a stream the program destroyed (kind 42). */
 enum { OWN_NONE = 0, OWN_POOL_END, OWN_EMPTY_CACHE, OWN_FRACTION, OWN_MARKER };
 static inline int own_event_kept(int64_t kind, uint64_t flags)
 {
-    if (kind == REC_MARKER_RECORD || kind == REC_MARKER_DONE || kind == REC_ALLOC_SYNC) return OWN_MARKER;
+    if (kind == REC_MARKER_RECORD || kind == REC_MARKER_DONE || kind == REC_ALLOC_SYNC || kind == REC_STREAM_FORGET)
+        return OWN_MARKER;
     if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) return flags & REC_F_PRIVATE_POOL ? OWN_POOL_END : OWN_NONE;
     if (!(flags & REC_F_FRAMEWORK)) return OWN_NONE;
     return kind == REC_TORCH_EMPTY_CACHE ? OWN_EMPTY_CACHE : kind == REC_TORCH_MEMORY_FRACTION ? OWN_FRACTION : OWN_NONE;
@@ -1521,10 +1523,11 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
             if (!L->markers) return 0;
             return load_added(L,
                               adv_add_marker(m, t, stream,
-                                             kind == REC_MARKER_RECORD ? ADV_MK_RECORD
-                                             : kind == REC_MARKER_DONE ? ADV_MK_DONE
+                                             kind == REC_MARKER_RECORD   ? ADV_MK_RECORD
+                                             : kind == REC_MARKER_DONE   ? ADV_MK_DONE
+                                             : kind == REC_STREAM_FORGET ? ADV_MK_FORGET
                                              : flags & REC_F_SYNC_RESTART ? ADV_MK_RESTART
-                                                                         : ADV_MK_SYNC,
+                                                                          : ADV_MK_SYNC,
                                              (uint32_t)size, &L->evcap),
                               had_evs, had_allocs, seq);
         }
@@ -2318,10 +2321,11 @@ static void trace_event(const adv_model *m, const adv_ev *e, alloc_trace_event_t
               : e->kind == ADV_EV_EMPTY_CACHE ? ALLOC_TR_EMPTY_CACHE
               : e->kind == ADV_EV_LIMIT       ? ALLOC_TR_LIMIT
               : e->kind == ADV_EV_POOL_RELEASE ? ALLOC_TR_POOL_RELEASE
-              : e->kind == ADV_EV_MARKER       ? (e->pad == ADV_MK_RECORD ? ALLOC_TR_MARKER_RECORD
-                                                  : e->pad == ADV_MK_DONE ? ALLOC_TR_MARKER_DONE
-                                                  : e->pad == ADV_MK_SYNC ? ALLOC_TR_SYNC
-                                                                          : ALLOC_TR_SYNC_RESTART)
+              : e->kind == ADV_EV_MARKER       ? (e->pad == ADV_MK_RECORD    ? ALLOC_TR_MARKER_RECORD
+                                                  : e->pad == ADV_MK_DONE    ? ALLOC_TR_MARKER_DONE
+                                                  : e->pad == ADV_MK_SYNC    ? ALLOC_TR_SYNC
+                                                  : e->pad == ADV_MK_RESTART ? ALLOC_TR_SYNC_RESTART
+                                                                             : ALLOC_TR_STREAM_FORGET)
                                               : ALLOC_TR_FREE_ASYNC;
     if (t->kind == ALLOC_TR_FREE && (e->stream & ADV_FREE_SYNCED)) t->kind = ALLOC_TR_FREE_SYNCED;
     t->size = e->kind == ADV_EV_ALLOC    ? a->size

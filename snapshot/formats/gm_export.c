@@ -41,7 +41,10 @@
  * marker_done: its release before growth recorded a marker event on a stream, found that stream's
  * oldest marker complete) are "mr <stream>" and "md <stream>" where they came: a replay of the
  * recorded configuration unmaps only what they settled, as the run did (alloc/README.md,
- * "Releasing without synchronizing"). Older recordings have none.
+ * "Releasing without synchronizing"). A stream the program destroyed holding memory, which the
+ * allocator forgot (kind 42: it synchronized and released the forgotten pools then), is
+ * "sf <stream>".
+ * Older recordings have none.
  *
  * Like the reports, this is one sequential pass over `events` with a hash map of live
  * allocations keyed by address, so a database from a killed process (no alloc_life rows for
@@ -113,7 +116,7 @@ int gm_export_trace(gm_db *d, FILE *out) {
     /* the recording's allocator served the libraries' allocations too (replace is the default) */
     const char *other_word = !mode[0] || !strcmp(mode, "replace") ? "ag" : "ax";
     if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, flags, device, alloc_id, size FROM events "
-                                  "WHERE kind IN (1, 2, 3, 4, 13, 15, 19, 21, 29, 39, 40, 41) OR (kind IN (36, 37) AND (flags & 4096) != 0) "
+                                  "WHERE kind IN (1, 2, 3, 4, 13, 15, 19, 21, 29, 39, 40, 41, 42) OR (kind IN (36, 37) AND (flags & 4096) != 0) "
                                   "ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
         fprintf(stderr, "gpumem: %s: cannot read events: %s\n", d->path, sqlite3_errmsg(d->db));
         return GM_EXIT_BADDB;
@@ -206,6 +209,8 @@ int gm_export_trace(gm_db *d, FILE *out) {
                 fprintf(out, "%s %" PRId64 " %" PRId64 "\n", kind == REC_MARKER_RECORD ? "mr" : "md", stream, step);
             else
                 fprintf(out, "%s %" PRId64 "\n", kind == REC_MARKER_RECORD ? "mr" : "md", stream);
+        } else if (kind == REC_STREAM_FORGET) { /* the program destroyed the stream */
+            fprintf(out, "sf %" PRId64 "\n", stream);
         } else if (kind == REC_FREE_COMPLETED) {
             const uint64_t *k = u64map_get(&pend_key, addr);
             uint64_t birth;

@@ -1013,10 +1013,10 @@ void rec_event(unsigned kind, int device, uint64_t stream, uint64_t addr, uint64
      * PyTorch's kinds are the merge's, except an empty_cache gpumem's own allocator made
      * (gpumem_empty_cache: 36 flagged REC_F_FRAMEWORK) and a fraction it applied
      * (gpumem_torch_memory_fraction: 37 flagged REC_F_FRAMEWORK); its allocator's markers (39,
-     * 40) and synchronizations (41) come after them */
+     * 40), synchronizations (41) and forgotten streams (42) come after them */
     if (k == 0 ||
         (k >= REC_KIND_MAX_ && k != REC_TORCH_EMPTY_CACHE && k != REC_TORCH_MEMORY_FRACTION &&
-         k != REC_MARKER_RECORD && k != REC_MARKER_DONE && k != REC_ALLOC_SYNC) ||
+         k != REC_MARKER_RECORD && k != REC_MARKER_DONE && k != REC_ALLOC_SYNC && k != REC_STREAM_FORGET) ||
         k == REC_LAUNCH)
         return;
     emit(my_tls(), kind & (0xffu | REC_F_FLAGS_MASK), device, stream, addr, size, requested,

@@ -137,7 +137,12 @@ enum rec_marker_kind {
      * flagged REC_F_SYNC_RESTART when the allocation in progress then started over. On 39, 40
      * and 41, size is the step within the allocation recorded next (alloc.h, on_marker; 0: made
      * outside one). */
-    REC_ALLOC_SYNC = 41
+    REC_ALLOC_SYNC = 41,
+    /* 42: the program destroyed a stream that held memory and gpumem's allocator forgot it
+     * (alloc_forget_stream): device and stream. It synchronized (the 41 before it) and released
+     * what the forgotten streams' pools held. The trace's `sf <stream>`: every replay forgets
+     * the stream there. */
+    REC_STREAM_FORGET = 42
 };
 /* REC_ALLOC_SYNC only: the allocation in progress started over on the frees it landed */
 #define REC_F_SYNC_RESTART 0x100u

@@ -278,3 +278,8 @@ INSERT INTO kinds VALUES (39,'marker_record'),(40,'marker_done');
 -- program's synchronization of the device (free_sync:device, a plain cudaFree): the allocator
 -- settled its block at once; the trace's "fs <id>".
 INSERT INTO kinds VALUES (41,'alloc_sync');
+-- Event kind 42 (added within 1.3; older files have none): the program destroyed a stream that
+-- held memory and gpumem's allocator forgot it (device, stream): it synchronized (the 41 before
+-- it) and released the free pages of the forgotten streams' pools there and then. `gpumem export
+-- --format trace` writes it as "sf <stream>".
+INSERT INTO kinds VALUES (42,'stream_forget');

@@ -12,7 +12,12 @@
 #             marker of their stream (2 MiB over the run: asynchronous, events delayed 3 or 5 times).
 #   destroy   a stream made, used and destroyed each round: the allocator synchronizes before it
 #             forgets a stream that holds memory; before `sy`, the replay had no line for it and
-#             kept what the run gave back (25-31 MiB over on the asynchronous GPU).
+#             kept what the run gave back (25-31 MiB over on the asynchronous GPU). Then it
+#             releases the forgotten stream's free pages (kind 42, `sf <stream>`): before `sf`,
+#             the replay kept them mapped in the dead stream's pool and later releases unmapped
+#             other pages than the run's (the peak the same, 276 cache hits against the run's 286
+#             with events delayed 3 times).
+# Every row: the replay's cache hits and misses are the run's (the allocations flagged 256 / 512).
 #   oom       a 48 MiB per-process fraction first (the trace's `l`), so that the OOM path
 #             synchronizes, then growth from what it left. The replay's own OOM path synchronizes
 #             where the run's did (exact before kind 41 too); once recorded, a synchronization inside an allocation
@@ -31,6 +36,7 @@ fail() { echo "replay_settle: FAIL: $*" >&2; exit 1; }
 export GPUMEM_SIM_BACKING=memory GPUMEM_SIM_MEMORY=80G
 
 peak_of() { "$REPLAY" --top-down --markers --conf preset:gpumem "$1" | grep -o ' peak_reserved=[0-9]*' | cut -d= -f2; }
+hits_of() { "$REPLAY" --top-down --markers --conf preset:gpumem "$1" | grep -o ' cache_hits=[0-9]* cache_misses=[0-9]*' | sed 's/ cache_hits=//; s/ cache_misses=/ /'; }
 stepless_differs=0
 for mode in ${MODES:-syncfree destroy oom}; do
   for env in GPUMEM_SIM_ASYNC=1 GPUMEM_SIM_EVENT_DELAY=1 GPUMEM_SIM_EVENT_DELAY=3 GPUMEM_SIM_EVENT_DELAY=5; do
@@ -44,6 +50,9 @@ for mode in ${MODES:-syncfree destroy oom}; do
     echo "$row: recorded peak reserved $rec, tune $tun, gpumem-replay --markers $rep"
     [[ $tun == "$rec" ]] || fail "$row: tune's replay of the recorded configuration finds $tun, the run reserved $rec"
     [[ $rep == "$rec" ]] || fail "$row: gpumem-replay --markers of the exported trace finds $rep, the run reserved $rec"
+    rhits=$(sqlite3 "$TMP/x.db" "SELECT sum((flags & 256) != 0) || ' ' || sum((flags & 512) != 0) FROM events WHERE kind IN (1, 3)")
+    phits=$(hits_of "$TMP/x.trace")
+    [[ $phits == "$rhits" ]] || fail "$row: gpumem-replay --markers finds cache hits and misses $phits, the run's allocations say $rhits"
     case $mode in
     syncfree)
       # 16 of each round's 48 frees, 8 rounds; the free events say so, the trace has them as fs
@@ -54,6 +63,9 @@ for mode in ${MODES:-syncfree destroy oom}; do
       # one synchronization a destroyed stream at least, outside any allocation (no step)
       [[ $(grep -c '^sy$' "$TMP/x.trace") -ge 8 ]] || fail "$row: fewer than 8 sy lines for 8 streams destroyed"
       [[ $(sqlite3 "$TMP/x.db" "SELECT name FROM kinds WHERE id = 41") == alloc_sync ]] || fail "kind 41 is not named"
+      # each destroyed stream forgotten, after the synchronization its memory needed
+      [[ $(grep -c '^sf [0-9]*$' "$TMP/x.trace") == 8 ]] || fail "$row: want 8 'sf <stream>' lines for 8 streams destroyed holding memory"
+      [[ $(sqlite3 "$TMP/x.db" "SELECT name FROM kinds WHERE id = 42") == stream_forget ]] || fail "kind 42 is not named"
       ;;
     oom)
       grep -q '^sy [0-9]' "$TMP/x.trace" || fail "$row: no synchronization inside an allocation (sy <step>)"

@@ -879,15 +879,16 @@ static void rt_landed(void *user, uint64_t addr, size_t size, uintptr_t stream, 
         if (t->waiting[i] == id) t->waiting[i] = 0;
 }
 
-/* What settled frees in the run, as the recorder writes it (kinds 39-41: `mr`, `md`, `sy`, `sr`,
- * each with its step within the allocation that follows) */
+/* What settled frees in the run, as the recorder writes it (kinds 39-42: `mr`, `md`, `sy`, `sr`,
+ * each with its step within the allocation that follows; `sf`) */
 static void rt_marker(void *user, unsigned what, uintptr_t stream, unsigned step)
 {
     static const uint32_t kind[] = {[ALLOC_MARKER_RECORD] = ALLOC_TR_MARKER_RECORD,
                                     [ALLOC_MARKER_DONE] = ALLOC_TR_MARKER_DONE,
                                     [ALLOC_MARKER_SYNC] = ALLOC_TR_SYNC,
-                                    [ALLOC_MARKER_RESTART] = ALLOC_TR_SYNC_RESTART};
-    assert_true(what < 4);
+                                    [ALLOC_MARKER_RESTART] = ALLOC_TR_SYNC_RESTART,
+                                    [ALLOC_MARKER_FORGET] = ALLOC_TR_STREAM_FORGET};
+    assert_true(what < sizeof kind / sizeof kind[0]);
     rt_push(user, (alloc_trace_event_t){.stream = stream, .size = step, .kind = kind[what]});
 }
 
