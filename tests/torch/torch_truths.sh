@@ -4,6 +4,9 @@
 #   val  leaks' growth per step is the training steps' (1 MiB), not bent by the validation
 #        forward after the last optimizer step (a 5th step with no bwd or opt: it read 2.57 MiB),
 #        which is said and left out (JSON .growth_over.left_out), under the C hooks and Python's;
+#        Its kept tensor is made at the top of each iteration, after the step before's update and
+#        before the next forward: leaks counts it as the step before and says so (its "steps 1-3"
+#        read as made in steps 1-3; JSON .kept_beyond_steps.steps, .made_between_steps);
 #   mlp  advise recommends no technique that raises the peak reserved (offloading the optimizer
 #        state of an activation-heavy MLP "costs 82 MiB more" was a recommendation): it is listed
 #        as not worth it (JSON .not_worth_it), and every recommendation saves reserved bytes;
@@ -24,6 +27,8 @@ table=(
   "val#GPUMEM_TORCH_C_HOOKS=1#leaks --json#.growth_per_step, .grows, .growth_over.steps, .growth_over.left_out.step, (.steps | length)#1048576 true 4 5 5"
   "val#GPUMEM_TORCH_C_HOOKS=0#leaks --json#.growth_per_step, .grows, .growth_over.steps, .growth_over.left_out.step, (.steps | length)#1048576 true 4 5 5"
   "val#GPUMEM_TORCH_C_HOOKS=1#leaks#[match(\"memory grows by [^ ]+ MiB per step \\\\(steps 1-4\\\\)\"; \"g\").string] | length#1"
+  "val#GPUMEM_TORCH_C_HOOKS=1#leaks --json#.kept_beyond_steps | \"\\(.steps) \\(.made_between_steps)\"#[1,3] 3"
+  "val#GPUMEM_TORCH_C_HOOKS=1#leaks#[match(\"allocated in steps 1-3 \\\\(each made between two steps: after step k's update, before step k\\\\+1's forward; counted as step k\\\\)\"; \"g\")] | length#1"
   "mlp#GPUMEM_TORCH_C_HOOKS=1#advise --json#[.recommendations[] | select(.saving_bytes <= 0)] | length#0"
   "mlp#GPUMEM_TORCH_C_HOOKS=1#advise --json#[.not_worth_it[] | select(.saving_bytes <= 0) | .target] | join(\",\")#optimizer state"
   "mlp#GPUMEM_TORCH_C_HOOKS=1#advise --json#[.recommendations[].target] | join(\",\")#saved activations"
