@@ -16,7 +16,8 @@
  *     its step's backward began (the first allocation born in that step's backward range) is an
  *     activation; born in a forward, backward or optimizer range and freed before the next phase
  *     began (of its step, or the next step's first) is a temporary. A run that stopped in the
- *     middle of a phase (an OOM) has no next phase: what it freed then gets no category.
+ *     middle of a phase (an OOM) has no next phase: what it freed then, or what was alive at the
+ *     OOM it stopped at (gm_category_cut), gets no category.
  * Anything else stays without a category ("none said"), never guessed.
  *
  * A source is one function in `sources` below, asked in order; the first that answers wins. */
@@ -117,6 +118,8 @@ static int src_phase(cat_ctx *x, size_t i)
         x->next++;
     if (st < 0 || (size_t)st >= x->nstep || !a->death || x->phase[i] == ADV_PH_OTHER)
         return VIZ_CAT_NONE;
+    /* alive at the OOM the run stopped at: its free is the unwinding's, no phase's */
+    if (x->gm && gm_category_cut(x->gm, a)) return VIZ_CAT_NONE;
     uint64_t bw = x->bwd_start[st];
     if (x->phase[i] == ADV_PH_FWD && bw && a->death >= bw) return VIZ_CAT_ACT;
     /* freed before the next phase (of this step or the next) began: a run that stopped in the

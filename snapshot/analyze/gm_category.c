@@ -167,6 +167,7 @@ typedef struct ctx {
     u64map step_idx;  /* steps_from_ranges: "step N" -> its slot in c->steps */
     size_t steps_cap;
     int phased;       /* ... and some event's range names a phase */
+    uint64_t cut;     /* the OOM the run stopped at (no step began after it), 0: none (cut_of) */
     unsure_ent *unsure; /* the timeline's: targets category_decide was not sure of, by birth */
     size_t nunsure, unsure_cap;
 } ctx;
@@ -712,6 +713,34 @@ static uint8_t shape_of(int bp, int dp, long bs, long ds, long last)
                      (ds >= bs + 2 ? SH_KEPT : 0));
 }
 
+/* The OOM the run stopped at: the first one after which no step began (a program that caught
+ * an OOM and went on stepping did not stop there), 0: none. What was alive then was not freed
+ * where its phases would have freed it: the frees after it are the unwinding's, and what lives
+ * to the end was kept by the stop, not by the program (see is_cut). */
+static uint64_t cut_of(const gm_model *m, const gm_categories *c)
+{
+    for (size_t o = 0; o < m->nooms; o++) {
+        uint64_t seq = m->ooms[o].seq;
+        size_t j = 0;
+        while (j < c->nsteps && c->steps[j].start <= seq)
+            j++;
+        if (j == c->nsteps) return seq;
+    }
+    return 0;
+}
+
+/* Target a was alive at the OOM the run stopped at: its free (or none) says nothing of its
+ * category, only that it lived up to the OOM. */
+static inline int is_cut(const ctx *x, const gm_alloc *a)
+{
+    return x->cut && a->birth < x->cut && (!a->death || a->death > x->cut);
+}
+
+int gm_category_cut(const gm_categories *c, const gm_alloc *a)
+{
+    return c->stopped_at && a->birth < c->stopped_at && (!a->death || a->death > c->stopped_at);
+}
+
 /* The shape of target i (a) and what names and its phases decide of it: its category and source
  * where names decide it, or it is a parameter (alive from before the first step to the end);
  * the sizes of the parameters (x->param_sizes); what is made in one step and kept, made again in
@@ -736,9 +765,19 @@ static inline __attribute__((always_inline)) int categorise(ctx *x, const gm_cat
         long bs, ds = -1;
         int bp = event_phase_memo(x, cs, births, pb, a->birth, a->range, 1, &bs, hb);
         size_t hd = *hb;
-        int dp = a->death ? event_phase_memo(x, cs, deaths, pd, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
+        int dp;
+        if (is_cut(x, a)) {
+            /* alive at the OOM the run stopped at: read as freed there, in the step the OOM
+             * is in (past the last step: in the one after it, which never completed) — kept
+             * only where it lived through a whole step; what it would have been after that,
+             * nothing says (category_decide) */
+            dp = event_phase(x, cs, deaths, x->cut, 0, 0, &ds, &hd);
+            if (dp == GM_CPH_POST) dp = GM_CPH_FWD, ds = (long)cs->nsteps;
+        } else {
+            dp = a->death ? event_phase_memo(x, cs, deaths, pd, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
+        }
         shape = shape_of(bp, dp, bs, ds, (long)cs->nsteps - 1);
-        if (k == GM_NCATS && bp == GM_CPH_PRE && dp == GM_CPH_POST)
+        if (k == GM_NCATS && bp == GM_CPH_PRE && (dp == GM_CPH_POST || (ds >= 1 && is_cut(x, a))))
             cat[i] = GM_CAT_PARAM, src[i] = (uint8_t)phase_src;
         if (bs >= 0 && (dp == GM_CPH_POST || ds >= bs + 2)) { /* kept */
             uint64_t key = a->requested * 8 + (uint64_t)bp, *v = u64map_get(&x->repeats, key);
@@ -766,6 +805,13 @@ static inline __attribute__((always_inline)) int category_decide(const ctx *x, c
     const gm_model *m = x->m;
     int bp = (sh & 31) / 5, dp = (sh & 31) % 5;
     int cat;
+    if (is_cut(x, a) && (bp == GM_CPH_PRE || !(sh & SH_KEPT))) {
+        /* alive at the OOM the run stopped at, not through two steps' boundaries (a parameter
+         * categorise decided): the batch's input, an activation, a workspace made on first
+         * need, a step's growth — the stop came before anything could tell them apart */
+        *sourced = 0;
+        return GM_CAT_OTHER;
+    }
     if (bp == GM_CPH_PRE && (sh & SH_DEATH_STEP)) {
         /* made before the first step and freed in one: the loop's first input, made before
          * the step's range opened, held until the next input replaces it */
@@ -1172,6 +1218,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
         }
     }
     c->at_seq = m->peak_allocated_seq;
+    c->stopped_at = x.cut = c->phases_from != GM_CSRC_NONE ? cut_of(m, c) : 0;
     if (timeline(&x)) goto nomem;
     ctx_free(&x);
     return 0;

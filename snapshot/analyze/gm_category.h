@@ -51,6 +51,8 @@ typedef struct gm_categories {
     int phases_from;     /* the same for forward / backward / update */
     uint64_t period;     /* inference: allocations per step (those that do not outlive the run) */
     char why[320];       /* phases_from NONE: why they could not be decided, for a person */
+    uint64_t stopped_at; /* the OOM the run stopped at (no step began after it; 0: none): what was
+                            alive then and had not lived through a step's end is "other" */
     /* at the peak: the model's peak allocated moment */
     uint64_t at_seq, at_total;
     uint64_t peak[GM_NCATS];
@@ -66,6 +68,9 @@ typedef struct gm_categories {
  * memory). */
 int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err, size_t errsz);
 void gm_categories_free(gm_categories *c);
+/* 1 where allocation a was alive at the OOM the run stopped at (c->stopped_at): its free, or
+ * none, is the stop's, not where its phase would have freed it. */
+int gm_category_cut(const gm_categories *c, const gm_alloc *a);
 /* The source that decided most of category cat's bytes at the peak (GM_CSRC_NONE: no bytes). */
 int gm_category_source(const gm_categories *c, int cat);
 /* The phase (GM_CPH_*) and step index (into c->steps; -1 before or after every step) of seq. */

@@ -72,6 +72,10 @@ void gm_categories_print_text(FILE *out, const gm_categories *c, const char *tit
                 strstr(c->why, "PyTorch's segments") ? ""
                 : " (name tensors, or mark phases with NVTX ranges \"step N\" > fwd / bwd / opt, or record a "
                   "PyTorch script with gpumem record's hooks)");
+    if (c->stopped_at)
+        fprintf(out, "  the run stopped at an OOM (event %" PRIu64 "): what was alive then and had not lived through "
+                     "a step's end is \"other\" (the batch's input, an activation, a workspace: the stop came "
+                     "before its phases could tell)\n", c->stopped_at);
     if (!c->ntimeline) return;
     fprintf(out, "  over time (%s):\n    %-11s %12s", c->nsteps ? "each step's highest moment" : "24 stretches of event numbers",
             c->nsteps ? "step" : "events", "total");
@@ -129,6 +133,9 @@ void gm_categories_print_json(FILE *out, const gm_categories *c)
     else fputs("null", out);
     fputs(",\"why\":", out);
     gm_json_str(out, c->phases_from == GM_CSRC_NONE && c->why[0] ? c->why : NULL);
+    fputs(",\"stopped_at_oom\":", out);
+    if (c->stopped_at) fprintf(out, "%" PRIu64, c->stopped_at);
+    else fputs("null", out);
     fputs(",\"sources_at_peak\":{", out);
     for (int k = 0; k < GM_NCATS; k++) {
         fprintf(out, "%s\"%s\":{", k ? "," : "", gm_cat_key[k]);

@@ -2232,6 +2232,15 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     size_t kn = group_kept(m, &l, BY_SITE, &gk, &ktotal, &kcount, &klo, &khi, &kept);
     uint64_t kt2, kc2;
     size_t knn = kept.n ? group_allocs(m, &l, &kept, BY_NAME | G_REQUESTED | G_PHASE, &gkn, &kt2, &kc2) : 0;
+    /* how many of them were made between two steps: after their step's last event, before the
+     * next step's first (kept after opt.step(), or the next step's input made before its
+     * forward): each counts as the step before it, said so beside the steps they name */
+    uint64_t kbetween = 0;
+    for (size_t i = 0; i < kept.n; i++) {
+        const gm_alloc *a = &m->allocs[kept.idx[i]];
+        long si = gm_step_index(m, a);
+        kbetween += si >= 0 && a->birth > m->steps[si].end_seq;
+    }
     free(kept.idx);
     /* growth across steps: least-squares slope of the allocated bytes at each step's end, over
      * the whole steps (a trailing partial step left out: last_step_partial) */
@@ -2305,6 +2314,10 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
                     i ? "," : "", m->steps[i].step, m->steps[i].end_allocated, m->steps[i].leaked);
         fprintf(out, "],\"growth_per_step\":%.0f,\"grows\":%s,\"kept_beyond_steps\":{\"bytes\":%" PRIu64 ",", slope,
                 nfit >= 2 && slope >= 1024 && kn ? "true" : "false", kn ? ktotal : 0);
+        if (kn)
+            fprintf(out, "\"steps\":[%" PRId64 ",%" PRId64 "],\"made_between_steps\":%" PRIu64 ",", klo, khi, kbetween);
+        else
+            fputs("\"steps\":null,\"made_between_steps\":0,", out);
         print_groups_json(out, "by_site", gk, kn, o->top, ktotal, "site");
         fputc(',', out);
         print_groups_json(out, "by_name", gkn, knn, o->top, ktotal, "name");
@@ -2365,7 +2378,9 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
             }
         }
         if (m->nsteps) {
-            fprintf(out, "\nGrowth across steps (%zu step%s)\n", m->nsteps, m->nsteps == 1 ? "" : "s");
+            fprintf(out, "\nGrowth across steps (%zu step%s; a step runs until the next one begins: what is made "
+                         "after its update and before the next step's forward counts as it)\n",
+                    m->nsteps, m->nsteps == 1 ? "" : "s");
             /* one rule for every per-step table (gm_step_rows) */
             gm_step_row *rows = malloc(m->nsteps * sizeof *rows);
             size_t nrows = rows ? gm_step_rows(m->nsteps, same_step_figures, m, rows) : 0;
@@ -2410,9 +2425,18 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
             if (kn) {
                 char kb[32];
                 gm_fmt_bytes(ktotal, kb, sizeof kb);
-                fprintf(out, "  allocated in steps %" PRId64 "-%" PRId64 ", one step after another, and still alive after "
+                char between[200] = "";
+                /* made after a step's last event and before the next one's first: counted as the
+                 * step before, which a person reads as "made in step k" unless told */
+                if (kbetween == kcount)
+                    snprintf(between, sizeof between, " (each made between two steps: after step k's "
+                             "update, before step k+1's forward; counted as step k)");
+                else if (kbetween)
+                    snprintf(between, sizeof between, " (%" PRIu64 " of them made between two steps: after step "
+                             "k's update, before step k+1's forward; counted as step k)", kbetween);
+                fprintf(out, "  allocated in steps %" PRId64 "-%" PRId64 "%s, one step after another, and still alive after "
                              "step %" PRId64 " (what grows): %s in %" PRIu64 " allocation%s\n",
-                        klo, khi, m->steps[m->nsteps - 1].step, kb, kcount, kcount == 1 ? "" : "s");
+                        klo, khi, between, m->steps[m->nsteps - 1].step, kb, kcount, kcount == 1 ? "" : "s");
                 print_groups_text(out, "by call site", gk, kn, o->top, ktotal);
                 if (knn > 1 || (knn == 1 && strcmp(gkn[0].key, "(unnamed)") != 0))
                     print_groups_text(out, "by tensor name", gkn, knn, o->top, ktotal);

@@ -454,7 +454,8 @@ int gm_busiest_device(const gm_model *m);
  * (torch.present == 1) and its tensors held memory, the busiest of their devices (its
  * max_memory_reserved(d)), even where another device held more outside them (a library's
  * workspace, a cudaMalloc through ctypes): the question asked of a PyTorch program is where its
- * memory went; else the busiest (gm_busiest_device). */
+ * memory went; where gpumem served PyTorch (torch.present == 2, --allocator gpumem), the same of
+ * the hook's allocations (their peak allocated by device); else the busiest (gm_busiest_device). */
 int gm_default_device(const gm_model *m);
 /* The device whose figures lead: the one asked for (gm_model_pick_device), else gm_default_device. */
 int gm_lead_device(const gm_model *m);

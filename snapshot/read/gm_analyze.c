@@ -1147,6 +1147,13 @@ int gm_default_device(const gm_model *m) {
         gm_model tv = gm_model_torch_view(m);
         if (gm_model_devices(&tv, NULL, NULL) > 0) return gm_busiest_device(&tv);
     }
+    /* gpumem served PyTorch (its allocator hook): its tensors are the hook's allocations, whose
+     * per-device figures (framework_alloc: allocated and requested, no reserve of PyTorch's
+     * own) say the same of them */
+    if (m->torch.present == 2 && m->torch.devs) {
+        gm_model hv = {.devs = m->torch.devs};
+        if (gm_model_devices(&hv, NULL, NULL) > 0) return gm_busiest_device(&hv);
+    }
     return gm_busiest_device(m);
 }
 

@@ -72,5 +72,6 @@ SCRIPT_TESTS += tests/torch/torch_steps.sh
 # gpumem's outputs against small PyTorch programs' memory truths: leaks' growth per step with a
 # validation forward after the last optimizer step (a partial step, left out), advise recommending
 # no technique that raises the peak reserved, an OOM's live tensors at their Python line rather than
-# PyTorch's segments (torch_truths.sh, torch_truths.py)
+# PyTorch's segments, what was alive at the OOM a run stopped at no parameter or optimizer state
+# "from phases", leaks saying that what grows was made between steps (torch_truths.sh, torch_truths.py)
 SCRIPT_TESTS += tests/torch/torch_truths.sh

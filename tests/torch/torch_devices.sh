@@ -29,7 +29,8 @@
 #     view (diff, the ranks report, export --view torch, leaks, frag, tune, advise, viz): a row each;
 #   - without --device, on the same program with 256 MiB on device 1 (the busiest by gpumem's
 #     account, none of it PyTorch's): every command reads device 0, PyTorch's, and says why (JSON
-#     device_from "torch", busiest_device 1): a row each.
+#     device_from "torch", busiest_device 1): a row each, and so with gpumem as PyTorch's allocator
+#     (--allocator gpumem: PyTorch's tensors are the hook's allocations; it read device 1).
 set -euo pipefail
 source "$(dirname "$0")/common.bash"
 GPUMEM_SIM_DEVICES=2 GPUMEM_SIM_BACKING=memory "$G" record -q -o "$tmp/t.db" -- "$torch_py" tests/torch/devices_mlp.py \
@@ -354,5 +355,37 @@ brows=(
 for row in "${brows[@]}"; do
   IFS='|' read -r fig want got <<< "$row"
   [[ $got == "$want" ]] && ok "devices_one 256: $fig ($got)" || bad "devices_one 256: $fig: '$got', want '$want'"
+done
+# The same program with gpumem as PyTorch's allocator (--allocator gpumem): PyTorch's tensors are
+# the hook's allocations, all on device 0, and every command reads device 0 by the same rule, said
+# the same way (each row read device 1, "the busiest", before).
+GPUMEM_SIM_DEVICES=2 GPUMEM_SIM_BACKING=memory "$G" record --allocator gpumem -o "$tmp/gbig.db" -- "$torch_py" \
+  tests/torch/devices_one.py 256 > "$tmp/gbig.out" 2>&1 || bad "devices_one.py 256 under --allocator gpumem failed: $(tail -n 3 "$tmp/gbig.out")"
+"$G" report --json "$tmp/gbig.db" > "$tmp/g-report.json" 2>/dev/null || bad "report --json failed on devices_one 256 (gpumem)"
+"$G" report "$tmp/gbig.db" > "$tmp/g-report.txt" 2>&1 || bad "report failed on devices_one 256 (gpumem)"
+for c in leaks frag tune advise; do
+  "$G" $c --json "$tmp/gbig.db" > "$tmp/g-$c.json" 2>/dev/null || bad "$c --json failed on devices_one 256 (gpumem)"
+  "$G" $c "$tmp/gbig.db" > "$tmp/g-$c.txt" 2>&1 || bad "$c failed on devices_one 256 (gpumem)"
+done
+"$G" viz "$tmp/gbig.db" -o "$tmp/g.html" 2> "$tmp/g-viz.err" || bad "viz failed on devices_one 256 (gpumem)"
+sed -n 's/^const D = \(.*\);$/\1/p' "$tmp/g.html" > "$tmp/g-viz.json"
+"$G" export "$tmp/gbig.db" --format folded -o "$tmp/g.folded" 2> "$tmp/g-export.err" || bad "export failed on devices_one 256 (gpumem)"
+grows=(
+  "report .torch.allocator (gpumem served PyTorch)|gpumem|$(jq -r .torch.allocator "$tmp/g-report.json")"
+  "report .summary.device, device_from|0 torch|$(jq -r '"\(.summary.device) \(.summary.device_from)"' "$tmp/g-report.json")"
+  "report text: the devices line says why|1|$(grep -c -F "the figures above are device 0's ($core)" "$tmp/g-report.txt" || true)"
+  "record's summary: device 0's, why|1|$(grep -c -F "on device 0 of 2 (the busiest of PyTorch's tensors' devices; device 1 held more" "$tmp/gbig.out" || true)"
+  "leaks .device, device_from, busiest_device|0 torch 1|$(jq -r '"\(.device) \(.device_from) \(.busiest_device)"' "$tmp/g-leaks.json")"
+  "frag .device, device_from|0 torch|$(jq -r '"\(.device) \(.device_from)"' "$tmp/g-frag.json")"
+  "tune .device, device_from|0 torch|$(jq -r '"\(.device) \(.device_from)"' "$tmp/g-tune.json")"
+  "advise .device, device_from|0 torch|$(jq -r '"\(.device) \(.device_from)"' "$tmp/g-advise.json")"
+  "advise text says why|1|$(grep -c -F "are $why" "$tmp/g-advise.txt" || true)"
+  "viz summary.device, device_from, busiest_device|0 torch 1|$(jq -r '.summary | "\(.device) \(.device_from) \(.busiest_device)"' "$tmp/g-viz.json")"
+  "export folded: stderr says why|1|$(grep -c -F "are $why" "$tmp/g-export.err" || true)"
+)
+for row in "${grows[@]}"; do
+  IFS='|' read -r fig want got <<< "$row"
+  [[ $got == "$want" ]] && ok "devices_one 256 --allocator gpumem: $fig ($got)" \
+    || bad "devices_one 256 --allocator gpumem: $fig: '$got', want '$want'"
 done
 exit $fail

@@ -9,6 +9,14 @@
 #         segment), 7 tensors of 64 MiB kept (`acts`, at one line: in that segment), then a
 #         768 MiB request fails: the tensors live at the OOM are the 448 MiB at the `acts` line,
 #         not the segment (made at the `scratch` line, or by PyTorch's C++).
+#   oomfirst  (on a 1 GiB virtual GPU) a training loop whose first forward runs out of memory:
+#         its input (128 MiB, the input line) is alive at the OOM, and so are the parameters, no
+#         gradient named yet: nothing lived through a step, and no phase says what they are
+#         (the input was a parameter "from phases": made before the step, alive to the end).
+#   oomlater  (on a 512 MiB virtual GPU) the same loop with small batches, whose third batch
+#         (128 MiB, made after the second step's update) makes the third forward run out of
+#         memory: that input is no optimizer state (it was, "from phases": made after the
+#         second update, alive to the end).
 import sys
 import torch
 import torch.nn as nn
@@ -44,6 +52,18 @@ elif kind == "oom":
         acts.append(torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))  # the acts line
     try:
         big = torch.empty(768 << 20, dtype=torch.uint8, device="cuda")
+    except torch.OutOfMemoryError:
+        print("out of memory, as meant")
+elif kind in ("oomfirst", "oomlater"):
+    model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    try:
+        for step in range(4):
+            rows = 1 << 15 if kind == "oomfirst" or step == 2 else 256
+            x = torch.randn(rows, 1024, device="cuda")  # the input line
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
     except torch.OutOfMemoryError:
         print("out of memory, as meant")
 torch.cuda.synchronize()

@@ -4,11 +4,20 @@
 #   val  leaks' growth per step is the training steps' (1 MiB), not bent by the validation
 #        forward after the last optimizer step (a 5th step with no bwd or opt: it read 2.57 MiB),
 #        which is said and left out (JSON .growth_over.left_out), under the C hooks and Python's;
+#        Its kept tensor is made at the top of each iteration, after the step before's update and
+#        before the next forward: leaks counts it as the step before and says so (its "steps 1-3"
+#        read as made in steps 1-3; JSON .kept_beyond_steps.steps, .made_between_steps);
 #   mlp  advise recommends no technique that raises the peak reserved (offloading the optimizer
 #        state of an activation-heavy MLP "costs 82 MiB more" was a recommendation): it is listed
 #        as not worth it (JSON .not_worth_it), and every recommendation saves reserved bytes;
 #   oom  report's "live at the OOM, by call site" is PyTorch's tensors at their Python line (the
 #        acts line, 448 MiB in 7), not the segment they were cut from (the scratch line, 512 MiB).
+#   oomfirst, oomlater  after an OOM that stopped the run, what was alive then and had not lived
+#        through a step's end is "other", not decided: the batch's input was a parameter "from
+#        phases" (its OOM in the first step: made before the step, alive to the end) or optimizer
+#        state (its OOM in the third: made after the second update, alive to the end), in every
+#        view that categorises (report's device and PyTorch blocks, text and JSON, viz's bands);
+#        the report says the run stopped there (JSON .categories.stopped_at_oom).
 # Table: KIND#RECORD ENV#COMMAND#jq filter (on the text: its lines as one string)#want.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
@@ -18,11 +27,17 @@ table=(
   "val#GPUMEM_TORCH_C_HOOKS=1#leaks --json#.growth_per_step, .grows, .growth_over.steps, .growth_over.left_out.step, (.steps | length)#1048576 true 4 5 5"
   "val#GPUMEM_TORCH_C_HOOKS=0#leaks --json#.growth_per_step, .grows, .growth_over.steps, .growth_over.left_out.step, (.steps | length)#1048576 true 4 5 5"
   "val#GPUMEM_TORCH_C_HOOKS=1#leaks#[match(\"memory grows by [^ ]+ MiB per step \\\\(steps 1-4\\\\)\"; \"g\").string] | length#1"
+  "val#GPUMEM_TORCH_C_HOOKS=1#leaks --json#.kept_beyond_steps | \"\\(.steps) \\(.made_between_steps)\"#[1,3] 3"
+  "val#GPUMEM_TORCH_C_HOOKS=1#leaks#[match(\"allocated in steps 1-3 \\\\(each made between two steps: after step k's update, before step k\\\\+1's forward; counted as step k\\\\)\"; \"g\")] | length#1"
   "mlp#GPUMEM_TORCH_C_HOOKS=1#advise --json#[.recommendations[] | select(.saving_bytes <= 0)] | length#0"
   "mlp#GPUMEM_TORCH_C_HOOKS=1#advise --json#[.not_worth_it[] | select(.saving_bytes <= 0) | .target] | join(\",\")#optimizer state"
   "mlp#GPUMEM_TORCH_C_HOOKS=1#advise --json#[.recommendations[].target] | join(\",\")#saved activations"
   "oom#GPUMEM_SIM_MEMORY=1G#report --json#.ooms[0] | .live_of, (.live_by_site | map(\"\\(.site) \\(.bytes) \\(.count)\") | join(\",\"))#tensors torch_truths.py:$acts in <module> 469762048 7"
   "oom#GPUMEM_SIM_MEMORY=1G#report#[match(\"live at the OOM, by call site \\\\(PyTorch's tensors\\\\)\\n +448.00 MiB +100.0% +7x +torch_truths.py:$acts \"; \"g\")] | length#1"
+  "oomfirst#GPUMEM_SIM_MEMORY=1G#report --json#.torch.categories_at_peak.parameters, .torch.categories_at_peak.workspaces, .categories_at_peak.workspaces, (.torch.categories.stopped_at_oom == .ooms[-1].seq)#0 0 0 true"
+  "oomfirst#GPUMEM_SIM_MEMORY=1G#report#([match(\"(parameters|workspaces) +from phases\"; \"g\")] | length), ([match(\"the run stopped at an OOM \\\\(event [0-9]+\\\\)\"; \"g\")] | length)#0 2"
+  "oomlater#GPUMEM_SIM_MEMORY=512M#report --json#.torch.categories.sources_at_peak | .parameters.phases, .optimizer_state.phases, .gradients.phases#0 0 0"
+  "oomlater#GPUMEM_SIM_MEMORY=512M#report --json#.torch.categories_at_peak.other >= 134217728, (.torch.categories.stopped_at_oom == .ooms[-1].seq)#true true"
 )
 for row in "${table[@]}"; do
   IFS='#' read -r kind env cmd filter want <<< "$row"
@@ -34,8 +49,19 @@ for row in "${table[@]}"; do
   # shellcheck disable=SC2086
   "$G" $cmd "$db" > "$tmp/out" 2> "$tmp/err"
   if [[ $cmd == *--json ]]; then got=$(jq -r "$filter" "$tmp/out" 2>&1 | paste -sd' ')
-  else got=$(jq -Rsr "$filter" "$tmp/out" 2>&1); fi
+  else got=$(jq -Rsr "$filter" "$tmp/out" 2>&1 | paste -sd" "); fi
   [[ $got == "$want" ]] && ok "$kind ($env) $cmd: $filter = $want" \
     || bad "$kind ($env) $cmd: $filter = '$got', want '$want'"
 done
+# viz's bands: no allocation alive at the OOM the first step stopped at has a category from phases
+db=$tmp/oomfirst.GPUMEM_SIM_MEMORY=1G.db
+if [[ -f $db ]] && "$G" viz "$db" -o "$tmp/oom.html" --with none 2> "$tmp/err"; then
+  sed -n 's/^const D = \(.*\);$/\1/p' "$tmp/oom.html" > "$tmp/oom.json"
+  got=$(jq --argjson o "$(jq '.ooms[-1].seq' "$tmp/oom.json")" \
+    '[.tensors.rows[] | select(.[3] < $o and (.[4] == 0 or .[4] > $o) and .[7] == 2)] | length' "$tmp/oom.json")
+  [[ $got == 0 ]] && ok "oomfirst viz: no band alive at the OOM has a category from phases" \
+    || bad "oomfirst viz: $got bands alive at the OOM have a category from phases"
+else
+  bad "oomfirst viz: $(tail -2 "$tmp/err")"
+fi
 exit $fail
