@@ -640,6 +640,13 @@ void gm_stack_scrub_trace(void);
         if (gm_uses_active()) gm_stack_scrub_##KIND();                                             \
     } while (0)
 
+/* An entry point that gpumem's other objects call (libgpumem_torch.so: PyTorch's allocator,
+ * record_stream, empty_cache, memory fraction) notes its caller first: when that is a libgpumem*
+ * object, its code is gpumem's own, left out of the recorded stacks like libgpumem.so's
+ * (rec_add_own_code). A few loads once the caller is known; in the exported function itself. */
+void gm_note_caller(const void *ra);
+#define GM_NOTE_CALLER() gm_note_caller(__builtin_return_address(0))
+
 /* Converts a driver result to the runtime error the real runtime would give. */
 cudaError_t gm_rt_error(CUresult r);
 
