@@ -1223,9 +1223,8 @@ GM_EXPORT int gpumem_name_next(const char *name)
     return gm_mode() == GM_MODE_OFF ? -1 : 0;
 }
 
-GM_EXPORT int gpumem_record_stream(const void *ptr, struct CUstream_st *stream)
+static __attribute__((noinline)) int record_stream_entry(const void *ptr, struct CUstream_st *stream)
 {
-    GM_NOTE_CALLER();
     if (!ptr || gm_mode() == GM_MODE_OFF)
         return -1;
     CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
@@ -1245,6 +1244,12 @@ GM_EXPORT int gpumem_record_stream(const void *ptr, struct CUstream_st *stream)
         return -1;
     gm_event(GM_EV_RECORD_STREAM, dev, (CUstream)gm_stream_key(stream), p, 0, 0);
     return 0;
+}
+
+GM_EXPORT int gpumem_record_stream(const void *ptr, struct CUstream_st *stream)
+{
+    GM_NOTE_CALLER();
+    return GM_SCRUBBED(mem, record_stream_entry(ptr, stream));
 }
 
 static void *torch_malloc(ssize_t size, int device, void *stream)

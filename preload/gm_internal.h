@@ -606,7 +606,8 @@ void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst
  * binding a name); the stack is written 1.6-2.0 KiB deep, 5.0-5.4 KiB on the calls that take an
  * allocation's call stack (the unwinder's frames: return addresses, not the address); 3 KiB
  * cover all but the dynamic linker's.
- * preload_uses.sh's residue rows rt_malloc..torch_free fail without the scrub, and at 2 KiB
+ * preload_uses.sh's residue rows rt_malloc..torch_free (with the pools' and record_stream) fail
+ * without the scrub, and at 2 KiB
  * the rows after the first cudaMallocHost. Sanitizer builds lay frames out otherwise (redzones, frame pointers, the
  * runtime's own calls: deeper), so their bounds are 16 KiB each (the residue rows run there). */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
