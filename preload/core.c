@@ -35,6 +35,7 @@
 #endif
 
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -252,12 +253,68 @@ static gm_mode_t config_mode(void)
     return cfg_mode;
 }
 
+/* ---- gpumem's own code, left out of the recorded stacks (rec_add_own_code) ---------------- */
+
+struct own_object {
+    uintptr_t addr, lo, hi;
+    int gpumem; /* its file's name begins with libgpumem (the readers' rule: internal_module) */
+};
+static int own_object_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    struct own_object *o = arg;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD) continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        if (a < lo) lo = a;
+        if (a + ph->p_memsz > hi) hi = a + ph->p_memsz;
+    }
+    if (o->addr < lo || o->addr >= hi) return 0;
+    const char *name = info->dlpi_name ? info->dlpi_name : "";
+    const char *b = strrchr(name, '/');
+    b = b ? b + 1 : name;
+    o->lo = lo, o->hi = hi;
+    o->gpumem = strncmp(b, "libgpumem", 9) == 0;
+    return 1;
+}
+
+/* libgpumem.so's own code: before the recording opens (its first stack) */
+static void own_code_register(void)
+{
+#ifdef GM_HAVE_REC
+    struct own_object o = {(uintptr_t)(void *)own_code_register, 0, 0, 0};
+    if (dl_iterate_phdr(own_object_cb, &o)) rec_add_own_code(o.lo, o.hi);
+#endif
+}
+
+void gm_note_caller(const void *ra)
+{
+#ifdef GM_HAVE_REC
+    /* callers already placed: gpumem's own (registered), or others (the last few) */
+    static _Atomic uintptr_t other[8];
+    static _Atomic unsigned next;
+    uintptr_t a = (uintptr_t)ra;
+    if (rec_own_code(a)) return;
+    for (int i = 0; i < 8; i++)
+        if (atomic_load_explicit(&other[i], memory_order_relaxed) == a) return;
+    struct own_object o = {a, 0, 0, 0};
+    if (dl_iterate_phdr(own_object_cb, &o) && o.gpumem && rec_add_own_code(o.lo, o.hi) == 0) return;
+    atomic_store_explicit(&other[atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) & 7], a,
+                          memory_order_relaxed);
+#else
+    (void)ra;
+#endif
+}
+
 int gm_nvtx_recording(void)
 {
 #ifdef GM_HAVE_REC
     static _Atomic int state; /* 0 unknown, 1 yes, 2 no */
     int s = atomic_load_explicit(&state, memory_order_acquire);
     if (!s) {
+        own_code_register();
         s = config_mode() != GM_MODE_OFF && rec_open(NULL) == 0 ? 1 : 2;
         atomic_store_explicit(&state, s, memory_order_release);
     }
@@ -288,6 +345,7 @@ static void core_init(void)
     gm_test_yield_on = y && strcmp(y, "1") == 0;
 #ifdef GM_HAVE_REC
     if (mode != GM_MODE_OFF) {
+        own_code_register();
         recording = rec_open(NULL) == 0; /* fails quietly for GPUMEM_DB=none */
         if (recording) {
             atomic_store(&rec_was_opened, 1);
@@ -1165,7 +1223,7 @@ GM_EXPORT int gpumem_name_next(const char *name)
     return gm_mode() == GM_MODE_OFF ? -1 : 0;
 }
 
-GM_EXPORT int gpumem_record_stream(const void *ptr, struct CUstream_st *stream)
+static __attribute__((noinline)) int record_stream_entry(const void *ptr, struct CUstream_st *stream)
 {
     if (!ptr || gm_mode() == GM_MODE_OFF)
         return -1;
@@ -1186,6 +1244,12 @@ GM_EXPORT int gpumem_record_stream(const void *ptr, struct CUstream_st *stream)
         return -1;
     gm_event(GM_EV_RECORD_STREAM, dev, (CUstream)gm_stream_key(stream), p, 0, 0);
     return 0;
+}
+
+GM_EXPORT int gpumem_record_stream(const void *ptr, struct CUstream_st *stream)
+{
+    GM_NOTE_CALLER();
+    return GM_SCRUBBED(mem, record_stream_entry(ptr, stream));
 }
 
 static void *torch_malloc(ssize_t size, int device, void *stream)
@@ -1261,6 +1325,7 @@ static __attribute__((noinline)) void *torch_malloc_entry(ssize_t size, int devi
 
 GM_EXPORT void *gpumem_torch_malloc(ssize_t size, int device, void *stream)
 {
+    GM_NOTE_CALLER();
     return GM_SCRUBBED(mem, torch_malloc_entry(size, device, stream));
 }
 
@@ -1340,6 +1405,7 @@ GM_EXPORT size_t gpumem_torch_oom_message(char *buf, size_t cap)
  * nothing to cap, said once. */
 GM_EXPORT void gpumem_torch_memory_fraction(double fraction, int device)
 {
+    GM_NOTE_CALLER();
     if (gm_mode() == GM_MODE_REPLACE && !gm_forked_child && gm_driver_init() &&
         gm_heap_memory_fraction(device, fraction) == 0)
         return;
@@ -1358,6 +1424,7 @@ GM_EXPORT void gpumem_torch_memory_fraction(double fraction, int device)
 
 GM_EXPORT void gpumem_empty_cache(void)
 {
+    GM_NOTE_CALLER();
     /* replace mode only: elsewhere gpumem caches nothing (the program's allocator does) */
     if (gm_mode() == GM_MODE_REPLACE && !gm_forked_child)
         gm_heap_empty_cache();
@@ -1390,5 +1457,6 @@ static __attribute__((noinline)) void torch_free_entry(void *ptr, ssize_t size, 
 
 GM_EXPORT void gpumem_torch_free(void *ptr, ssize_t size, int device, void *stream)
 {
+    GM_NOTE_CALLER();
     GM_SCRUBBED_VOID(mem, torch_free_entry(ptr, size, device, stream));
 }

@@ -606,7 +606,8 @@ void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst
  * binding a name); the stack is written 1.6-2.0 KiB deep, 5.0-5.4 KiB on the calls that take an
  * allocation's call stack (the unwinder's frames: return addresses, not the address); 3 KiB
  * cover all but the dynamic linker's.
- * preload_uses.sh's residue rows rt_malloc..torch_free fail without the scrub, and at 2 KiB
+ * preload_uses.sh's residue rows rt_malloc..torch_free (with the pools' and record_stream) fail
+ * without the scrub, and at 2 KiB
  * the rows after the first cudaMallocHost. Sanitizer builds lay frames out otherwise (redzones, frame pointers, the
  * runtime's own calls: deeper), so their bounds are 16 KiB each (the residue rows run there). */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -639,6 +640,13 @@ void gm_stack_scrub_trace(void);
         (CALL);                                                                                    \
         if (gm_uses_active()) gm_stack_scrub_##KIND();                                             \
     } while (0)
+
+/* An entry point that gpumem's other objects call (libgpumem_torch.so: PyTorch's allocator,
+ * record_stream, empty_cache, memory fraction) notes its caller first: when that is a libgpumem*
+ * object, its code is gpumem's own, left out of the recorded stacks like libgpumem.so's
+ * (rec_add_own_code). A few loads once the caller is known; in the exported function itself. */
+void gm_note_caller(const void *ra);
+#define GM_NOTE_CALLER() gm_note_caller(__builtin_return_address(0))
 
 /* Converts a driver result to the runtime error the real runtime would give. */
 cudaError_t gm_rt_error(CUresult r);

@@ -135,6 +135,13 @@ PRELOAD_APPS += $(APPS_DIR)/next_shim.so
 $(APPS_DIR)/stack_probe.so: $(APPS_DIR)/stack_probe.o | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -shared -o $@ $<
 PRELOAD_APPS += $(APPS_DIR)/stack_probe.so
+# stack_top_app: every entry point that records a stack, called from its own function at one
+# depth; libgpumem_caller.so calls gpumem's API as libgpumem_torch.so does (stack_top.sh)
+$(APPS_DIR)/stack_top_app: $(APPS_DIR)/stack_top_app.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -o $@ $< $(SIM_RUNTIME) $(SIM_DRIVER) $(APPS_RPATH) -ldl -lpthread
+$(APPS_DIR)/libgpumem_caller.so: $(APPS_DIR)/gpumem_caller.o | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -shared -o $@ $<
+PRELOAD_APPS += $(APPS_DIR)/stack_top_app $(APPS_DIR)/libgpumem_caller.so
 
 # cxx_wrap_app: C++ through CUDA's header templates (cudaMalloc<T>), inlined at -O2, on the
 # virtual runtime: call sites skip the header wrapper (tests/integration/snapshot_cli.sh)

@@ -279,7 +279,7 @@ int gm_pm_pool_device(CUmemoryPool pool, CUstream s)
     return dev >= 0 ? dev : ctx_dev();
 }
 
-static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s,
+static __attribute__((noinline)) CUresult pool_alloc(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s,
                            CUresult (*real)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))
 {
     if (!real)
@@ -304,13 +304,14 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CU
 }
 CUresult gm_pm_cuMemAllocFromPoolAsync(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s)
 {
-    return pool_alloc(d, n, p, s, gm_real.cuMemAllocFromPoolAsync);
+    return GM_SCRUBBED(mem, pool_alloc(d, n, p, s, gm_real.cuMemAllocFromPoolAsync));
 }
 CUresult gm_pm_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s)
 {
-    return pool_alloc(d, n, p, s ? s : CU_STREAM_PER_THREAD,
-                      gm_real.cuMemAllocFromPoolAsync_ptsz ? gm_real.cuMemAllocFromPoolAsync_ptsz
-                                                           : gm_real.cuMemAllocFromPoolAsync);
+    return GM_SCRUBBED(mem, pool_alloc(d, n, p, s ? s : CU_STREAM_PER_THREAD,
+                                       gm_real.cuMemAllocFromPoolAsync_ptsz
+                                           ? gm_real.cuMemAllocFromPoolAsync_ptsz
+                                           : gm_real.cuMemAllocFromPoolAsync));
 }
 
 /* The pool each device's stream-ordered allocations come from since the program chose it (NULL:

@@ -420,7 +420,8 @@ GM_EXPORT cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s)
 }
 
 /* An explicit memory pool is the program's own allocator: passed through and recorded. */
-static cudaError_t rt_pool(void **p, size_t size, cudaMemPool_t pool, cudaStream_t s, pool_fn real)
+static __attribute__((noinline)) cudaError_t rt_pool(void **p, size_t size, cudaMemPool_t pool,
+                                                      cudaStream_t s, pool_fn real)
 {
     gm_stat_add(GM_ST_RT_MALLOC_ASYNC, 1);
     if (!real)
@@ -437,14 +438,14 @@ static cudaError_t rt_pool(void **p, size_t size, cudaMemPool_t pool, cudaStream
 GM_EXPORT cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t pool,
                                               cudaStream_t s)
 {
-    return rt_pool(p, size, pool, s, real_cudaMallocFromPoolAsync());
+    return GM_SCRUBBED(mem, rt_pool(p, size, pool, s, real_cudaMallocFromPoolAsync()));
 }
 
 GM_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void **p, size_t size, cudaMemPool_t pool,
                                                    cudaStream_t s)
 {
-    return rt_pool(p, size, pool, s ? s : cudaStreamPerThread,
-                   real_cudaMallocFromPoolAsync_ptsz());
+    return GM_SCRUBBED(mem, rt_pool(p, size, pool, s ? s : cudaStreamPerThread,
+                                    real_cudaMallocFromPoolAsync_ptsz()));
 }
 
 GM_EXPORT cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)

@@ -13,8 +13,9 @@
 /* TEMP table stack_sites: each stack's call site as the commands name it (gm_stack_site: the
  * first frame that is the program's own, past gpumem, the CUDA libraries and CUDA's header
  * wrappers; in a Python program its innermost frame of user code). A query joining stack_frames
- * at a fixed depth gets gpumem's own frame (depth 0-4 are libgpumem.so's and the runtime's, and
- * how many there are depends on the path the call took): this is the one rule in SQL. `depth` is
+ * at a fixed depth gets the CUDA runtime's frame or a header wrapper's, and in a recording made
+ * before the recorder left gpumem's own frames out (rec_add_own_code) gpumem's (depth 0-4, as many
+ * as the path the call took gave): this is the one rule in SQL. `depth` is
  * the recorded frame holding the site (stack_frames.depth); a site inlined into that frame is
  * named by its own function and line; C++ names are demangled, as the reports print them;
  * `site` is the site with its caller as the reports print it (gm_site_desc). Needs the symbols, so it exists only here, never in the

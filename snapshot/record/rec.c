@@ -834,6 +834,47 @@ void rec_set_python(rec_pyframes_fn fn, uint64_t interp_lo, uint64_t interp_hi) 
     atomic_store_explicit(&py_fn, fn, memory_order_release);
 }
 
+/* gpumem's own code (rec_add_own_code): a range is written whole before n_own counts it, and
+ * read without a lock on every capture. own_depth: the most of its frames seen at a stack's top
+ * (below the capture's two), how far past the N frames asked for a walk goes so that N of the
+ * program's remain. It only grows (the memo's walks are made for one depth: unw_block). */
+#define REC_OWN_FRAMES_MAX 16
+static struct {
+    _Atomic uint64_t lo, hi;
+} own_code[REC_MAX_OWN_CODE];
+static _Atomic int n_own, own_depth;
+static pthread_mutex_t own_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int rec_add_own_code(uint64_t lo, uint64_t hi) {
+    int r = -1;
+    pthread_mutex_lock(&own_lock);
+    int n = atomic_load_explicit(&n_own, memory_order_relaxed);
+    for (int i = 0; i < n; i++)
+        if (atomic_load_explicit(&own_code[i].lo, memory_order_relaxed) == lo &&
+            atomic_load_explicit(&own_code[i].hi, memory_order_relaxed) == hi)
+            r = 0;
+    if (r != 0 && n < REC_MAX_OWN_CODE && lo < hi) {
+        atomic_store_explicit(&own_code[n].lo, lo, memory_order_relaxed);
+        atomic_store_explicit(&own_code[n].hi, hi, memory_order_relaxed);
+        atomic_store_explicit(&n_own, n + 1, memory_order_release);
+        r = 0;
+    }
+    pthread_mutex_unlock(&own_lock);
+    return r;
+}
+
+static inline int own_pc(uint64_t pc, int n) {
+    for (int i = 0; i < n; i++)
+        if (pc >= atomic_load_explicit(&own_code[i].lo, memory_order_relaxed) &&
+            pc < atomic_load_explicit(&own_code[i].hi, memory_order_relaxed))
+            return 1;
+    return 0;
+}
+
+int rec_own_code(uint64_t pc) {
+    return own_pc(pc, atomic_load_explicit(&n_own, memory_order_acquire));
+}
+
 /* A stack's frames as the table keeps them (one allocation): n native, then npy Python frames. */
 struct rec_stack_frames {
     uint32_t n, npy;
@@ -892,14 +933,20 @@ static __attribute__((noinline)) uint32_t stack_id_slow(uint64_t key, void **pcs
 /* Called by the rec_* entry points (rec_event, rec_oom), so frames [0] and [1] of a walk are
  * the recorder's. Its own frame pointer (__builtin_frame_address makes the compiler set one up
  * here, before anything below runs) gives the memo's key: the address of this frame, whose two
- * words above are the entry point's rbp and the return address into it (rec_unwind.h). */
+ * words above are the entry point's rbp and the return address into it (rec_unwind.h).
+ * The walk goes own_depth frames further than the N asked for; the frames in gpumem's own code
+ * at its top are then left out (rec_add_own_code), and what follows is cut to N. A walk that
+ * met more of them than own_depth, and so kept fewer than N of the program's, raises own_depth
+ * and walks again (once for each deeper path of gpumem's: a few times a run). */
 static __attribute__((noinline)) uint32_t capture_stack(void) {
-    void *pcs[REC_MAX_FRAMES + 2];
+    void *pcs[REC_MAX_FRAMES + REC_OWN_FRAMES_MAX + 2];
     void **f;
     int n;
     const uint64_t *fp = __builtin_frame_address(0);
+    int depth = atomic_load_explicit(&own_depth, memory_order_relaxed);
+    int walk = rec_g.stacks + depth; /* frames from the entry point's caller on */
     rec_unw *m = rec_unw_tls;
-    rec_unw_ent *e = m && m->frames == rec_g.stacks && !rec_g.no_unw_memo
+    rec_unw_ent *e = m && m->frames == walk && !rec_g.no_unw_memo
                          ? rec_unw_lookup(m, (uint64_t)(uintptr_t)fp, fp[1])
                          : NULL;
     rec_pyframes_fn pfn = atomic_load_explicit(&py_fn, memory_order_acquire);
@@ -910,18 +957,38 @@ static __attribute__((noinline)) uint32_t capture_stack(void) {
         m->hits++;
         return e->id;
     }
+    const int nown = atomic_load_explicit(&n_own, memory_order_acquire);
+    int skip = 0;
     if (e) {
         f = e->pcs;
         n = (int)e->npcs;
         m->hits++;
+        while (skip < n && own_pc((uint64_t)(uintptr_t)f[skip], nown))
+            skip++;
     } else {
-        n = unw_backtrace(pcs, rec_g.stacks + 2);
-        if (n < 2) n = 2;
-        f = pcs + 2;
-        n -= 2;
+        for (;;) {
+            n = unw_backtrace(pcs, walk + 2);
+            if (n < 2) n = 2;
+            f = pcs + 2;
+            n -= 2;
+            skip = 0;
+            while (skip < n && own_pc((uint64_t)(uintptr_t)f[skip], nown))
+                skip++;
+            if (skip <= depth || n < walk || depth >= REC_OWN_FRAMES_MAX) break;
+            depth = skip < REC_OWN_FRAMES_MAX ? skip : REC_OWN_FRAMES_MAX;
+            int was = atomic_load_explicit(&own_depth, memory_order_relaxed);
+            while (was < depth && !atomic_compare_exchange_weak_explicit(
+                                      &own_depth, &was, depth, memory_order_relaxed,
+                                      memory_order_relaxed)) {
+            }
+            walk = rec_g.stacks + depth;
+        }
         if (!rec_g.no_unw_memo)
-            rec_unw_learn(&rec_unw_tls, rec_g.stacks, (uint64_t)(uintptr_t)fp, fp[1], f, n);
+            rec_unw_learn(&rec_unw_tls, walk, (uint64_t)(uintptr_t)fp, fp[1], f, n);
     }
+    f += skip;
+    n -= skip;
+    if (n > rec_g.stacks) n = rec_g.stacks;
     /* Python frames: they replace the interpreter's own native frames (rec.h) */
     rec_pyframe py[REC_MAX_PY_FRAMES];
     int npy = 0;

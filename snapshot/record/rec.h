@@ -510,6 +510,20 @@ typedef struct rec_pyframe {
 typedef int (*rec_pyframes_fn)(rec_pyframe *out, int max);
 void rec_set_python(rec_pyframes_fn fn, uint64_t interp_lo, uint64_t interp_hi);
 
+/* ---- gpumem's own code. ---------------------------------------------------------------------
+ * A captured stack begins at the program's frame that made the call: the frames at its top whose
+ * code lies in gpumem's own objects (the preload registers libgpumem.so at start and any other
+ * libgpumem* object that calls it, e.g. libgpumem_torch.so) are left out, so GPUMEM_STACKS=N
+ * keeps N frames of the program. Ranges [lo, hi) of code addresses, REC_MAX_OWN_CODE at most; a
+ * range given again is kept once; -1 when the table is full. With none registered (a program
+ * that links the recorder itself) the frames from rec_event's caller on are kept, as before.
+ * Register an object before its first call that records a stack (a stack already memoized or
+ * deduplicated keeps the frames it had). */
+#define REC_MAX_OWN_CODE 4
+int rec_add_own_code(uint64_t lo, uint64_t hi);
+/* 1 when pc lies in a registered range. */
+int rec_own_code(uint64_t pc);
+
 /* ---- Explicit control (optional: everything above opens lazily from the environment). ---- */
 typedef struct rec_options {
     const char *path;   /* database path template (%p pid, %r rank, %% percent); NULL: GPUMEM_DB,

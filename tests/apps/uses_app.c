@@ -45,7 +45,8 @@
  *                        bytes: k_rb_<path>'s uses must be RB_<path> alone
  *                        Then per allocation and free entry point (rt_malloc .. torch_free,
  *                        residue_paths): the first call allocates RA_<path> through it (named
- *                        after the second launch), or names it, or frees it and another thread
+ *                        after the second launch; from a pool the program made for the _pool
+ *                        rows), or names it, or hands it to gpumem_record_stream, or frees it and another thread
  *                        allocates RX_<path> there (prints "uses_app: residue <path> reused"
  *                        when at the freed address)
  *   uses_app nest        launches inside a launch (the virtual GPU runs a kernel inside its
@@ -551,6 +552,9 @@ static const char *const residue_paths[] = {
     "drv_alloc_host", "drv_host_alloc", "drv_alloc_pitch", "torch_malloc",
     /* a cudaMalloc named with gpumem_name (the name's call keeps the address too) */
     "name",
+    /* from a pool the program made: the runtime's, the driver's by symbol and through
+     * cuGetProcAddress; then a cudaMalloc handed to gpumem_record_stream (which keeps it too) */
+    "rt_malloc_pool", "drv_sym_alloc_pool", "drv_alloc_pool", "record_stream",
     /* frees (RESIDUE_FREE0..): the entry point frees RA_<path>, another thread then allocates
      * RX_<path> of its size and kind (at the same address: the row prints whether it was) */
     "rt_free", "rt_free_async", "rt_free_managed", "rt_free_host", "drv_sym_free", "drv_free",
@@ -558,7 +562,7 @@ static const char *const residue_paths[] = {
 enum {
     RESIDUE_PATHS = sizeof residue_paths / sizeof residue_paths[0],
     RESIDUE_ALLOC0 = 12,
-    RESIDUE_FREE0 = 26
+    RESIDUE_FREE0 = 30
 };
 
 static void k_ra(void **p)
@@ -646,6 +650,9 @@ typedef CUresult (*dfree_fn)(CUdeviceptr);
 /* gpumem's allocator as PyTorch's pluggable allocator (absent without gpumem) */
 static void *(*torch_malloc)(ssize_t, int, void *);
 static void (*torch_free)(void *, ssize_t, int, void *);
+static int (*record_stream)(const void *, cudaStream_t);
+/* The program's own pool on device 0 (made once, before the rows) */
+static cudaMemPool_t residue_pool;
 static __attribute__((noinline)) void residue_mem_first(int path)
 {
     static dalloc_fn alloc;
@@ -657,7 +664,9 @@ static __attribute__((noinline)) void residue_mem_first(int path)
     static dfree_fn dfree;
     static CUresult (*free_async)(CUdeviceptr, CUstream);
     static CUresult (*free_host)(void *);
+    static CUresult (*alloc_pool)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
     if (!alloc) {
+        alloc_pool = driver_entry("cuMemAllocFromPoolAsync");
         alloc = driver_entry("cuMemAlloc");
         alloc_async = driver_entry("cuMemAllocAsync");
         alloc_managed = driver_entry("cuMemAllocManaged");
@@ -688,15 +697,22 @@ static __attribute__((noinline)) void residue_mem_first(int path)
         RT(cudaMalloc(&residue_out, 512));
         if (name_fn) name_fn(residue_out, "RA_name");
         break;
-    case 14: RT(cudaFree(residue_out)); break;
-    case 15: RT(cudaFreeAsync(residue_out, 0)); break;
-    case 16: RT(cudaFree(residue_out)); break;
-    case 17: RT(cudaFreeHost(residue_out)); break;
-    case 18: DRV(cuMemFree_v2(a)); break;
-    case 19: DRV(dfree(a)); break;
-    case 20: DRV(free_async(a, NULL)); break;
-    case 21: DRV(free_host(residue_out)); break;
-    case 22: if (torch_free) torch_free(residue_out, 512, 0, NULL); break;
+    case 14: RT(cudaMallocFromPoolAsync(&residue_out, 512, residue_pool, 0)); break;
+    case 15: DRV(cuMemAllocFromPoolAsync(d, 512, (CUmemoryPool)residue_pool, NULL)); break;
+    case 16: DRV(alloc_pool(d, 512, (CUmemoryPool)residue_pool, NULL)); break;
+    case 17:
+        RT(cudaMalloc(&residue_out, 512));
+        if (record_stream) record_stream(residue_out, NULL);
+        break;
+    case 18: RT(cudaFree(residue_out)); break;
+    case 19: RT(cudaFreeAsync(residue_out, 0)); break;
+    case 20: RT(cudaFree(residue_out)); break;
+    case 21: RT(cudaFreeHost(residue_out)); break;
+    case 22: DRV(cuMemFree_v2(a)); break;
+    case 23: DRV(dfree(a)); break;
+    case 24: DRV(free_async(a, NULL)); break;
+    case 25: DRV(free_host(residue_out)); break;
+    case 26: if (torch_free) torch_free(residue_out, 512, 0, NULL); break;
     }
 }
 
@@ -780,6 +796,12 @@ static void residue(void)
     size_t sa[] = {sizeof(int *)}, sb[] = {sizeof(struct residue_param)};
     torch_malloc = (void *(*)(ssize_t, int, void *))dlsym(RTLD_DEFAULT, "gpumem_torch_malloc");
     torch_free = (void (*)(void *, ssize_t, int, void *))dlsym(RTLD_DEFAULT, "gpumem_torch_free");
+    record_stream = (int (*)(const void *, cudaStream_t))dlsym(RTLD_DEFAULT, "gpumem_record_stream");
+    struct cudaMemPoolProps props = {0};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = 0;
+    RT(cudaMemPoolCreate(&residue_pool, &props));
     pthread_t th;
     check(pthread_create(&th, NULL, reuse_thread, NULL) == 0, "pthread_create");
     for (int i = 0; i < RESIDUE_PATHS; i++) {

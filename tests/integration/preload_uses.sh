@@ -143,6 +143,7 @@ else
   for p in rt rt_ex rt_coop drv_sym drv_sym_ex drv_sym_coop drv_proc drv_proc_ex drv_proc_coop trace rt_memset drv_memset \
            rt_malloc rt_malloc_async rt_malloc_managed rt_malloc_host rt_host_alloc \
            drv_sym_alloc drv_alloc drv_alloc_async drv_alloc_managed drv_alloc_host drv_host_alloc drv_alloc_pitch torch_malloc name \
+           rt_malloc_pool drv_sym_alloc_pool drv_alloc_pool record_stream \
            rt_free rt_free_async rt_free_managed rt_free_host drv_sym_free drv_free drv_free_async drv_free_host torch_free; do
     check_eq "residue $p: k_rb_$p uses RB_$p alone (none of the hook's leftovers)" "$(used_names "$DB" "k_rb_$p")" "RB_$p"
   done

@@ -127,7 +127,7 @@ ok "and a README with one demo number edited fails it"
 # known (8 MiB alive at exit, allocated at alloc_floats, cxx_wrap_app.cc:12, through CUDA's
 # cudaMalloc<float> inlined there). A column `function` or `file` must name the program's code,
 # never gpumem's own frames (gm_rec_alloc in preload/core.c) or CUDA's headers; a query whose
-# comment says "gpumem's own frames included" lists whole stacks and is only run.
+# comment says "every frame included" lists whole stacks and is only run.
 CXX_APP=$BUILD/tests/apps/cxx_wrap_app
 [[ -x $CXX_APP ]] || fail "$CXX_APP is not built"
 "$GM" record -q -o "$TMP/sql_cxx.db" -- "$CXX_APP" > /dev/null 2>&1 || fail "cxx_wrap_app under gpumem record failed"
@@ -171,7 +171,7 @@ def rows(db, q):
     lines = r.stdout.rstrip("\n").split("\n") if r.stdout.strip() else []
     return [l.split("|") for l in lines], ""
 for where, comment, q in queries:
-    whole_stacks = "gpumem's own frames included" in comment
+    whole_stacks = "every frame included" in comment
     for db, own in ((f"{tmp}/sql_train.db", r"^train/"), (f"{tmp}/sql_cxx.db", r"^tests/apps/cxx_wrap_app\.cc$")):
         out, err = rows(db, q)
         if re.match(r"(?i)\s*(delete|insert|update|drop)\b", q):
