@@ -185,11 +185,20 @@ struct param {
  * starts its ids again). They are kept without a generation check because they are only ever
  * taken while gpumem runs (gm_uses_on), and a child forked after gpumem started runs with it off
  * (core.c, fork_child): no child's recording can meet them (preload_fork_ids.sh, "after"). */
+/* A parameter of one word or more: its index in the layout and its words (size / 8). */
+struct word_param {
+    uint32_t idx, words;
+};
 struct fn_info {
     uint32_t name;      /* rec_string id of the (mangled) kernel name */
     int layout;         /* 1: params[] is the function's layout; 0: unknown */
     int fits;           /* with a layout: all its words fit a level's buffer (collect) */
     unsigned nparams;
+    /* the layout's parameters of a word or more, in order (collect_fit_spans): a parameter
+     * under 8 bytes (an int, a flag: a third of a PyTorch launch's) holds no address and costs
+     * no turn of the launch's loop; after p[], in the same allocation */
+    unsigned nscan;
+    const struct word_param *scan;
     struct param p[];
 };
 
@@ -278,7 +287,7 @@ static struct fn_info *fn_info_build(CUfunction f)
     if (f && gm_real.cuFuncGetParamInfo)
         while (n < 4096 && gm_real.cuFuncGetParamInfo(f, n, &off, &size) == CUDA_SUCCESS)
             n++;
-    struct fn_info *fi = calloc(1, sizeof *fi + n * sizeof fi->p[0]);
+    struct fn_info *fi = calloc(1, sizeof *fi + n * (sizeof fi->p[0] + sizeof(struct word_param)));
     if (!fi)
         return NULL;
     fi->layout = f && gm_real.cuFuncGetParamInfo &&
@@ -294,8 +303,13 @@ static struct fn_info *fn_info_build(CUfunction f)
     }
     fi->nparams = fi->layout ? n : 0;
     size_t words = 0;
-    for (unsigned i = 0; i < fi->nparams; i++)
+    struct word_param *scan = (struct word_param *)&fi->p[n];
+    for (unsigned i = 0; i < fi->nparams; i++) {
         words += fi->p[i].size / 8;
+        if (fi->p[i].size / 8)
+            scan[fi->nscan++] = (struct word_param){i, fi->p[i].size / 8};
+    }
+    fi->scan = scan;
     fi->fits = fi->layout && words <= GM_USES_FIT_WORDS;
     const char *name = NULL;
     if (f && gm_real.cuFuncGetName && gm_real.cuFuncGetName(&name, f) == CUDA_SUCCESS && name)
@@ -670,8 +684,9 @@ static const unsigned char *extra_buffer(void **extra, size_t *size)
 }
 
 /* The usual launch: a kernelParams array and a layout whose words all fit a level's buffer
- * (fi->fits: a few pointers, sizes, a small struct), so no room is checked. A parameter of one
- * word (a pointer, a size) is tested here without a loop, against the device span alone when
+ * (fi->fits: a few pointers, sizes, a small struct), so no room is checked. Only the parameters
+ * of a word or more are visited (fi->scan: an int is passed over when the layout is read). A
+ * parameter of one word (a pointer, a size) is tested here without a loop, against the device span alone when
  * there is no host span (both: there is); a narrow struct word by word, a wide one by the
  * vector scan. */
 __attribute__((always_inline)) static inline size_t
@@ -679,16 +694,17 @@ collect_fit_spans(uint64_t *w, const struct fn_info *fi, void **params, const st
                   int both)
 {
     size_t n = 0;
-    for (unsigned i = 0; i < fi->nparams; i++) {
-        const unsigned char *p = params[i];
-        uint32_t size = fi->p[i].size;
-        if (__builtin_expect(size == 8 && p != NULL, 1)) {
+    const struct word_param *s = fi->scan, *end = s + fi->nscan;
+    for (; s < end; s++) {
+        const unsigned char *p = params[s->idx];
+        size_t words = s->words;
+        if (__builtin_expect(p == NULL, 0))
+            continue;
+        if (__builtin_expect(words == 1, 1)) {
             n = scan_words_spans(w, n, sp, p, 1, both);
             continue;
         }
-        size_t words = size / 8;
-        if (p && words)
-            n = words < 8 ? scan_words_spans(w, n, sp, p, words, both) : scan_run(w, n, sp, p, words);
+        n = words < 8 ? scan_words_spans(w, n, sp, p, words, both) : scan_run(w, n, sp, p, words);
     }
     return n;
 }
