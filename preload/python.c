@@ -299,15 +299,8 @@ static int range_cb(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
     struct range_ctx *c = arg;
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD) continue;
-        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-        if (a < lo) lo = a;
-        if (a + ph->p_memsz > hi) hi = a + ph->p_memsz;
-    }
-    if (c->addr >= lo && c->addr < hi) {
+    uintptr_t lo, hi;
+    if (gm_object_range(info, c->addr, &lo, &hi)) {
         c->lo = lo, c->hi = hi;
         return 1;
     }
