@@ -104,6 +104,13 @@ static const char *parse_num(const char *p, const char *end, uint64_t *v, bool *
     return p;
 }
 
+/* every line the parser reads, as its errors list them */
+#define TRACE_LINE_FORMS                                                                                  \
+    "'a <id> <size> [stream]', 'ax <id> <size> [stream]', 'ag <id> <size> [stream]', 'ao <id> <size> "    \
+    "[stream]', 'ap <id> <size> <pool>', 'pr <pool>', 'cb <pool>', 'ce <pool>', 'f <id>', 'fa <id> "      \
+    "<stream>', 'rs <id> <stream>', 'fc <id>', 'fs <id>', 'mr <stream> [step]', 'md <stream> [step]', "   \
+    "'sy [step]', 'sr', 'sf <stream>', 'e' or 'l <bytes>'"
+
 int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events, size_t *n,
                       char *err, size_t errlen)
 {
@@ -183,20 +190,14 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
 #undef WORD
             free(t.v);
             return perr(err, errlen,
-                        "line %zu: unknown event (expected 'a <id> <size> [stream]', 'ax <id> "
-                        "<size> [stream]', 'ag <id> <size> [stream]', 'ao <id> <size> [stream]', "
-                        "'ap <id> <size> <pool>', 'pr <pool>', 'cb <pool>', 'ce <pool>', 'f <id>', 'fa <id> <stream>', 'rs <id> <stream>', "
-                        "'fc <id>', 'fs <id>', 'mr <stream> [step]', 'md <stream> [step]', 'sy [step]', 'sr', 'sf <stream>', 'e' or 'l <bytes>')",
+                        "line %zu: unknown event (expected " TRACE_LINE_FORMS ")",
                         line);
         }
         q = skip_ws(q, eol);
         if (!ok || (q < eol && *q != '#')) {
             free(t.v);
             return perr(err, errlen,
-                        "line %zu: bad or missing number (expected 'a <id> <size> [stream]', "
-                        "'ax <id> <size> [stream]', 'ag <id> <size> [stream]', 'ao <id> <size> "
-                        "[stream]', 'ap <id> <size> <pool>', 'pr <pool>', 'cb <pool>', 'ce <pool>', 'f <id>', 'fa <id> <stream>', "
-                        "'rs <id> <stream>', 'fc <id>', 'fs <id>', 'mr <stream> [step]', 'md <stream> [step]', 'sy [step]', 'sr', 'sf <stream>', 'e' or 'l <bytes>')",
+                        "line %zu: bad or missing number (expected " TRACE_LINE_FORMS ")",
                         line);
         }
         if (!tv_push(&t, e)) {
@@ -237,7 +238,7 @@ int alloc_trace_load(const char *path, alloc_trace_event_t **events, size_t *n, 
         free(buf);
         return perr(err, errlen, "%s: read error", path);
     }
-    char inner[200] = "";
+    char inner[640] = ""; /* the longest message lists every line form (TRACE_LINE_FORMS) */
     int rc = alloc_trace_parse(buf, len, events, n, inner, sizeof(inner));
     free(buf);
     if (rc) return perr(err, errlen, "%s: %s", path, inner);

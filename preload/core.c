@@ -30,6 +30,7 @@
 #include "alloc/alloc.h"
 #include "preload/gpumem.h"
 #include "snapshot/record/rec_settings.h" /* the settings' one parser, in every build */
+#include "snapshot/record/rec_objrange.h" /* header only: in every build */
 #ifdef GM_HAVE_REC
 #include "snapshot/record/rec.h"
 #endif
@@ -255,20 +256,6 @@ static gm_mode_t config_mode(void)
 
 /* ---- gpumem's own code, left out of the recorded stacks (rec_add_own_code) ---------------- */
 
-int gm_object_range(const struct dl_phdr_info *info, uintptr_t addr, uintptr_t *lo, uintptr_t *hi)
-{
-    uintptr_t l = UINTPTR_MAX, h = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD) continue;
-        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-        if (a < l) l = a;
-        if (a + ph->p_memsz > h) h = a + ph->p_memsz;
-    }
-    *lo = l, *hi = h;
-    return addr >= l && addr < h;
-}
-
 struct own_object {
     uintptr_t addr, lo, hi;
     int gpumem; /* its file's name begins with libgpumem (the readers' rule: internal_module) */
@@ -278,7 +265,7 @@ static int own_object_cb(struct dl_phdr_info *info, size_t size, void *arg)
     (void)size;
     struct own_object *o = arg;
     uintptr_t lo, hi;
-    if (!gm_object_range(info, o->addr, &lo, &hi)) return 0;
+    if (!rec_object_range(info, o->addr, &lo, &hi)) return 0;
     const char *name = info->dlpi_name ? info->dlpi_name : "";
     const char *b = strrchr(name, '/');
     b = b ? b + 1 : name;

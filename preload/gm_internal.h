@@ -161,11 +161,6 @@ void gm_conf_check_caller(const void *caller);
  * GPUMEM_CONF and GPUMEM_LIMIT do not apply to it (program_mem.c, once). */
 void gm_settings_program_mem(void);
 
-/* The address range [*lo, *hi) a loaded object's PT_LOAD segments span (struct dl_phdr_info,
- * from dl_iterate_phdr: <link.h>); 1 when addr lies inside it. */
-struct dl_phdr_info;
-int gm_object_range(const struct dl_phdr_info *info, uintptr_t addr, uintptr_t *lo, uintptr_t *hi);
-
 /* ---- the real driver (driver.c) ---- */
 struct gm_real {
     CUresult (*cuGetProcAddress_v2)(const char *, void **, int, cuuint64_t,

@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "snapshot/record/rec_objrange.h" /* header only: in every build */
 #ifdef GM_HAVE_REC
 #include "snapshot/record/rec.h"
 #endif
@@ -300,7 +301,7 @@ static int range_cb(struct dl_phdr_info *info, size_t size, void *arg)
     (void)size;
     struct range_ctx *c = arg;
     uintptr_t lo, hi;
-    if (gm_object_range(info, c->addr, &lo, &hi)) {
+    if (rec_object_range(info, c->addr, &lo, &hi)) {
         c->lo = lo, c->hi = hi;
         return 1;
     }

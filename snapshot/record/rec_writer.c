@@ -43,6 +43,7 @@
 #include "snapshot/record/rec_rows.h"
 #include "snapshot/record/bytemap.h" /* bytemap_rekey */
 #include "snapshot/record/u64map.h"
+#include "snapshot/record/rec_objrange.h"
 
 #include <elf.h>
 #include <errno.h>
@@ -742,14 +743,8 @@ static void build_id_of(struct dl_phdr_info *info, char out[41]) {
 static int phdr_cb(struct dl_phdr_info *info, size_t size, void *arg) {
     (void)size;
     writer *w = ((phdr_ctx *)arg)->w;
-    uint64_t lo = UINT64_MAX, hi = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD) continue;
-        uint64_t a = info->dlpi_addr + ph->p_vaddr;
-        if (a < lo) lo = a;
-        if (a + ph->p_memsz > hi) hi = a + ph->p_memsz;
-    }
+    uintptr_t lo, hi;
+    rec_object_range(info, 0, &lo, &hi);
     if (lo >= hi) return 0;
     for (size_t i = 0; i < w->nmods; i++)
         if (w->mods[i].lo == lo && w->mods[i].hi == hi) return 0;
