@@ -1520,7 +1520,10 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
         case OWN_FRACTION: /* frag and tune apply it under the configured limit (gm_replay_trace_load_tap) */
             return load_added(L, adv_add_limit(m, t, size, requested, &L->evcap), had_evs, had_allocs, seq);
         case OWN_MARKER:
-            if (!L->markers) return 0;
+            /* the markers and syncs are the recorded configuration's (ADV_LOAD_MARKERS); a stream
+             * the program destroyed is every replay's, advise's too: its allocator forgets it
+             * there (the trace's `sf`), as the run's did */
+            if (!L->markers && kind != REC_STREAM_FORGET) return 0;
             return load_added(L,
                               adv_add_marker(m, t, stream,
                                              kind == REC_MARKER_RECORD   ? ADV_MK_RECORD
@@ -2582,7 +2585,8 @@ static alloc_replay_opts_t replay_opts(const adv_model *m)
     size_t cap = (size_t)80 << 30;
     if (2 * m->rec_peak_reserved > cap) cap = (size_t)(2 * m->rec_peak_reserved);
     /* the recorded configuration, every free settled at each release: the recorded markers
-     * and syncs (ADV_EV_MARKER) are not taken (nor loaded: ADV_LOAD_MARKERS). They say when the recorded program's frees
+     * and syncs (ADV_EV_MARKER but the forgotten streams, ADV_MK_FORGET, which every replay
+     * takes) are not taken (nor loaded: ADV_LOAD_MARKERS). They say when the recorded program's frees
      * landed; a rewrite's frees land elsewhere (taken there, the predictions of e2e_advise.sh's
      * trainer rewrites were off by up to 20% of their re-runs' reserved), and the baseline is
      * predicted the way the rewrites are, since advice compares them (advise_any.sh: an OOM

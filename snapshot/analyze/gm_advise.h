@@ -46,7 +46,8 @@ enum { ADV_EV_POOL_RELEASE = 6 };
  * ADV_EV_EMPTY_CACHE's. Only the loader adds it (adv_add_marker). */
 enum { ADV_EV_MARKER = 7 };
 /* ADV_MK_FORGET: the program destroyed the marker's stream, which held memory, and gpumem's
- * allocator forgot it (kind 42): the trace's `sf <stream>`, which every replay takes */
+ * allocator forgot it (kind 42): the trace's `sf <stream>`, which every replay takes (advise's
+ * model loads it without ADV_LOAD_MARKERS) */
 enum { ADV_MK_RECORD = 0, ADV_MK_DONE = 1, ADV_MK_SYNC = 2, ADV_MK_RESTART = 3, ADV_MK_FORGET = 4 };
 /* On an ADV_EV_FREE's stream: a cudaFree after free_sync's synchronization of the device (kind 2
  * flagged REC_F_FREE_SYNCED), settled at once: the trace's `fs`. Database stream ids are small. */
@@ -331,9 +332,9 @@ int adv_model_load(gm_db *d, adv_model *m, char *err, size_t errsz);
  * while the events are read, where stderr is a terminal (the report's, gm_model_load's).
  * ADV_LOAD_MARKERS: gpumem's allocator's markers and syncs (kinds 39-41) read into the model
  * (ADV_EV_MARKER) for a replay of the recorded configuration that takes them (tune's and frag's,
- * gm_replay_trace_load_tap), and the streams it forgot (kind 42), which every configuration's
- * replay takes; advise's own model leaves them out (replay_opts says why; without the
- * forgotten streams its predictions keep a destroyed stream's cached pages, as before). */
+ * gm_replay_trace_load_tap); advise's own model leaves them out (replay_opts says why). The
+ * streams the allocator forgot (kind 42: ADV_EV_MARKER, ADV_MK_FORGET) are loaded with or
+ * without it: every replay takes them, advise's baseline and rewrites too. */
 enum { ADV_LOAD_TORCH = 1, ADV_LOAD_INFER = 2, ADV_LOAD_SQL = 4, ADV_LOAD_PROGRESS = 8, ADV_LOAD_MARKERS = 16 };
 int adv_model_load_as(gm_db *d, adv_model *m, int how, char *err, size_t errsz);
 /* Every events row as the load reads them (all kinds, a page's rows at a time, before the model

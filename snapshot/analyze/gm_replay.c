@@ -183,8 +183,8 @@ int gm_replay_trace_load_tap(gm_db *d, adv_model *am, const adv_tap *tap, int *t
         return -1;
     }
     /* the model advise replays (gpumem's capture pools' ends and its empty_cache calls are the
-     * load's own events), with the recorded configuration's markers and syncs, which advise
-     * leaves out (ADV_LOAD_MARKERS) */
+     * load's own events, and so are the streams it forgot), with the recorded configuration's
+     * markers and syncs, which advise leaves out (ADV_LOAD_MARKERS) */
     if (adv_model_load_tap(d, am, ADV_LOAD_MARKERS, tap, err, errsz) != 0) return -1;
     if (tapped) *tapped = 1;
     /* the frees' landings (read by the load) in the events: frag and tune count the trace by them */
