@@ -9,6 +9,9 @@
 #         loop, and its tensors are no saved activations. argv[2] "offload": the forward under
 #         save_on_cpu (what advise's offload of saved activations would do), which packs
 #         nothing inside a checkpointed block: max_memory_reserved (printed) is the same.
+#   expand  (under expandable_segments:True) one 256 MiB tensor: PyTorch maps its segment's pages
+#         one by one and records them as one range; the device's peak reserved, its last page,
+#         is PyTorch's reserve (max_memory_reserved, printed), no other program VMM.
 import contextlib
 import sys
 import torch
@@ -56,6 +59,8 @@ elif kind == "ckpt":
         loss.backward()
         opt.step()
         opt.zero_grad()
+elif kind == "expand":
+    x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
 torch.cuda.synchronize()
 print("memory_allocated", torch.cuda.memory_allocated())
 print("max_memory_reserved", torch.cuda.max_memory_reserved())
