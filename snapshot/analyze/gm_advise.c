@@ -296,6 +296,12 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
             if (p->is_phase) x->lr = (uint64_t)x->id, x->lr_name = intern(m, m->torch ? block_of(name, blk, sizeof blk) : name);
         }
         int ph = adv_phase_of_name(name);
+        /* a forward inside the backward is torch.utils.checkpoint's recompute (PyTorch's hooks
+         * open it as "fwd" in the block's "bwd"): the backward's, born and dead in it. As a
+         * forward of its own it was a forward pass of the loop ("4 forward passes a step: it
+         * accumulates already" of a loop of one) and its tensors saved activations, offloaded
+         * in a prediction that measured no saving */
+        if (ph == ADV_PH_FWD && p && p->phase == ADV_PH_BWD) ph = ADV_PH_OTHER;
         if (ph) x->phase = (uint8_t)ph, x->is_phase = 1, x->lr = 0, x->lr_name = 0;
         int64_t sn = step_number(name);
         if (sn >= 0) {

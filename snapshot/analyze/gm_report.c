@@ -1163,8 +1163,12 @@ typedef struct torch_diff {
  * allocation itself and before PyTorch records the segment; at the peak's own seq that segment is
  * in neither view and would read as gpumem's cache. So: the first segment PyTorch records after
  * the peak, where the device's reserve has not changed since and that segment is an allocation
- * (or a VMM map) made from the peak on — the segment in flight, now in both views. *torch_then
- * gets PyTorch's reserve then. Else the peak itself. */
+ * (or a VMM map) made from the peak on — the segment in flight, now in both views: the
+ * allocation at the segment's address, or a map inside the range it records (expandable
+ * segments map a segment's pages one by one, PyTorch records them as one range from its first
+ * page: the last page, the peak, was at another address, and the segment read as other program
+ * VMM, "PyTorch held 260 MiB less then than at its own peak" of a program that held that much).
+ * *torch_then gets PyTorch's reserve then. Else the peak itself. */
 static uint64_t torch_caught_up(gm_db *d, const gm_model *m, uint64_t *torch_then) {
     uint64_t p = m->peak_device_seq, at = p;
     *torch_then = m->peak_device_torch;
@@ -1178,7 +1182,7 @@ static uint64_t torch_caught_up(gm_db *d, const gm_model *m, uint64_t *torch_the
         " AND NOT EXISTS (SELECT 1 FROM events r WHERE r.seq > ?1 AND r.seq < t.seq"
         "                 AND r.kind IN (11, 12, 14, 15, 18, 19) AND (?2 < 0 OR r.device = ?2))"
         " AND EXISTS (SELECT 1 FROM events a WHERE a.seq >= ?1 AND a.seq < t.seq AND a.kind IN (1, 3, 11)"
-        "             AND a.addr = t.addr)";
+        "             AND a.addr >= t.addr AND a.addr < t.addr + t.size)";
     if (sqlite3_prepare_v2(d->db, sql, -1, &st, NULL) != SQLITE_OK) return at;
     sqlite3_bind_int64(st, 1, (int64_t)p);
     sqlite3_bind_int(st, 2, m->device_only - 1);

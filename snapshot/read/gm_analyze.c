@@ -1533,6 +1533,11 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     for (uint64_t k = 0; w.tlive.keys && k <= w.tlive.mask; k++) {
         if (w.tlive.keys[k] == U64MAP_EMPTY) continue;
         gm_alloc *a = &m->torch.allocs[w.tlive.vals[k]];
+        /* freed by the program, its free not completed by the end (a block used on another
+         * stream, record_stream, whose events PyTorch had not processed yet): no longer the
+         * program's (memory_allocated() dropped at the free), so no leak; its block stays
+         * PyTorch's to the end, as a completed free's stays until it completes */
+        if (a->flags & GM_ALLOC_FREED) a->death = m->max_seq + 1;
         a->flags &= (uint8_t)~GM_ALLOC_FREED;
         if (a->death) continue;
         long si = gm_step_index(&tv, a);

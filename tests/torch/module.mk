@@ -75,3 +75,7 @@ SCRIPT_TESTS += tests/torch/torch_steps.sh
 # PyTorch's segments, what was alive at the OOM a run stopped at no parameter or optimizer state
 # "from phases", leaks saying that what grows was made between steps (torch_truths.sh, torch_truths.py)
 SCRIPT_TESTS += tests/torch/torch_truths.sh
+# gpumem's outputs on PyTorch features no other test covers, against the program's own figures: a
+# tensor freed after record_stream, its free pending at the end, is no leak; checkpointing's
+# recompute is no forward pass and its tensors no saved activations (torch_features.sh, .py)
+SCRIPT_TESTS += tests/torch/torch_features.sh

@@ -1,0 +1,66 @@
+# Small PyTorch programs that use a feature of PyTorch users rely on, whose memory truths
+# tests/torch/torch_features.sh checks gpumem's outputs against (argv[1] the kind):
+#   stream  3 tensors of 32 MiB kept, each copied on a side stream from a 32 MiB tensor that is
+#         freed after record_stream(side): the last one's free has not completed at the end
+#         (PyTorch processes the side stream's events at its next allocation), yet the program
+#         freed it: memory_allocated() at the end is the 96 MiB kept (printed).
+#   ckpt  a model of 4 residual MLP blocks, each under torch.utils.checkpoint, one forward and
+#         one backward a step: the backward's recompute of each block is no forward pass of the
+#         loop, and its tensors are no saved activations. argv[2] "offload": the forward under
+#         save_on_cpu (what advise's offload of saved activations would do), which packs
+#         nothing inside a checkpointed block: max_memory_reserved (printed) is the same.
+#   expand  (under expandable_segments:True) one 256 MiB tensor: PyTorch maps its segment's pages
+#         one by one and records them as one range; the device's peak reserved, its last page,
+#         is PyTorch's reserve (max_memory_reserved, printed), no other program VMM.
+import contextlib
+import sys
+import torch
+import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
+
+torch.manual_seed(0)
+kind = sys.argv[1]
+if kind == "stream":
+    side = torch.cuda.Stream()
+    kept = []
+    for step in range(3):
+        x = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
+        with torch.cuda.stream(side):
+            kept.append(x.clone())  # the clone line
+        x.record_stream(side)
+        del x
+elif kind == "ckpt":
+
+    class Block(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.l1, self.l2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            return x + self.l2(torch.relu(self.l1(x)))
+
+    class Net(nn.Module):
+        def __init__(self, d=512, n=4):
+            super().__init__()
+            self.blocks = nn.ModuleList([Block(d) for _ in range(n)])
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = checkpoint(b, x, use_reentrant=False)
+            return x
+
+    model = Net().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    offload = len(sys.argv) > 2 and sys.argv[2] == "offload"
+    for step in range(3):
+        x = torch.randn(1024, 512, device="cuda")
+        with torch.autograd.graph.save_on_cpu(pin_memory=True) if offload else contextlib.nullcontext():
+            loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+elif kind == "expand":
+    x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+print("memory_allocated", torch.cuda.memory_allocated())
+print("max_memory_reserved", torch.cuda.max_memory_reserved())
