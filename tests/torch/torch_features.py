@@ -12,6 +12,9 @@
 #   expand  (under expandable_segments:True) one 256 MiB tensor: PyTorch maps its segment's pages
 #         one by one and records them as one range; the device's peak reserved, its last page,
 #         is PyTorch's reserve (max_memory_reserved, printed), no other program VMM.
+#   empty  a 256 MiB tensor freed, torch.cuda.empty_cache(), then a 64 MiB one: PyTorch's
+#         reserve at the end is the 64 MiB segment (memory_reserved, printed), and so is what
+#         the process holds of the device beyond its context.
 import contextlib
 import sys
 import torch
@@ -61,6 +64,12 @@ elif kind == "ckpt":
         opt.zero_grad()
 elif kind == "expand":
     x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+elif kind == "empty":
+    x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    del x
+    torch.cuda.empty_cache()
+    y = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
 torch.cuda.synchronize()
 print("memory_allocated", torch.cuda.memory_allocated())
 print("max_memory_reserved", torch.cuda.max_memory_reserved())
+print("memory_reserved", torch.cuda.memory_reserved())

@@ -13,6 +13,11 @@
 #   expand  under expandable_segments:True the device's peak reserved, the last page PyTorch
 #        mapped for its segment, is PyTorch's reserve (its max_memory_reserved): it read as
 #        "other program VMM 260 MiB; PyTorch held 260 MiB less then than at its own peak".
+#   empty  torch.cuda.empty_cache() with PyTorch's own allocator gives gpumem's cache back: PyTorch
+#        cudaFree'd its 256 MiB segment into gpumem's allocator, which kept it mapped to the end
+#        (device used at exit 682 MiB, reserved by gpumem 256 MiB, where the program alone used
+#        490 MiB and PyTorch reserved 64 MiB), with PyTorch's history on and off; the replay of
+#        the device's trace empties there too (its `e`).
 # Table: KIND#ENV#COMMAND#jq filter#want ($mem, $res: the recording's printed memory_allocated,
 # max_memory_reserved).
 set -uo pipefail
@@ -22,6 +27,7 @@ clone=$(grep -n "# the clone line" "$script" | cut -d: -f1)
 table=(
   "stream#-#leaks --json#.leaked_held_bytes == \$mem, .leaked_allocations, ([.leaks[].site] | join(\",\"))#true 3 torch_features.py:$clone in <module>"
   "ckpt#-#advise --json#[.not_predicted[] | select(.technique == \"accum\") | .why | test(\"forward passes\")] | map(tostring) | join(\",\")#false"
+  "empty#-#report --json#.device_used.devices[0].exit.reserved_by_gpumem == \$resnow#true"
   "expand#PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True#report --json#.torch.device_peak | (.reserved == \$res), (.torch_reserved == \$res), .other_vmm, .torch_less_than_its_peak#true true 0 0"
 )
 for row in "${table[@]}"; do
@@ -34,10 +40,26 @@ for row in "${table[@]}"; do
   fi
   mem=$(awk '$1 == "memory_allocated" { print $2 }' "$db.out")
   res=$(awk '$1 == "max_memory_reserved" { print $2 }' "$db.out")
+  resnow=$(awk '$1 == "memory_reserved" { print $2 }' "$db.out")
   # shellcheck disable=SC2086
   "$G" $cmd "$db" > "$tmp/out" 2> "$tmp/err"
-  got=$(jq -r --argjson mem "${mem:-null}" --argjson res "${res:-null}" "$filter" "$tmp/out" 2>&1 | paste -sd' ')
+  got=$(jq -r --argjson mem "${mem:-null}" --argjson res "${res:-null}" --argjson resnow "${resnow:-null}" "$filter" "$tmp/out" 2>&1 | paste -sd' ')
   [[ $got == "$want" ]] && ok "$kind $cmd: $filter = $want" || bad "$kind $cmd: $filter = '$got', want '$want'"
+done
+# empty: with PyTorch's history off the same (the give-back does not ride on the history's
+# wrapper), and the device's trace empties gpumem's cache where the run did
+db=$tmp/empty-nohist.db
+GPUMEM_SIM_BACKING=memory "$G" record -q --no-torch-history -o "$db" -- "$torch_py" "$script" empty > "$db.out" 2>&1
+resnow=$(awk '$1 == "memory_reserved" { print $2 }' "$db.out")
+got=$("$G" report --json "$db" 2>&1 | jq -r '.device_used.devices[0].exit.reserved_by_gpumem' 2>&1)
+[[ -n $resnow && $got == "$resnow" ]] && ok "empty, --no-torch-history: reserved by gpumem at exit $got = PyTorch's memory_reserved" \
+  || bad "empty, --no-torch-history: reserved by gpumem at exit '$got', PyTorch's memory_reserved '$resnow'"
+for db in "$tmp/empty.db" "$db"; do
+  [[ -f $db ]] || continue
+  "$G" export --format trace "$db" -o "$tmp/empty.trace" 2>> "$tmp/err"
+  got=$(grep -c '^e$' "$tmp/empty.trace")
+  [[ $got == 1 ]] && ok "$(basename "$db"): the device's trace empties the cache once (e)" \
+    || bad "$(basename "$db"): the device's trace has $got 'e' lines, want 1"
 done
 # ckpt: every recommendation to offload saved activations predicts the peak reserved the program
 # measures under save_on_cpu (none is recommended where that run saves nothing)
