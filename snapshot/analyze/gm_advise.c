@@ -1768,6 +1768,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
         }
         sqlite3_finalize(s);
     }
+    if (m->torch) gm_meta_text(d, "torch_autocast", m->torch_autocast, sizeof m->torch_autocast);
     if (m->torch == 1) {
         gm_meta_text(d, "torch_conf", m->torch_conf, sizeof m->torch_conf);
         char conf[1024];

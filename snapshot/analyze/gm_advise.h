@@ -213,6 +213,10 @@ typedef struct adv_model {
      * max_memory_reserved); rec_peak_* are then its recorded peaks, and device_* the device's */
     int torch;
     char torch_conf[512];
+    /* the dtypes of the torch.autocast regions the program entered on CUDA ("float16",
+     * "bfloat16,float16"), meta torch_autocast; "" none seen, or not recorded (an older gpumem,
+     * or no dump: --no-torch-history with PyTorch's own allocator) */
+    char torch_autocast[64];
     /* the op log (a PyTorch recording made with --torch-ops; ntops 0 otherwise): read-only,
      * shared by copies and views, freed by the model that loaded it (owns_tops) */
     adv_top *tops;

@@ -1676,7 +1676,16 @@ int gm_advise_main(int argc, char **argv)
                  "optimizer.step() every k) and record it again",
                  already);
         unpredicted(&c, "accum", why);
-        if (!c.rec.bf16 && !c.m.ntops)
+        /* gpumem's hooks saw the program enter torch.autocast on CUDA (meta torch_autocast):
+         * said, and autocast not proposed, where the op log would tell it op by op */
+        if (!c.rec.bf16 && !c.m.ntops && c.m.torch_autocast[0]) {
+            char ac[400];
+            snprintf(ac, sizeof ac,
+                     "autocast is not proposed: this script runs under torch.autocast already (%s on CUDA, "
+                     "seen by gpumem's hooks); a recording with `gpumem record --torch-ops` predicts it op by op",
+                     c.m.torch_autocast);
+            unpredicted(&c, "bf16", ac);
+        } else if (!c.rec.bf16 && !c.m.ntops)
             unpredicted(&c, "bf16",
                         "autocast is not predicted for this script: without the op log the precision of its "
                         "tensors (it may run under autocast already) is not in the recording, and --check "

@@ -2063,6 +2063,22 @@ int gm_torch_merge(const char *dbpath, const unsigned char *buf, size_t n, uint6
         snprintf(err, errsz, "%s already holds a merged PyTorch history or op log", dbpath);
         goto out;
     }
+    /* the dtypes of the torch.autocast regions the program entered on CUDA (_torch.py,
+     * _autocast_seen): meta torch_autocast, "float16,bfloat16"; none entered, no row */
+    char autocast[128] = "";
+    const gpk_val *ac = gpk_get(root, "autocast");
+    for (size_t i = 0; ac && ac->type == GPK_LIST && i < ac->len; i++) {
+        const char *dt = gpk_as_str(ac->items[i]);
+        size_t at = strlen(autocast);
+        if (dt && strspn(dt, "abcdefghijklmnopqrstuvwxyz0123456789_") == strlen(dt))
+            snprintf(autocast + at, sizeof autocast - at, "%s%s", at ? "," : "", dt);
+    }
+    if (autocast[0]) {
+        char *q = sqlite3_mprintf("INSERT OR REPLACE INTO meta VALUES ('torch_autocast', %Q)", autocast);
+        int qrc = q ? mexec(&m, q) : -1;
+        sqlite3_free(q);
+        if (qrc != 0) goto out;
+    }
     if (ops_only) {
         m.next_string = query_i64(&m, "SELECT max(id) FROM strings", 0) + 1;
         uint64_t nops = 0, unmatched = 0;

@@ -12,6 +12,7 @@
 #   expand  (under expandable_segments:True) one 256 MiB tensor: PyTorch maps its segment's pages
 #         one by one and records them as one range; the device's peak reserved, its last page,
 #         is PyTorch's reserve (max_memory_reserved, printed), no other program VMM.
+#   amp   a small MLP trained 3 steps under torch.autocast(float16) with a GradScaler.
 #   empty  a 256 MiB tensor freed, torch.cuda.empty_cache(), then a 64 MiB one: PyTorch's
 #         reserve at the end is the 64 MiB segment (memory_reserved, printed), and so is what
 #         the process holds of the device beyond its context.
@@ -64,6 +65,18 @@ elif kind == "ckpt":
         opt.zero_grad()
 elif kind == "expand":
     x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+elif kind == "amp":
+    model = nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cuda")
+    for step in range(3):
+        x = torch.randn(256, 512, device="cuda")
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x).float().square().mean()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
 elif kind == "empty":
     x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     del x

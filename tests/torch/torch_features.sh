@@ -13,6 +13,9 @@
 #   expand  under expandable_segments:True the device's peak reserved, the last page PyTorch
 #        mapped for its segment, is PyTorch's reserve (its max_memory_reserved): it read as
 #        "other program VMM 260 MiB; PyTorch held 260 MiB less then than at its own peak".
+#   amp  a script under torch.autocast, recorded without the op log: advise says it runs under
+#        autocast already (float16, seen by the hooks) and proposes no autocast, where it said "it
+#        may run under autocast already"; a script without autocast (ckpt) keeps that sentence.
 #   empty  torch.cuda.empty_cache() with PyTorch's own allocator gives gpumem's cache back: PyTorch
 #        cudaFree'd its 256 MiB segment into gpumem's allocator, which kept it mapped to the end
 #        (device used at exit 682 MiB, reserved by gpumem 256 MiB, where the program alone used
@@ -27,6 +30,8 @@ clone=$(grep -n "# the clone line" "$script" | cut -d: -f1)
 table=(
   "stream#-#leaks --json#.leaked_held_bytes == \$mem, .leaked_allocations, ([.leaks[].site] | join(\",\"))#true 3 torch_features.py:$clone in <module>"
   "ckpt#-#advise --json#[.not_predicted[] | select(.technique == \"accum\") | .why | test(\"forward passes\")] | map(tostring) | join(\",\")#false"
+  "amp#-#advise --json#[.not_predicted[] | select(.technique == \"bf16\") | .why | test(\"runs under torch.autocast already [(]float16 on CUDA\")] | map(tostring) | join(\",\")#true"
+  "ckpt#-#advise --json#[.not_predicted[] | select(.technique == \"bf16\") | .why | test(\"may run under autocast already\")] | map(tostring) | join(\",\")#true"
   "empty#-#report --json#.device_used.devices[0].exit.reserved_by_gpumem == \$resnow#true"
   "expand#PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True#report --json#.torch.device_peak | (.reserved == \$res), (.torch_reserved == \$res), .other_vmm, .torch_less_than_its_peak#true true 0 0"
 )

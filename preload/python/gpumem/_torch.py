@@ -55,7 +55,7 @@ import gpumem
 
 _env = os.environ.get
 _state = {"installed": False, "torch": None, "names": [], "marks": [], "named": {}, "warned": False,
-          "dumped": 0, "ops": None, "oom_limits": [], "fraction_set": set()}
+          "dumped": 0, "ops": None, "oom_limits": [], "fraction_set": set(), "autocast": set()}
 _lock = threading.Lock()
 
 
@@ -133,6 +133,10 @@ def _setup(torch):
                 _warn("the op log (GPUMEM_TORCH_OPS)", e)
     else:
         _empty_cache_gives_back(torch)
+    try:
+        _autocast_seen(torch)
+    except Exception as e:  # noqa: BLE001
+        _warn("watching torch.autocast", e)
     if allocator != "gpumem" and _env("GPUMEM_TORCH_HISTORY", "1") == "1" and _env("GPUMEM_TORCH_SNAPSHOT"):
         _history(torch)
         _state["traced"] = True  # names of tensors go with the trace (name_tensor)
@@ -285,6 +289,30 @@ def _empty_cache_gives_back(torch):
     for mod in (torch.cuda, tcm):
         if getattr(mod, "empty_cache", None) is orig:
             setattr(mod, "empty_cache", empty_cache)
+
+
+def _autocast_seen(torch):
+    """Which torch.autocast regions the program entered on CUDA, enabled, and their dtypes
+    ("float16", "bfloat16"), for the dump (meta torch_autocast): without the op log the recording
+    holds no tensor's precision, and advise said of a script under autocast "it may run under
+    autocast already". One set insert per region entered (a step's forward), after PyTorch's own
+    __enter__; torch.cuda.amp.autocast and the decorator form enter through the same method."""
+    cls = torch.amp.autocast_mode.autocast
+    orig = cls.__enter__
+    seen = _state["autocast"]
+
+    def __enter__(self):
+        r = orig(self)
+        try:
+            if getattr(self, "_enabled", False) and getattr(self, "device", None) == "cuda":
+                key = str(self.fast_dtype).replace("torch.", "")
+                if key not in seen:
+                    seen.add(key)
+        except Exception:  # noqa: BLE001 - never break the program's forward
+            pass
+        return r
+    __enter__.__doc__, __enter__.__wrapped__ = orig.__doc__, orig
+    cls.__enter__ = __enter__
 
 
 def _fraction_at_start(torch):
@@ -449,7 +477,8 @@ def _dump(why):
         doc = {"gpumem_torch": 1, "why": why, "torch_version": str(torch.__version__),
                "time_ns": time.time_ns(), "snapshot": snap, "names": names, "marks": marks,
                "max_entries": _state.get("max_entries", 0),
-               "oom_python": _state.get("oom_python", []), "oom_limits": list(_state["oom_limits"])}
+               "oom_python": _state.get("oom_python", []), "oom_limits": list(_state["oom_limits"]),
+               "autocast": sorted(_state["autocast"])}
         if _state["ops"] is not None:
             doc["ops"] = list(_state["ops"])
         trace = _trace_copy()  # after the snapshot: it holds every entry the snapshot holds
@@ -479,7 +508,8 @@ def _dump_ops():
     try:
         import pickle
         doc = {"gpumem_torch": 1, "why": "exit", "torch_version": str(torch.__version__),
-               "time_ns": time.time_ns(), "ops": list(_state["ops"]), "ops_position": "seq"}
+               "time_ns": time.time_ns(), "ops": list(_state["ops"]), "ops_position": "seq",
+               "autocast": sorted(_state["autocast"])}
         tmp = path + ".part"
         with open(tmp, "wb") as f:
             pickle.dump(doc, f, protocol=4)
