@@ -736,18 +736,50 @@ static uint8_t shape_of(int bp, int dp, long bs, long ds, long last)
                      (ds >= bs + 2 ? SH_KEPT : 0));
 }
 
-/* The OOM the run stopped at: the first one after which no step began (a program that caught
- * an OOM and went on stepping did not stop there), 0: none. What was alive then was not freed
- * where its phases would have freed it: the frees after it are the unwinding's, and what lives
- * to the end was kept by the stop, not by the program (see is_cut). */
-static uint64_t cut_of(const gm_model *m, const gm_categories *c)
+/* Some allocation of as[0..n) (in birth order) made after seq in a range of step `step`'s
+ * update. */
+static int update_after(ctx *x, const gm_alloc *as, size_t n, uint64_t seq, int64_t step)
 {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (as[mid].birth <= seq) lo = mid + 1;
+        else hi = mid;
+    }
+    range_memo mm = {0};
+    for (; lo < n; lo++) {
+        int64_t st;
+        int ph;
+        range_info(x, &mm, as[lo].range, &st, &ph);
+        if (st == step && ph == GM_CPH_OPT) return 1;
+    }
+    return 0;
+}
+
+/* The OOM the run stopped at: the first one after which no step began (a program that caught
+ * an OOM and went on stepping did not stop there) and its step's update made nothing after it
+ * (a program that caught it in its last step and ran the step again with a smaller batch went
+ * on to the update: it was said to stop there; the update's ranges say so, those of PyTorch's
+ * tensors too in the device's view, whose allocations are its segments), 0: none. What was
+ * alive then was not freed where its phases would have freed it: the frees after it are the
+ * unwinding's, and what lives to the end was kept by the stop, not by the program (see
+ * is_cut). Only the OOMs in the last step are scanned after, and only the allocations after
+ * them. */
+static uint64_t cut_of(ctx *x)
+{
+    const gm_model *m = x->m;
+    const gm_categories *c = x->c;
     for (size_t o = 0; o < m->nooms; o++) {
         uint64_t seq = m->ooms[o].seq;
         size_t j = 0;
         while (j < c->nsteps && c->steps[j].start <= seq)
             j++;
-        if (j == c->nsteps) return seq;
+        if (j < c->nsteps) continue;
+        int64_t step = j ? c->steps[j - 1].number : -1;
+        if (j && (update_after(x, m->allocs, m->nallocs, seq, step) ||
+                  (!m->is_torch_view && update_after(x, m->torch.allocs, m->torch.nallocs, seq, step))))
+            continue;
+        return seq;
     }
     return 0;
 }
@@ -1282,7 +1314,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
         }
     }
     c->at_seq = m->peak_allocated_seq;
-    c->stopped_at = x.cut = c->phases_from != GM_CSRC_NONE ? cut_of(m, c) : 0;
+    c->stopped_at = x.cut = c->phases_from != GM_CSRC_NONE ? cut_of(&x) : 0;
     if (timeline(&x)) goto nomem;
     ctx_free(&x);
     return 0;

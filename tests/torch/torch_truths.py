@@ -30,6 +30,9 @@
 #         step has its update (the failed forward left the hooks' ranges open: steps 4-6 were
 #         read as step 3's forward), and only the dropped attempts' inputs are "other" (every
 #         activation and temporary freed after the first OOM was, as if the run had stopped).
+#   oomretrylast  the same with the 32768-row attempt in the last (6th) step: the run did not stop
+#         at its OOM (the step ran again and reached its update; it was said to stop there, and
+#         what was alive at the OOM was "other").
 import contextlib
 import sys
 import torch
@@ -98,12 +101,12 @@ elif kind in ("evalranged", "evalhooks"):
         preds = model(torch.randn(16384, 256, device="cuda"))  # the eval line
     peaks.append(torch.cuda.max_memory_allocated())
     print("peaks", ",".join(map(str, peaks)))
-elif kind == "oomretry":
+elif kind in ("oomretry", "oomretrylast"):
     model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024)).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     peaks = []
     for step in range(6):
-        rows = 1 << 15 if step == 2 else 256
+        rows = 1 << 15 if step == (2 if kind == "oomretry" else 5) else 256
         while True:
             torch.cuda.reset_peak_memory_stats()
             try:

@@ -6,7 +6,9 @@
 #        which is said and left out (JSON .growth_over.left_out), under the C hooks and Python's;
 #        Its kept tensor is made at the top of each iteration, after the step before's update and
 #        before the next forward: leaks counts it as the step before and says so (its "steps 1-3"
-#        read as made in steps 1-3; JSON .kept_beyond_steps.steps, .made_between_steps);
+#        read as made in steps 1-3; JSON .kept_beyond_steps.steps, .made_between_steps); the first
+#        one, made before step 1's forward, is step 1's (it was no step's: what grows read 3 MiB
+#        in 3 allocations, the loop kept 4; JSON .kept_beyond_steps.made_before_first_step);
 #   mlp  advise recommends no technique that raises the peak reserved (offloading the optimizer
 #        state of an activation-heavy MLP "costs 82 MiB more" was a recommendation): it is listed
 #        as not worth it (JSON .not_worth_it), and every recommendation saves reserved bytes;
@@ -29,6 +31,8 @@
 #        and steps 4-6 read as step 3's forward), under the C hooks and Python's; nothing at
 #        the peak is "other", the run is not said to stop, and "other" is the dropped attempts'
 #        inputs alone (every activation and temporary freed after the first OOM was).
+#   oomretrylast  the same OOM caught in the last step, which then ran to its update: not where
+#        the run stopped (it was said to be: "the run stopped at an OOM", in both blocks).
 # Table: KIND#RECORD ENV (assignments, space-separated)#COMMAND#jq filter (on the text: its
 # lines as one string)#want.
 set -uo pipefail
@@ -40,7 +44,8 @@ table=(
   "val#GPUMEM_TORCH_C_HOOKS=0#leaks --json#.growth_per_step, .grows, .growth_over.steps, .growth_over.left_out.step, (.steps | length)#1048576 true 4 5 5"
   "val#GPUMEM_TORCH_C_HOOKS=1#leaks#[match(\"memory grows by [^ ]+ MiB per step \\\\(steps 1-4\\\\)\"; \"g\").string] | length#1"
   "val#GPUMEM_TORCH_C_HOOKS=1#leaks --json#.kept_beyond_steps | \"\\(.steps) \\(.made_between_steps)\"#[1,3] 3"
-  "val#GPUMEM_TORCH_C_HOOKS=1#leaks#[match(\"allocated in steps 1-3 \\\\(each made between two steps: after step k's update, before step k\\\\+1's forward; counted as step k\\\\)\"; \"g\")] | length#1"
+  "val#GPUMEM_TORCH_C_HOOKS=1#leaks#[match(\"allocated in steps 1-3 \\\\(3 of them made between two steps: after step k's update, before step k\\\\+1's forward; counted as step k; 1 made before step 1's first event, counted as it\\\\), one step after another, and still alive after step 5 \\\\(what grows\\\\): 4.00 MiB in 4 allocations\"; \"g\")] | length#1"
+  "val#GPUMEM_TORCH_C_HOOKS=0#leaks --json#.kept_beyond_steps | .bytes, .made_before_first_step, (.by_site | map(\"\\(.bytes) \\(.count)\") | join(\",\"))#4194304 1 4194304 4"
   "mlp#GPUMEM_TORCH_C_HOOKS=1#advise --json#[.recommendations[] | select(.saving_bytes <= 0)] | length#0"
   "mlp#GPUMEM_TORCH_C_HOOKS=1#advise --json#[.not_worth_it[] | select(.saving_bytes <= 0) | .target] | join(\",\")#optimizer state"
   "mlp#GPUMEM_TORCH_C_HOOKS=1#advise --json#[.recommendations[].target] | join(\",\")#saved activations"
@@ -53,6 +58,8 @@ table=(
   "evalranged#GPUMEM_TORCH_C_HOOKS=1#report --json#[.torch.categories.over_time[].total] | join(\",\")#78144512,81282048,81282048,81282048"
   "evalhooks#GPUMEM_TORCH_C_HOOKS=1#report --json#[.torch.categories.over_time[].total] | join(\",\")#78144512,81282048,81282048,81282048,227037184"
   "oomretry#GPUMEM_SIM_MEMORY=512M GPUMEM_TORCH_C_HOOKS=1#report --json#([.torch.categories.over_time[].total] | join(\",\")), .torch.categories_at_peak.other, .torch.categories.stopped_at_oom#236032000,236032000,419513856,236032000,236032000,236032000 0 null"
+  "oomretrylast#GPUMEM_SIM_MEMORY=512M#report --json#([.torch.categories.over_time[].total] | join(\",\")), .torch.categories_at_peak.other, .torch.categories.stopped_at_oom, .categories.stopped_at_oom#236032000,236032000,236032000,236032000,236032000,419513856 0 null null"
+  "oomretrylast#GPUMEM_SIM_MEMORY=512M#report#[match(\"the run stopped at an OOM\"; \"g\")] | length#0"
   "oomretry#GPUMEM_SIM_MEMORY=512M GPUMEM_TORCH_C_HOOKS=0#report --json#([.torch.categories.over_time[].total] | join(\",\")), .torch.categories_at_peak.other, .torch.categories.stopped_at_oom#236032000,236032000,419513856,236032000,236032000,236032000 0 null"
 )
 for row in "${table[@]}"; do
