@@ -736,22 +736,15 @@ static uint8_t shape_of(int bp, int dp, long bs, long ds, long last)
                      (ds >= bs + 2 ? SH_KEPT : 0));
 }
 
-/* Some allocation of as[0..n) (in birth order) made after seq in a range of step `step`'s
- * update. */
-static int update_after(ctx *x, const gm_alloc *as, size_t n, uint64_t seq, int64_t step)
+/* The last birth of as[0..n) (in birth order) in a range of step `step`'s update, 0: none. */
+static uint64_t last_update_birth(ctx *x, const gm_alloc *as, size_t n, int64_t step)
 {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (as[mid].birth <= seq) lo = mid + 1;
-        else hi = mid;
-    }
     range_memo mm = {0};
-    for (; lo < n; lo++) {
+    for (size_t i = n; i-- > 0;) {
         int64_t st;
         int ph;
-        range_info(x, &mm, as[lo].range, &st, &ph);
-        if (st == step && ph == GM_CPH_OPT) return 1;
+        range_info(x, &mm, as[i].range, &st, &ph);
+        if (st == step && ph == GM_CPH_OPT) return as[i].birth;
     }
     return 0;
 }
@@ -763,22 +756,27 @@ static int update_after(ctx *x, const gm_alloc *as, size_t n, uint64_t seq, int6
  * tensors too in the device's view, whose allocations are its segments), 0: none. What was
  * alive then was not freed where its phases would have freed it: the frees after it are the
  * unwinding's, and what lives to the end was kept by the stop, not by the program (see
- * is_cut). Only the OOMs in the last step are scanned after, and only the allocations after
- * them. */
+ * is_cut). The update's last allocation is looked for once, from the end. */
 static uint64_t cut_of(ctx *x)
 {
     const gm_model *m = x->m;
     const gm_categories *c = x->c;
+    uint64_t upd = NO_SEQ; /* the last step's update's last birth (0: none), NO_SEQ: not read */
     for (size_t o = 0; o < m->nooms; o++) {
         uint64_t seq = m->ooms[o].seq;
         size_t j = 0;
         while (j < c->nsteps && c->steps[j].start <= seq)
             j++;
         if (j < c->nsteps) continue;
-        int64_t step = j ? c->steps[j - 1].number : -1;
-        if (j && (update_after(x, m->allocs, m->nallocs, seq, step) ||
-                  (!m->is_torch_view && update_after(x, m->torch.allocs, m->torch.nallocs, seq, step))))
-            continue;
+        if (j && upd == NO_SEQ) {
+            int64_t step = c->steps[j - 1].number;
+            upd = last_update_birth(x, m->allocs, m->nallocs, step);
+            if (!m->is_torch_view) {
+                uint64_t t = last_update_birth(x, m->torch.allocs, m->torch.nallocs, step);
+                if (t > upd) upd = t;
+            }
+        }
+        if (j && upd != NO_SEQ && upd > seq) continue;
         return seq;
     }
     return 0;

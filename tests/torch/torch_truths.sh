@@ -28,7 +28,8 @@
 #        (the eval a 5th step) its input, made before its forward, raised step 4 to 88.52 MiB.
 #   oomretry  a loop that catches torch.OutOfMemoryError and retries the step with half the
 #        batch: 6 steps with PyTorch's peaks (the failed forward left the hooks' ranges open,
-#        and steps 4-6 read as step 3's forward), under the C hooks and Python's; nothing at
+#        and steps 4-6 read as step 3's forward), under the C hooks (in Module.__call__ or global:
+#        GPUMEM_TORCH_GLOBAL_HOOKS=1) and Python's; nothing at
 #        the peak is "other", the run is not said to stop, and "other" is the dropped attempts'
 #        inputs alone (every activation and temporary freed after the first OOM was).
 #   oomretrylast  the same OOM caught in the last step, which then ran to its update: not where
@@ -58,6 +59,7 @@ table=(
   "evalranged#GPUMEM_TORCH_C_HOOKS=1#report --json#[.torch.categories.over_time[].total] | join(\",\")#78144512,81282048,81282048,81282048"
   "evalhooks#GPUMEM_TORCH_C_HOOKS=1#report --json#[.torch.categories.over_time[].total] | join(\",\")#78144512,81282048,81282048,81282048,227037184"
   "oomretry#GPUMEM_SIM_MEMORY=512M GPUMEM_TORCH_C_HOOKS=1#report --json#([.torch.categories.over_time[].total] | join(\",\")), .torch.categories_at_peak.other, .torch.categories.stopped_at_oom#236032000,236032000,419513856,236032000,236032000,236032000 0 null"
+  "oomretry#GPUMEM_SIM_MEMORY=512M GPUMEM_TORCH_GLOBAL_HOOKS=1#report --json#([.torch.categories.over_time[].total] | join(\",\")), .torch.categories_at_peak.other, .torch.categories.stopped_at_oom#236032000,236032000,419513856,236032000,236032000,236032000 0 null"
   "oomretrylast#GPUMEM_SIM_MEMORY=512M#report --json#([.torch.categories.over_time[].total] | join(\",\")), .torch.categories_at_peak.other, .torch.categories.stopped_at_oom, .categories.stopped_at_oom#236032000,236032000,236032000,236032000,236032000,419513856 0 null null"
   "oomretrylast#GPUMEM_SIM_MEMORY=512M#report#[match(\"the run stopped at an OOM\"; \"g\")] | length#0"
   "oomretry#GPUMEM_SIM_MEMORY=512M GPUMEM_TORCH_C_HOOKS=0#report --json#([.torch.categories.over_time[].total] | join(\",\")), .torch.categories_at_peak.other, .torch.categories.stopped_at_oom#236032000,236032000,419513856,236032000,236032000,236032000 0 null"
