@@ -791,6 +791,26 @@ static int post_work(PyObject *output)
     return on < 0 ? -1 : 0;
 }
 
+/* A module's forward raised (an OOM that the program catches, to go on with a smaller batch):
+ * its range back to its caller's module, or the forward pass closed, as post_work closes them,
+ * with no backward to hook. Left open, the thread's later events were all read as that step's
+ * forward (a step 3 that held steps 4-6's forwards and updates, its optimizer's steps seen by
+ * no step). Neither fails nor calls Python (enter_mod into the slot the module's range held):
+ * the exception stays as it is. */
+static void raise_work(void)
+{
+    hk_thread *t = &tls;
+    if (!t->nmods) return;
+    t->nmods--;
+    if (t->nmods) {
+        const hk_mod *up = &t->mods[t->nmods - 1];
+        (void)enter_mod(t, up->enc, up->label);
+    } else {
+        if (t->n && t->st[t->n - 1].kind == K_MOD) pop(t);
+        close_pass(t);
+    }
+}
+
 /* register_module_forward_hook's: (module, args, output) -> None */
 static PyObject *fwd_post(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -805,8 +825,9 @@ static PyObject *fwd_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
 
 /* torch.nn.Module.__call__ in place of the two global hooks (wrap_call): an object of a small type
  * made here (gpumem_module_call) holding orig, the __call__ it replaced, which it calls with the
- * same arguments between pre_work and post_work, where PyTorch would have run the hooks (not
- * when the forward raises, as PyTorch's forward hook is not). Why: a global hook sends every
+ * same arguments between pre_work and post_work, where PyTorch would have run the hooks (and
+ * raise_work when the forward raises, as PyTorch runs a forward hook registered always_call).
+ * Why: a global hook sends every
  * module call through the long path of Module._call_impl (a closure, a set, the hook
  * dictionaries copied into tuples: ~12,000 instructions a call, 23 calls a tiny GPT-2 step;
  * tests/bench/README.md, torch.rec_vs_off), while this keeps the short one and adds no Python
@@ -836,6 +857,7 @@ static PyObject *module_call(PyObject *self, PyObject *const *args, size_t nargs
     }
     if (pre_work(args[0]) != 0 && swallowed(hk.s_fwd_what) != 0) return NULL;
     PyObject *out = py.PyObject_Vectorcall(((call_obj *)self)->orig, args, nargsf, kwnames);
+    if (!out) raise_work();
     if (out && post_work(out) != 0 && swallowed(hk.s_fwd_what) != 0) {
         py.Py_DecRef(out);
         return NULL;

@@ -167,6 +167,7 @@ typedef struct ctx {
     u64map step_idx;  /* steps_from_ranges: "step N" -> its slot in c->steps */
     size_t steps_cap;
     int phased;       /* ... and some event's range names a phase */
+    uint64_t deaths_end; /* the last step's end for the frees of what it made (end_last_step) */
     uint64_t cut;     /* the OOM the run stopped at (no step began after it), 0: none (cut_of) */
     unsure_ent *unsure; /* the timeline's: targets category_decide was not sure of, by birth */
     size_t nunsure, unsure_cap;
@@ -483,19 +484,29 @@ static int stack_says_backward(const gm_model *m, uint32_t stack)
     return !python;
 }
 
-/* The last step ends with the last free of what it made (its frees may come after its last
- * range closed, and no next step takes them), before the teardown: the first free, after the
- * recording's last allocation, of something made before the last step began. */
+/* The last step's end. No next step takes what comes after it:
+ *   - the frees of what it made (the loss, the last input) may come after its last range
+ *     closed; they end with the step, up to the teardown (the first free, after the recording's
+ *     last allocation, of something made before the last step began): x->deaths_end, the last
+ *     of them (categorise reads such a free as the step's; phases_from_lifetimes too);
+ *   - what is made after it: where the steps come from ranges, its range's end is the step's,
+ *     and an allocation made after that is made after the steps (an evaluation or a
+ *     checkpoint's copy after the training loop: its output was read as optimizer state, its
+ *     peak as the step's); inferred steps have no end but their allocations': every one made
+ *     up to the last free of what the step made, and ls->end is x->deaths_end. */
 static void end_last_step(ctx *x)
 {
     gm_categories *c = x->c;
     const gm_model *m = x->m;
+    x->deaths_end = NO_SEQ;
     if (!c->nsteps || !x->nt) return;
     gm_cat_step *ls = &c->steps[c->nsteps - 1];
     uint64_t teardown = NO_SEQ;
     for (size_t j = 0; j < x->nlate && m->allocs[x->late[j]].birth < ls->start; j++)
         if (m->allocs[x->late[j]].death < teardown) teardown = m->allocs[x->late[j]].death;
     if (ls->end < ls->start) ls->end = ls->start;
+    int ranged = c->steps_from == GM_CSRC_PHASES;
+    uint64_t end = ls->end;
     size_t k = 0, hi = x->nt; /* the first target born in the last step (births come in order) */
     while (k < hi) {
         size_t mid = k + (hi - k) / 2;
@@ -504,9 +515,12 @@ static void end_last_step(ctx *x)
     }
     for (; k < x->nt; k++) {
         const gm_alloc *a = &m->allocs[tgt(x, k)];
-        if (a->birth > ls->end) ls->end = a->birth;
-        if (a->death && a->death < teardown && a->death > ls->end) ls->end = a->death;
+        if (ranged && a->birth > ls->end) break;
+        if (a->birth > end) end = a->birth;
+        if (a->death && a->death < teardown && a->death > end) end = a->death;
     }
+    x->deaths_end = end;
+    if (!ranged) ls->end = end;
 }
 
 /* Forward, backward and update of each step from its own allocations (inference). */
@@ -521,13 +535,16 @@ static int phases_from_lifetimes(ctx *x)
     for (size_t j = 0; j < c->nsteps; j++) {
         gm_cat_step *s = &c->steps[j];
         uint64_t next = j + 1 < c->nsteps ? c->steps[j + 1].start : s->end + 1;
+        /* the last step's own frees may come after its end (end_last_step) */
+        uint64_t freed_by =
+            j + 1 < c->nsteps || x->deaths_end <= s->end || x->deaths_end == NO_SEQ ? next : x->deaths_end + 1;
         size_t ne = 0;
         while (k0 < x->nt && m->allocs[tgt(x, k0)].birth < s->start)
             k0++;
         size_t k = k0;
         for (; k < x->nt && m->allocs[tgt(x, k)].birth < next; k++) {
             const gm_alloc *a = &m->allocs[tgt(x, k)];
-            if (!a->death || a->death >= next) continue;
+            if (!a->death || a->death >= freed_by) continue;
             if (gm_grow((void **)&e, &cap, ne + 2, sizeof *e)) {
                 free(e);
                 return -1;
@@ -596,6 +613,14 @@ static inline size_t steps_started(const gm_categories *c, uint64_t seq, size_t 
     return lo;
 }
 
+/* The phase of seq in step s, seq at or after its start. */
+static inline int step_phase(const gm_cat_step *s, uint64_t seq)
+{
+    if (s->opt != NO_SEQ && seq >= s->opt) return GM_CPH_OPT;
+    if (s->bwd != NO_SEQ && seq >= s->bwd) return GM_CPH_BWD;
+    return GM_CPH_FWD;
+}
+
 /* gm_category_phase_at, with lo = steps_started(c, seq, ...). */
 static inline int phase_in(const gm_categories *c, uint64_t seq, size_t lo, long *step)
 {
@@ -604,9 +629,7 @@ static inline int phase_in(const gm_categories *c, uint64_t seq, size_t lo, long
     const gm_cat_step *s = &c->steps[lo - 1];
     if (lo == c->nsteps && seq > s->end) return GM_CPH_POST;
     *step = (long)(lo - 1);
-    if (s->opt != NO_SEQ && seq >= s->opt) return GM_CPH_OPT;
-    if (s->bwd != NO_SEQ && seq >= s->bwd) return GM_CPH_BWD;
-    return GM_CPH_FWD;
+    return step_phase(s, seq);
 }
 
 int gm_category_phase_at(const gm_categories *c, uint64_t seq, long *step)
@@ -713,18 +736,48 @@ static uint8_t shape_of(int bp, int dp, long bs, long ds, long last)
                      (ds >= bs + 2 ? SH_KEPT : 0));
 }
 
-/* The OOM the run stopped at: the first one after which no step began (a program that caught
- * an OOM and went on stepping did not stop there), 0: none. What was alive then was not freed
- * where its phases would have freed it: the frees after it are the unwinding's, and what lives
- * to the end was kept by the stop, not by the program (see is_cut). */
-static uint64_t cut_of(const gm_model *m, const gm_categories *c)
+/* The last birth of as[0..n) (in birth order) in a range of step `step`'s update, 0: none. */
+static uint64_t last_update_birth(ctx *x, const gm_alloc *as, size_t n, int64_t step)
 {
+    range_memo mm = {0};
+    for (size_t i = n; i-- > 0;) {
+        int64_t st;
+        int ph;
+        range_info(x, &mm, as[i].range, &st, &ph);
+        if (st == step && ph == GM_CPH_OPT) return as[i].birth;
+    }
+    return 0;
+}
+
+/* The OOM the run stopped at: the first one after which no step began (a program that caught
+ * an OOM and went on stepping did not stop there) and its step's update made nothing after it
+ * (a program that caught it in its last step and ran the step again with a smaller batch went
+ * on to the update: it was said to stop there; the update's ranges say so, those of PyTorch's
+ * tensors too in the device's view, whose allocations are its segments), 0: none. What was
+ * alive then was not freed where its phases would have freed it: the frees after it are the
+ * unwinding's, and what lives to the end was kept by the stop, not by the program (see
+ * is_cut). The update's last allocation is looked for once, from the end. */
+static uint64_t cut_of(ctx *x)
+{
+    const gm_model *m = x->m;
+    const gm_categories *c = x->c;
+    uint64_t upd = NO_SEQ; /* the last step's update's last birth (0: none), NO_SEQ: not read */
     for (size_t o = 0; o < m->nooms; o++) {
         uint64_t seq = m->ooms[o].seq;
         size_t j = 0;
         while (j < c->nsteps && c->steps[j].start <= seq)
             j++;
-        if (j == c->nsteps) return seq;
+        if (j < c->nsteps) continue;
+        if (j && upd == NO_SEQ) {
+            int64_t step = c->steps[j - 1].number;
+            upd = last_update_birth(x, m->allocs, m->nallocs, step);
+            if (!m->is_torch_view) {
+                uint64_t t = last_update_birth(x, m->torch.allocs, m->torch.nallocs, step);
+                if (t > upd) upd = t;
+            }
+        }
+        if (j && upd != NO_SEQ && upd > seq) continue;
+        return seq;
     }
     return 0;
 }
@@ -734,6 +787,29 @@ static uint64_t cut_of(const gm_model *m, const gm_categories *c)
 static inline int is_cut(const ctx *x, const gm_alloc *a)
 {
     return x->cut && a->birth < x->cut && (!a->death || a->death > x->cut);
+}
+
+/* Target a was made in the attempt that an OOM the program went on from cut short (in the step
+ * the OOM is in, before it) and freed after it: the unwinding's free, or the attempt's input
+ * dropped for a smaller one. What the retry makes, and what earlier steps made, is read as
+ * any step's (the first OOM ruled for all: every activation and temporary freed after it, the
+ * whole rest of the run's, was "other"). */
+static int unwound(const ctx *x, const gm_alloc *a)
+{
+    const gm_model *m = x->m;
+    size_t lo = 0, hi = m->nooms; /* the first OOM after the birth (the OOMs come in order) */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->ooms[mid].seq <= a->birth) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == m->nooms || !a->death || a->death < m->ooms[lo].seq) return 0;
+    long bs, os;
+    gm_category_phase_at(x->c, a->birth, &bs);
+    gm_category_phase_at(x->c, m->ooms[lo].seq, &os);
+    /* made between two steps (the step's input, made before its range opened): the next one's */
+    if (bs >= 0 && (size_t)bs + 1 < x->c->nsteps && a->birth > x->c->steps[bs].end) bs++;
+    return bs == os;
 }
 
 int gm_category_cut(const gm_categories *c, const gm_alloc *a)
@@ -775,6 +851,10 @@ static inline __attribute__((always_inline)) int categorise(ctx *x, const gm_cat
             if (dp == GM_CPH_POST) dp = GM_CPH_FWD, ds = (long)cs->nsteps;
         } else {
             dp = a->death ? event_phase_memo(x, cs, deaths, pd, a->death, a->death_range, 0, &ds, &hd) : GM_CPH_POST;
+            /* made in the last step and freed after it closed, before the teardown: the step's
+             * own free (end_last_step) */
+            if (dp == GM_CPH_POST && a->death && bs >= 0 && bs + 1 == (long)cs->nsteps && a->death <= x->deaths_end)
+                ds = bs, dp = step_phase(&cs->steps[bs], a->death);
         }
         shape = shape_of(bp, dp, bs, ds, (long)cs->nsteps - 1);
         if (k == GM_NCATS && bp == GM_CPH_PRE && (dp == GM_CPH_POST || (ds >= 1 && is_cut(x, a))))
@@ -802,7 +882,6 @@ static inline __attribute__((always_inline)) int categorise(ctx *x, const gm_cat
 static inline __attribute__((always_inline)) int category_decide(const ctx *x, const gm_alloc *a, unsigned sh,
                                                                  int *sourced, int *unsure)
 {
-    const gm_model *m = x->m;
     int bp = (sh & 31) / 5, dp = (sh & 31) % 5;
     int cat;
     if (is_cut(x, a) && (bp == GM_CPH_PRE || !(sh & SH_KEPT))) {
@@ -847,9 +926,11 @@ static inline __attribute__((always_inline)) int category_decide(const ctx *x, c
     } else {
         cat = GM_CAT_TEMP;
     }
-    /* a run that stopped at an OOM unwinds: what it freed then was not freed where its phase
-     * would have freed it, so no phase says activation or temporary */
-    *sourced = !((cat == GM_CAT_ACT || cat == GM_CAT_TEMP) && m->nooms && a->death > m->ooms[0].seq);
+    /* an OOM unwinds what the attempt had made: its frees were not where its phase would have
+     * put them, so no phase says activation or temporary; after the OOM the run stopped at,
+     * every free is the unwinding's */
+    *sourced = !((cat == GM_CAT_ACT || cat == GM_CAT_TEMP) &&
+                 ((x->cut && a->death > x->cut) || unwound(x, a)));
     return *sourced ? cat : GM_CAT_OTHER;
 }
 
@@ -882,6 +963,17 @@ static void peak_take(gm_categories *c, const uint64_t live[GM_NCATS][GM_NCSRCS]
             c->peak[k] += live[k][s];
             c->at_total += live[k][s];
         }
+}
+
+/* Where step j begins in the timeline: what is made between two steps (after step j-1's last
+ * event, before step j's first: its input, made before its range opened) is step j's, as
+ * event_phase reads its birth, and it is there in step j's highest moment (step j-1's held the
+ * next step's input: an evaluation batch after the last training step, 16 MiB more than the
+ * step ever held, the program's own peak memory statistics say). */
+static inline uint64_t tl_start(const gm_cat_step *steps, size_t j)
+{
+    const gm_cat_step *p = j ? &steps[j - 1] : NULL;
+    return p && p->end >= p->start && p->end + 1 < steps[j].start ? p->end + 1 : steps[j].start;
 }
 
 /* The categories' pass, one sweep of every device allocation in birth order merged with their
@@ -925,7 +1017,7 @@ static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies, i
     const gm_alloc *const allocs = m->allocs;
     const size_t nallocs = m->nallocs;
     size_t sc = 0; /* the step of the last event; the next one's start */
-    uint64_t next_start = nsteps > 1 ? steps[1].start : UINT64_MAX;
+    uint64_t next_start = nsteps > 1 ? tl_start(steps, 1) : UINT64_MAX;
     uint64_t first_start = nsteps ? steps[0].start : 0, last_end = nsteps ? steps[nsteps - 1].end : 0;
     /* seqs come in order: whether an event is in step sc, or in none (outside, 1), changes only
      * at `boundary` (the first event looks) */
@@ -953,12 +1045,13 @@ static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies, i
         /* what was live before this event: the level of every step that began since the last
          * one (one comparison an event, mostly) */
         int more = a || (dies ? d != NULL : q.n != 0); /* 0: after the last event */
-        while (started < nsteps && (!more || steps[started].start <= seq)) {
+        while (started < nsteps && (!more || tl_start(steps, started) <= seq)) {
             gm_cat_point *p = &tl[started];
             if (!p->seq || total > p->total) {
                 /* the moment: the step's start, or, where its first event is this one, the
                  * moment before it */
-                p->seq = !more || steps[started].start < seq ? steps[started].start : seq - 1;
+                uint64_t st = tl_start(steps, started);
+                p->seq = !more || st < seq ? st : seq - 1;
                 p->total = total;
                 memcpy(p->bytes, cur, sizeof cur);
             }
@@ -1028,7 +1121,7 @@ static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies, i
             if (seq >= boundary) {
                 while (seq >= next_start && sc + 1 < nsteps) {
                     sc++;
-                    next_start = sc + 1 < nsteps ? steps[sc + 1].start : UINT64_MAX;
+                    next_start = sc + 1 < nsteps ? tl_start(steps, sc + 1) : UINT64_MAX;
                 }
                 outside = seq < first_start || (sc + 1 == nsteps && seq > last_end);
                 /* the next seq at which either can change: the first step's start, the next
@@ -1090,6 +1183,7 @@ static int unsure_decide(ctx *x)
         if (again) continue;
         size_t sb = steps_started(c, a->birth, 0), se = a->death ? steps_started(c, a->death, 0) : c->nsteps;
         sb = sb ? sb - 1 : 0, se = se ? se - 1 : 0;
+        if (a->death && se + 1 < c->nsteps && a->death >= tl_start(c->steps, se + 1)) se++; /* a death between two steps */
         work += se - sb + 1;
         if (work > limit || !a->birth) {
             again = 1;
@@ -1218,7 +1312,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
         }
     }
     c->at_seq = m->peak_allocated_seq;
-    c->stopped_at = x.cut = c->phases_from != GM_CSRC_NONE ? cut_of(m, c) : 0;
+    c->stopped_at = x.cut = c->phases_from != GM_CSRC_NONE ? cut_of(&x) : 0;
     if (timeline(&x)) goto nomem;
     ctx_free(&x);
     return 0;

@@ -2061,8 +2061,11 @@ int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
  * would have freed (its gradients, before a zero_grad that never came; a final pass's output). A
  * single step's survivor is not growth either (a loop's last input, made before the hooks opened
  * the last step, is the step before it's). An allocation's step is gm_step_index's: one made after
- * a step's range closed (a tensor kept after opt.step()) is that step's. *steps_lo and *steps_hi
- * get the first and last step number of what is kept. Grouped by site or name. */
+ * a step's range closed (a tensor kept after opt.step()) is that step's; one made before the
+ * first step began (the first iteration's, made before its forward opened step 1) is the first
+ * step's, on the first step's rule (it was no step's: a loop keeping a tensor made at the top of
+ * each of 4 iterations read as 3). *steps_lo and *steps_hi get the first and last step number of
+ * what is kept. Grouped by site or name. */
 typedef struct kept_ent {
     group g;
     long step;     /* index into m->steps */
@@ -2097,7 +2100,7 @@ static size_t group_kept(const gm_model *m, labels *l, int by, group **out, uint
         const gm_alloc *a = &m->allocs[i];
         if (a->death && a->death <= last_end) continue;
         long si = gm_step_index(m, a);
-        if (si < 0) continue;
+        if (si < 0) si = 0; /* before the first step: the first step's */
         if (n == cap) {
             size_t c = cap ? cap * 2 : 64;
             kept_ent *ne = realloc(e, c * sizeof *ne);
@@ -2238,12 +2241,14 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     size_t knn = kept.n ? group_allocs(m, &l, &kept, BY_NAME | G_REQUESTED | G_PHASE, &gkn, &kt2, &kc2) : 0;
     /* how many of them were made between two steps: after their step's last event, before the
      * next step's first (kept after opt.step(), or the next step's input made before its
-     * forward): each counts as the step before it, said so beside the steps they name */
-    uint64_t kbetween = 0;
+     * forward): each counts as the step before it, said so beside the steps they name; and
+     * before the first step (the first iteration's, before its forward): the first step's */
+    uint64_t kbetween = 0, kbefore = 0;
     for (size_t i = 0; i < kept.n; i++) {
         const gm_alloc *a = &m->allocs[kept.idx[i]];
         long si = gm_step_index(m, a);
         kbetween += si >= 0 && a->birth > m->steps[si].end_seq;
+        kbefore += si < 0;
     }
     free(kept.idx);
     /* growth across steps: least-squares slope of the allocated bytes at each step's end, over
@@ -2322,6 +2327,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
             fprintf(out, "\"steps\":[%" PRId64 ",%" PRId64 "],\"made_between_steps\":%" PRIu64 ",", klo, khi, kbetween);
         else
             fputs("\"steps\":null,\"made_between_steps\":0,", out);
+        fprintf(out, "\"made_before_first_step\":%" PRIu64 ",", kn ? kbefore : 0);
         print_groups_json(out, "by_site", gk, kn, o->top, ktotal, "site");
         fputc(',', out);
         print_groups_json(out, "by_name", gkn, knn, o->top, ktotal, "name");
@@ -2429,15 +2435,22 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
             if (kn) {
                 char kb[32];
                 gm_fmt_bytes(ktotal, kb, sizeof kb);
-                char between[200] = "";
+                char between[300] = "";
                 /* made after a step's last event and before the next one's first: counted as the
-                 * step before, which a person reads as "made in step k" unless told */
+                 * step before, which a person reads as "made in step k" unless told; made before
+                 * the first step: counted as it */
+                char before[80] = "";
+                if (kbefore)
+                    snprintf(before, sizeof before, "; %" PRIu64 " made before step %" PRId64 "'s first event, "
+                             "counted as it", kbefore, m->steps[0].step);
                 if (kbetween == kcount)
                     snprintf(between, sizeof between, " (each made between two steps: after step k's "
                              "update, before step k+1's forward; counted as step k)");
                 else if (kbetween)
                     snprintf(between, sizeof between, " (%" PRIu64 " of them made between two steps: after step "
-                             "k's update, before step k+1's forward; counted as step k)", kbetween);
+                             "k's update, before step k+1's forward; counted as step k%s)", kbetween, before);
+                else if (kbefore)
+                    snprintf(between, sizeof between, " (%s)", before + 2);
                 fprintf(out, "  allocated in steps %" PRId64 "-%" PRId64 "%s, one step after another, and still alive after "
                              "step %" PRId64 " (what grows): %s in %" PRIu64 " allocation%s\n",
                         klo, khi, between, m->steps[m->nsteps - 1].step, kb, kcount, kcount == 1 ? "" : "s");

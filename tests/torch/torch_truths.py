@@ -17,9 +17,27 @@
 #         (128 MiB, made after the second step's update) makes the third forward run out of
 #         memory: that input is no optimizer state (it was, "from phases": made after the
 #         second update, alive to the end).
+#   evalranged, evalhooks  4 training steps (each in gpumem.range("step N"), or steps by the
+#         hooks), then an evaluation after the loop, outside any step's range (under the hooks:
+#         its forward opens a 5th step), on a batch of 16384 (its output kept). Each step's
+#         highest allocated bytes are PyTorch's max_memory_allocated over its iteration (reset
+#         at its top): 74.52, 77.52, 77.52, 77.52 MiB, then the evaluation's 216.52 MiB; the eval
+#         is no training step's (it was step 4's peak, and its kept output optimizer state), and
+#         its input, made before its forward, is not step 4's (it raised step 4 by 16 MiB).
+#   oomretry  (on a 512 MiB virtual GPU) 6 steps of 256 rows, the third tried with 32768, and on
+#         each torch.OutOfMemoryError with half as many until 4096 fit; the run goes on. The
+#         steps' peaks are PyTorch's (the third's over its successful attempt: 400.08 MiB), each
+#         step has its update (the failed forward left the hooks' ranges open: steps 4-6 were
+#         read as step 3's forward), and only the dropped attempts' inputs are "other" (every
+#         activation and temporary freed after the first OOM was, as if the run had stopped).
+#   oomretrylast  the same with the 32768-row attempt in the last (6th) step: the run did not stop
+#         at its OOM (the step ran again and reached its update; it was said to stop there, and
+#         what was alive at the OOM was "other").
+import contextlib
 import sys
 import torch
 import torch.nn as nn
+import gpumem
 
 torch.manual_seed(0)
 kind = sys.argv[1]
@@ -66,4 +84,40 @@ elif kind in ("oomfirst", "oomlater"):
             opt.step()
     except torch.OutOfMemoryError:
         print("out of memory, as meant")
+elif kind in ("evalranged", "evalhooks"):
+    model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 256)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    peaks = []
+    for step in range(4):
+        torch.cuda.reset_peak_memory_stats()
+        with gpumem.range("step %d" % (step + 1)) if kind == "evalranged" else contextlib.nullcontext():
+            x = torch.randn(512, 256, device="cuda")
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+        peaks.append(torch.cuda.max_memory_allocated())
+    torch.cuda.reset_peak_memory_stats()
+    with torch.no_grad():
+        preds = model(torch.randn(16384, 256, device="cuda"))  # the eval line
+    peaks.append(torch.cuda.max_memory_allocated())
+    print("peaks", ",".join(map(str, peaks)))
+elif kind in ("oomretry", "oomretrylast"):
+    model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    peaks = []
+    for step in range(6):
+        rows = 1 << 15 if step == (2 if kind == "oomretry" else 5) else 256
+        while True:
+            torch.cuda.reset_peak_memory_stats()
+            try:
+                x = torch.randn(rows, 1024, device="cuda")  # the input line
+                opt.zero_grad()
+                model(x).square().mean().backward()
+                opt.step()
+                break
+            except torch.OutOfMemoryError:
+                x = None
+                rows //= 2
+        peaks.append(torch.cuda.max_memory_allocated())
+    print("peaks", ",".join(map(str, peaks)))
 torch.cuda.synchronize()

@@ -751,7 +751,13 @@ class _Hooks:
             pre, post = self.fwd_pre, self.fwd_post
         if pre is not None:
             M.register_module_forward_pre_hook(pre)
-            M.register_module_forward_hook(post)
+            # run when a forward raises too (output None): an OOM the program catches and goes
+            # on from left the module's range and the pass open, and every later event of the
+            # thread in that step's forward (torch_hooks.c, raise_work)
+            try:
+                M.register_module_forward_hook(post, always_call=True)
+            except TypeError:  # a PyTorch before 2.1
+                M.register_module_forward_hook(post)
         O.register_optimizer_step_pre_hook(self.opt_pre)
         O.register_optimizer_step_post_hook(self.opt_post)
 
