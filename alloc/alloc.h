@@ -323,7 +323,7 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
  * writes its allocation event there orders it as the allocator saw it. Written after the call
  * returned, another thread's frees (and allocations) made meanwhile came before it in the
  * recording, and a replay served the allocation from blocks the run had not freed yet (8 threads,
- * tests/apps/stress_app: a cache hit where the run missed, 2-4 MiB off the run's peak reserved;
+ * tests/apps/stress_app: a cache hit where the run missed, up to 14 MiB off the run's peak reserved;
  * tests/integration/replay_threads.sh). fn must not call alloc_* on `a`. */
 typedef void (*alloc_malloced_fn)(void *arg, uint64_t ptr, const alloc_malloc_info_t *info);
 int alloc_malloc_notify(alloc_t *a, size_t size, uintptr_t stream, uintptr_t capture,

@@ -12,7 +12,7 @@
 #          --markers` of the exported trace find the recorded peak reserved to the byte, and the
 #          replay's cache hits and misses are the run's (allocations flagged 256 / 512). Before:
 #          hits and misses off in every stress_app recording (1022/202 against the run's 1009/215),
-#          the peak 2-15 MiB over or 2-4 MiB under in most.
+#          the peak 2-14 MiB over or 2-4 MiB under in most.
 #   stress   tests/apps/stress_app: 8 threads, cudaMalloc/cudaFree and cudaMallocAsync/
 #            cudaFreeAsync on per-thread streams, frees handed to other threads
 #   streams  tests/apps/streams_stress 1 8 4: 8 threads on 4 streams each, record_stream
