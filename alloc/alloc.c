@@ -2352,7 +2352,21 @@ int alloc_malloc(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr)
 int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
                     alloc_malloc_info_t *info)
 {
+    return alloc_malloc_notify(a, size, stream, 0, ptr, info, NULL, NULL);
+}
+
+int alloc_malloc_notify(alloc_t *a, size_t size, uintptr_t stream, uintptr_t capture,
+                        uint64_t *ptr, alloc_malloc_info_t *info, alloc_malloced_fn fn, void *arg)
+{
     if (!a || !ptr) return ALLOC_ERR_INVALID;
+    if (capture) {
+        stream = capture; /* the capture's private pools (alloc_malloc_captured) */
+        LOCK(a);
+        sstate_t *cs = stream_get(a, capture);
+        if (cs) cs->graph = true;
+        UNLOCK(a);
+        if (!cs) return ALLOC_ERR_NOMEM;
+    }
     *ptr = 0;
     if (size == 0) return ALLOC_OK;
     size_t rs = a_round_size(&a->cfg, size);
@@ -2490,11 +2504,11 @@ int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
     stat_add(&a->st.active, 1);
     a->st.num_mallocs++;
     *ptr = b->addr;
-    if (info) {
-        info->alloc_id = b->stamp;
-        info->size = b->size;
-        info->cache_hit = a->st.cache_hits != hits;
-    }
+    alloc_malloc_info_t got = {.alloc_id = b->stamp, .size = b->size,
+                               .cache_hit = a->st.cache_hits != hits};
+    if (info) *info = got;
+    /* still under the lock: a recorder's event comes before any later call's (fn's comment) */
+    if (fn) fn(arg, b->addr, &got);
     UNLOCK(a);
     return ALLOC_OK;
 }
@@ -2639,12 +2653,7 @@ int alloc_malloc_captured(alloc_t *a, size_t size, uintptr_t capture, uint64_t *
                           alloc_malloc_info_t *info)
 {
     if (!a || !capture) return ALLOC_ERR_INVALID;
-    LOCK(a);
-    sstate_t *st = stream_get(a, capture);
-    if (st) st->graph = true;
-    UNLOCK(a);
-    if (!st) return ALLOC_ERR_NOMEM;
-    return alloc_malloc_ex(a, size, capture, ptr, info);
+    return alloc_malloc_notify(a, size, capture, capture, ptr, info, NULL, NULL);
 }
 
 int alloc_free_captured(alloc_t *a, uint64_t ptr, uintptr_t capture, alloc_block_query_t *freed)

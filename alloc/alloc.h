@@ -317,6 +317,18 @@ typedef struct alloc_malloc_info {
 int alloc_malloc_ex(alloc_t *a, size_t size, uintptr_t stream, uint64_t *ptr,
                     alloc_malloc_info_t *info);
 
+/* alloc_malloc_ex (capture 0) or alloc_malloc_captured (capture != 0: stream is ignored) that
+ * also calls fn(arg, ptr, info) with the allocator lock held, once the block is live and before
+ * any other call can free it, allocate or free anything else, or release memory: a recorder that
+ * writes its allocation event there orders it as the allocator saw it. Written after the call
+ * returned, another thread's frees (and allocations) made meanwhile came before it in the
+ * recording, and a replay served the allocation from blocks the run had not freed yet (8 threads,
+ * tests/apps/stress_app: a cache hit where the run missed, up to 14 MiB off the run's peak reserved;
+ * tests/integration/replay_threads.sh). fn must not call alloc_* on `a`. */
+typedef void (*alloc_malloced_fn)(void *arg, uint64_t ptr, const alloc_malloc_info_t *info);
+int alloc_malloc_notify(alloc_t *a, size_t size, uintptr_t stream, uintptr_t capture,
+                        uint64_t *ptr, alloc_malloc_info_t *info, alloc_malloced_fn fn, void *arg);
+
 /* Passed as `stream` to alloc_free_ex with async false: the caller has just synchronized the
  * device (the real cudaFree does): the block is free at once, no fence. */
 #define ALLOC_FREE_SYNCED UINTPTR_MAX

@@ -721,13 +721,12 @@ void gm_rec_peak_settle(alloc_t *a, int device)
 #endif
 }
 
-/* After a served allocation: the event, and a note when reserved memory reached a new peak. */
-void gm_rec_alloc(int ev, int device, CUstream s, uint64_t addr, size_t held, size_t requested,
-                  uint64_t id, alloc_t *a)
+/* After a served allocation (its event written under the allocator's lock: heap_malloced): a
+ * note when reserved memory reached a new peak. */
+void gm_rec_alloc_peak(int device, int cache_hit, alloc_t *a)
 {
-    gm_event_id((enum gm_ev)ev, device, s, addr, held, requested, id);
 #ifdef GM_HAVE_REC
-    if (!recording || device < 0 || device >= REC_MAX_DEVICES || (ev & GM_EVF_CACHE_HIT))
+    if (!recording || device < 0 || device >= REC_MAX_DEVICES || cache_hit)
         return; /* a cache hit never grows reserved memory */
     alloc_stats_t st;
     alloc_get_stats(a, &st);
@@ -736,7 +735,7 @@ void gm_rec_alloc(int ev, int device, CUstream s, uint64_t addr, size_t held, si
         atomic_compare_exchange_strong(&last_peak[device], &prev, st.reserved_bytes.peak))
         atomic_store(&peak_unsaved[device], 1);
 #else
-    (void)a;
+    (void)device, (void)cache_hit, (void)a;
 #endif
 }
 

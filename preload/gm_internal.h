@@ -441,7 +441,7 @@ enum gm_ev {
     GM_EV_HOST_FREE, GM_EV_FOREIGN_FREE, GM_EV_DOUBLE_FREE, GM_EV_VMM, GM_EV_OOM,
     GM_EV_MANAGED, GM_EV_RECORD_STREAM
 };
-/* OR-ed into the ev argument of gm_rec_alloc: how the allocator served it (events.flags) */
+/* OR-ed into an event's kind: how the allocator served it (events.flags; heap_malloced) */
 #define GM_EVF_CACHE_HIT 0x100
 #define GM_EVF_CACHE_MISS 0x200
 #define GM_EVF_PITCHED 0x400 /* pitched or 3D (gm_next_alloc_flags) */
@@ -501,8 +501,7 @@ void gm_rec_oom(int device, const struct alloc_oom_info *info);
 void gm_rec_snapshot(struct alloc *a, int device, int reason);
 /* Takes the peak snapshot a new peak left pending (at the first free after it, OOM, exit). */
 void gm_rec_peak_settle(struct alloc *a, int device);
-void gm_rec_alloc(int ev, int device, CUstream s, uint64_t addr, size_t held, size_t requested,
-                  uint64_t id, struct alloc *a);
+void gm_rec_alloc_peak(int device, int cache_hit, struct alloc *a);
 void gm_rec_note_device(int device, int expandable);
 /* A copy or memset refused by gm_access_refused: counted, and recorded with its stack (event
  * kind bad_access). access: what the refused operation did to that memory. */

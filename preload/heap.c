@@ -472,6 +472,31 @@ static alloc_t *dev_get(CUdevice dev)
     return a;
 }
 
+/* What heap_malloced needs to write an allocation's event from inside the allocator's lock. */
+struct heap_alloc_note {
+    int dev;
+    CUstream stream;
+    size_t requested;
+    int ev; /* the event kind and GM_EVF_CAPTURE */
+};
+
+/* Called by the allocator with its lock held, the block just made live: the allocation's event
+ * takes its place here, in the order the allocator served it among every other thread's
+ * allocations and frees (whose events heap_freed writes under the same lock). Written after the
+ * allocator returned, a thread descheduled in between had its allocation ordered after frees
+ * (and allocations) other threads made later, and the replay of the recorded configuration served
+ * it from blocks the run had not freed yet (alloc_malloc_notify). Its stack was taken before the
+ * lock (gm_heap_alloc). */
+static void heap_malloced(void *arg, uint64_t ptr, const alloc_malloc_info_t *info)
+{
+    const struct heap_alloc_note *n = arg;
+    if (n->requested == 0)
+        return; /* no block, no event (as before) */
+    gm_event_id((enum gm_ev)(n->ev | (info->cache_hit ? GM_EVF_CACHE_HIT : GM_EVF_CACHE_MISS)),
+                n->dev, n->stream, ptr, info->size ? info->size : n->requested, n->requested,
+                info->alloc_id);
+}
+
 static CUresult heap_alloc_held(CUdeviceptr *out, size_t size, CUdevice dev, CUstream stream,
                                 gm_alloc_kind kind)
 {
@@ -485,19 +510,19 @@ static CUresult heap_alloc_held(CUdeviceptr *out, size_t size, CUdevice dev, CUs
     uintptr_t capture;
     /* each thread's per-thread stream is its own; a capture has a key of its own */
     stream = (CUstream)heap_key(stream, &capture);
-    int e = capture ? alloc_malloc_captured(a, size, capture, &p, &info)
-                    : alloc_malloc_ex(a, size, (uintptr_t)stream, &p, &info);
+    /* the block's size and id, and whether the cache served it, come with the allocation: no
+     * second lookup; the flag goes into events.flags (cache hit / miss) */
+    struct heap_alloc_note note = {
+        dev, stream, size,
+        (kind == GM_ALLOC_ASYNC ? GM_EV_ALLOC_ASYNC : GM_EV_ALLOC) | (capture ? GM_EVF_CAPTURE : 0)};
+    int e = alloc_malloc_notify(a, size, (uintptr_t)stream, capture, &p, &info, heap_malloced,
+                                &note);
     if (e == ALLOC_OK) {
         *out = p;
         if (size == 0)
             return CUDA_SUCCESS;
         gm_stat_add(GM_ST_SERVED, 1);
-        /* the block's size and id, and whether the cache served it, come with the allocation:
-         * no second lookup; the flag goes into events.flags (cache hit / miss) */
-        int ev = (kind == GM_ALLOC_ASYNC ? GM_EV_ALLOC_ASYNC : GM_EV_ALLOC) |
-                 (info.cache_hit ? GM_EVF_CACHE_HIT : GM_EVF_CACHE_MISS) |
-                 (capture ? GM_EVF_CAPTURE : 0);
-        gm_rec_alloc(ev, dev, stream, p, info.size ? info.size : size, size, info.alloc_id, a);
+        gm_rec_alloc_peak(dev, info.cache_hit, a);
         return CUDA_SUCCESS;
     }
     if (e == ALLOC_ERR_OOM) {

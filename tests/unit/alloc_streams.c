@@ -1056,6 +1056,151 @@ static void test_replay_lands_frees_in_order(void **state)
                           false, true, &landed);
 }
 
+/* Several threads allocating and freeing at once, each on its own stream (some frees plain
+ * ones, fenced on every stream; a thread's blocks handed to the next one to free): the trace
+ * written where the recorder writes it (preload/heap.c), every line from inside the allocator's
+ * lock: allocations through alloc_malloc_notify, frees through alloc_free_notify, landings and
+ * markers through the hooks. It is then in the order the allocator made each change, and the
+ * replay of the recorded configuration finds the run's peak reserved, hits and misses. (The
+ * recorder wrote allocations after alloc_malloc_ex returned, out of that order:
+ * tests/integration/replay_threads.sh.) */
+enum { TH_THREADS = 4, TH_OPS = 600, TH_SLOTS = 10 };
+struct th_run {
+    fake_t *f;
+    rtrace_t *t;
+    pthread_mutex_t hand_mu; /* the handed-over blocks, apart from the allocator's lock */
+    uint64_t hand[TH_THREADS][TH_SLOTS];
+    unsigned errors;
+};
+struct th_arg {
+    struct th_run *r;
+    unsigned id;
+};
+struct th_malloced {
+    rtrace_t *t;
+    size_t size;
+    uintptr_t stream;
+};
+static void th_malloced(void *arg, uint64_t ptr, const alloc_malloc_info_t *info)
+{
+    const struct th_malloced *x = arg;
+    (void)ptr;
+    rt_push(x->t, (alloc_trace_event_t){.id = info->alloc_id, .size = x->size, .stream = x->stream,
+                                        .kind = ALLOC_TR_ALLOC});
+}
+struct th_freeing {
+    rtrace_t *t;
+    uintptr_t stream; /* 0: a plain free */
+};
+static void th_freed(void *arg, const alloc_block_query_t *q)
+{
+    const struct th_freeing *x = arg;
+    rt_push(x->t, (alloc_trace_event_t){.id = q->alloc_id, .stream = x->stream,
+                                        .kind = x->stream ? ALLOC_TR_FREE_ASYNC : ALLOC_TR_FREE});
+    if (!q->pending) return;
+    for (size_t i = 0; i < 256; i++)
+        if (!x->t->waiting[i]) {
+            x->t->waiting[i] = q->alloc_id;
+            return;
+        }
+}
+static void th_free(struct th_run *r, uint64_t p, uintptr_t stream, bool plain)
+{
+    alloc_block_query_t q;
+    struct th_freeing x = {r->t, plain ? 0 : stream};
+    if (alloc_free_notify(r->f->a, p, !plain, plain ? 0 : stream, 0, &q, th_freed, &x) != ALLOC_OK)
+        __atomic_add_fetch(&r->errors, 1, __ATOMIC_RELAXED);
+}
+static void *th_work(void *arg)
+{
+    const struct th_arg *ta = arg;
+    struct th_run *r = ta->r;
+    uintptr_t s = 0x100 * (ta->id + 1);
+    uint64_t p[TH_SLOTS] = {0};
+    unsigned seed = 7u + ta->id * 7919u;
+    for (int op = 0; op < TH_OPS; op++) {
+        unsigned k = (unsigned)rand_r(&seed) % TH_SLOTS;
+        if (!p[k]) {
+            size_t sz = ((size_t)(1 + rand_r(&seed) % 6) << 20) + (size_t)(rand_r(&seed) % 4096) * 64;
+            struct th_malloced x = {r->t, sz, s};
+            if (alloc_malloc_notify(r->f->a, sz, s, 0, &p[k], NULL, th_malloced, &x) != ALLOC_OK)
+                __atomic_add_fetch(&r->errors, 1, __ATOMIC_RELAXED);
+        } else if (k == 0) { /* handed to the next thread, which frees it on its own stream */
+            pthread_mutex_lock(&r->hand_mu);
+            uint64_t *h = r->hand[(ta->id + 1) % TH_THREADS];
+            for (int i = 0; i < TH_SLOTS && p[k]; i++)
+                if (!h[i]) h[i] = p[k], p[k] = 0;
+            pthread_mutex_unlock(&r->hand_mu);
+        } else {
+            th_free(r, p[k], s, k % 3 == 0);
+            p[k] = 0;
+        }
+        if (op % 16 == 0) {
+            uint64_t mine[TH_SLOTS];
+            pthread_mutex_lock(&r->hand_mu);
+            memcpy(mine, r->hand[ta->id], sizeof mine);
+            memset(r->hand[ta->id], 0, sizeof mine);
+            pthread_mutex_unlock(&r->hand_mu);
+            for (int i = 0; i < TH_SLOTS; i++)
+                if (mine[i]) th_free(r, mine[i], s, false);
+        }
+    }
+    for (int k = 0; k < TH_SLOTS; k++)
+        if (p[k]) th_free(r, p[k], s, false);
+    return NULL;
+}
+
+static void test_replay_threads_in_lock_order(void **state)
+{
+    (void)state;
+    for (int top_down = 0; top_down < 2; top_down++) {
+        size_t cap = (size_t)1 << 30;
+        fake_t *f = mk_cap("preset:gpumem", cap, top_down);
+        /* events complete at their first query (the virtual GPU without delays): the backend's
+         * fake events are touched under the allocator's lock only; nothing synchronizes */
+        f->all_idle = true;
+        rtrace_t t = {0};
+        alloc_hooks_t hk = {.user = &t, .on_free_landed = rt_landed, .on_marker = rt_marker};
+        alloc_set_hooks(f->a, &hk);
+        struct th_run r = {.f = f, .t = &t};
+        pthread_mutex_init(&r.hand_mu, NULL);
+        pthread_t th[TH_THREADS];
+        struct th_arg ta[TH_THREADS];
+        for (unsigned i = 0; i < TH_THREADS; i++) {
+            ta[i] = (struct th_arg){&r, i};
+            assert_int_equal(pthread_create(&th[i], NULL, th_work, &ta[i]), 0);
+        }
+        for (unsigned i = 0; i < TH_THREADS; i++) pthread_join(th[i], NULL);
+        for (unsigned i = 0; i < TH_THREADS; i++) /* what was handed over last */
+            for (int k = 0; k < TH_SLOTS; k++)
+                if (r.hand[i][k]) th_free(&r, r.hand[i][k], 0x100 * (i + 1), false);
+        assert_int_equal(r.errors, 0);
+        assert_int_equal(f->syncs, 0);
+        for (size_t i = 0; i < 256; i++)
+            if (t.waiting[i])
+                rt_push(&t, (alloc_trace_event_t){.id = t.waiting[i], .kind = ALLOC_TR_FREE_DONE});
+        alloc_stats_t st;
+        alloc_get_stats(f->a, &st);
+        alloc_config_t cfg;
+        alloc_get_config(f->a, &cfg);
+        alloc_replay_opts_t o = {.capacity = cap, .top_down = top_down, .markers = true};
+        alloc_replay_result_t res;
+        char err[256];
+        assert_int_equal(alloc_replay(&cfg, &o, t.v, t.n, &res, err, sizeof(err)), ALLOC_OK);
+        assert_true(res.allocs == (uint64_t)st.num_mallocs && res.bad_frees == 0);
+        if ((size_t)st.reserved_bytes.peak != res.peak_reserved || st.cache_hits != res.cache_hits ||
+            st.cache_misses != res.cache_misses)
+            fail_msg("threads (top_down %d): recorded peak reserved %lld, %llu hits, %llu misses; "
+                     "replayed %zu, %llu, %llu",
+                     top_down, (long long)st.reserved_bytes.peak, (unsigned long long)st.cache_hits,
+                     (unsigned long long)st.cache_misses, res.peak_reserved,
+                     (unsigned long long)res.cache_hits, (unsigned long long)res.cache_misses);
+        pthread_mutex_destroy(&r.hand_mu);
+        done(f);
+        free(t.v);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1076,6 +1221,7 @@ int main(void)
         cmocka_unit_test(test_release_before_grow_other_streams),
         cmocka_unit_test(test_broken_marker_syncs_once),
         cmocka_unit_test(test_replay_lands_frees_in_order),
+        cmocka_unit_test(test_replay_threads_in_lock_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
