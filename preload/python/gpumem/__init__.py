@@ -337,6 +337,13 @@ def _empty_cache_to_gpumem(path):
                       "libgpumem.so): torch.cuda.empty_cache() will not give gpumem's cache back"
                       % path, RuntimeWarning, stacklevel=3)
         return
+    _empty_cache_then(torch, fn)
+
+
+def _empty_cache_then(torch, fn):
+    """torch.cuda.empty_cache (both its Python names) wrapped to call fn, gpumem_empty_cache
+    through ctypes, after PyTorch's own: what PyTorch gave back, and gpumem's cache with it."""
+    import torch.cuda.memory as tcm
     fn.argtypes, fn.restype = [], None
     orig = tcm.empty_cache
 

@@ -273,22 +273,11 @@ def _empty_cache_gives_back(torch):
     the run empties where the run did. torch._C._cuda_emptyCache called directly is not seen.
     Installed first, so that the note of _cache_calls (history on) wraps this one and comes
     before PyTorch's frees, as without it."""
-    import torch.cuda.memory as tcm
     try:
         fn = ctypes.CDLL(None).gpumem_empty_cache  # libgpumem.so's: preloaded by gpumem record
     except (AttributeError, OSError):
         return  # not under libgpumem.so: nothing of gpumem's to give back
-    fn.argtypes, fn.restype = [], None
-    orig = tcm.empty_cache
-
-    def empty_cache():
-        r = orig()
-        fn()
-        return r
-    empty_cache.__doc__, empty_cache.__wrapped__ = orig.__doc__, orig
-    for mod in (torch.cuda, tcm):
-        if getattr(mod, "empty_cache", None) is orig:
-            setattr(mod, "empty_cache", empty_cache)
+    gpumem._empty_cache_then(torch, fn)
 
 
 def _autocast_seen(torch):
