@@ -21,6 +21,8 @@ table=(
   "hint#-#advise --json#[.notes[] | select(test(\"cannot be told apart\"))] | map(test(\"hooks were on.*no nn.Module's forward\")) | join(\",\")#true"
   "hint#-#advise#gpumem record's PyTorch hooks\$#0"
   "nohooks#--no-torch-hooks#report --json#.torch.categories.hint | test(\"without --no-torch-hooks\")#true"
+  "pinned#-#report --json#.summary | (.peak_host_bytes == \$hp), (.host_bytes == \$ht), .host_allocations#true true 4"
+  "pinned#-#report#^  pinned host  *\$hpm at its peak, \$htm in all (4 allocations#1"
 )
 for row in "${table[@]}"; do
   IFS='#' read -r name opts cmd filter want <<< "$row"
