@@ -8,7 +8,10 @@
 #       gm_phases_hint);
 #   pinned  report counted "pinned host 4" and gave no bytes: .summary.peak_host_bytes and
 #       .summary.host_bytes are what PyTorch's host allocator counted (host_memory_stats'
-#       allocated_bytes.peak and .allocated, printed by the script), and the text says them.
+#       allocated_bytes.peak and .allocated, printed by the script), and the text says them;
+#   start  report's "Device used" column "at start" was sampled after gpumem's first 256 MiB
+#       segment (reserved by gpumem 256 MiB "at start"), under PyTorch's allocator and under
+#       --allocator gpumem: it is the device before that segment, the context alone.
 # Table: NAME#record options#command#jq filter or grep -c pattern (text)#want ($hp, $ht: the
 # script's printed host_peak, host_total).
 set -uo pipefail
@@ -22,6 +25,8 @@ table=(
   "hint#-#advise#gpumem record's PyTorch hooks\$#0"
   "nohooks#--no-torch-hooks#report --json#.torch.categories.hint | test(\"without --no-torch-hooks\")#true"
   "pinned#-#report --json#.summary | (.peak_host_bytes == \$hp), (.host_bytes == \$ht), .host_allocations#true true 4"
+  "hint#-#report --json#.device_used.devices[0].start | .reserved_by_gpumem, .recorded_outside, (.used == .not_recorded)#0 0 true"
+  "gpumem#--allocator gpumem#report --json#.device_used.devices[0].start | .reserved_by_gpumem, .recorded_outside, (.used == .not_recorded)#0 0 true"
   "pinned#-#report#^  pinned host  *\$hpm at its peak, \$htm in all (4 allocations#1"
 )
 for row in "${table[@]}"; do
