@@ -1170,7 +1170,7 @@ void gm_phases_hint(gm_db *d, char *out, size_t n)
         return;
     }
     /* the hooks' ranges are "step N/fwd/<module>", "step N/bwd/<module>", "step N/opt"; a
-     * program with ranges of its own gets none of theirs */
+     * program that names its own phases (gpumem.range, gpumem.annotate) gets none of theirs */
     int64_t nr = 0, fwd = 0, opt = 0;
     if (gm_table_exists(d, "ranges")) {
         nr = sql_one(d, "SELECT count(*) FROM ranges");
@@ -1178,8 +1178,9 @@ void gm_phases_hint(gm_db *d, char *out, size_t n)
         opt = sql_one(d, "SELECT EXISTS (SELECT 1 FROM ranges WHERE '/' || path || '/' LIKE '%/opt/%')");
     }
     const char *ran = !nr            ? "no nn.Module's forward and no optimizer.step()"
-                      : !fwd && !opt ? "ranges of its own (the hooks then add none), none of them \"step N\" > "
-                                       "fwd / bwd / opt"
+                      : !fwd && !opt ? "no \"step N\" > fwd / bwd / opt range: its own ranges name none, and "
+                                       "the hooks opened none (no nn.Module's forward or optimizer.step() ran, "
+                                       "or its gpumem.range / gpumem.annotate turned them off)"
                       : !opt         ? "no optimizer.step()"
                       : !fwd         ? "no nn.Module's forward"
                                      : "too few whole steps";

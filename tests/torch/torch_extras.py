@@ -6,12 +6,21 @@
 #     cache emptied (cudaFreeHost), then a 256 MiB one: 320 MiB held at the most, 448 MiB in all,
 #     printed as PyTorch's host allocator counts them (host_memory_stats: allocated_bytes.peak,
 #     allocated_bytes.allocated).
+#   argv[1] "ranged": the device part inside a range of its own (gpumem.range("load")), none of
+#   "step N" > fwd / bwd / opt.
+import contextlib
+import sys
+
 import torch
 
-a = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-del a
-torch.cuda.empty_cache()
-b = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+ranged = sys.argv[1:] == ["ranged"]
+if ranged:
+    import gpumem
+with gpumem.range("load") if ranged else contextlib.nullcontext():
+    a = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    del a
+    torch.cuda.empty_cache()
+    b = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
 pinned = [torch.empty(64 << 20, dtype=torch.uint8, pin_memory=True) for _ in range(3)]
 del pinned[1:]
 torch._C._host_emptyCache()

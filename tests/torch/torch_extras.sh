@@ -4,7 +4,8 @@
 #   hint  report and advise said "not decided: ... or record a PyTorch script with gpumem
 #       record's hooks" of a recording made with those hooks on: they now say the hooks were on
 #       and what the script lacked for them (no nn.Module's forward, no optimizer.step()); with
-#       --no-torch-hooks, to record it again without that option (meta.torch_hooks,
+#       --no-torch-hooks, to record it again without that option; with a range of its own
+#       ("ranged"), that no range is "step N" > fwd / bwd / opt (meta.torch_hooks,
 #       gm_phases_hint);
 #   pinned  report counted "pinned host 4" and gave no bytes: .summary.peak_host_bytes and
 #       .summary.host_bytes are what PyTorch's host allocator counted (host_memory_stats'
@@ -23,6 +24,7 @@ table=(
   "hint#-#report#^  not decided: .*gpumem record's PyTorch hooks were on, but .* ran no nn.Module's forward and no optimizer.step()#1"
   "hint#-#advise --json#[.notes[] | select(test(\"cannot be told apart\"))] | map(test(\"hooks were on.*no nn.Module's forward\")) | join(\",\")#true"
   "hint#-#advise#gpumem record's PyTorch hooks\$#0"
+  "ranged#-#report --json#.torch.categories.hint | test(\"hooks were on.*ran no .step N. > fwd / bwd / opt range: its own ranges name none\")#true"
   "nohooks#--no-torch-hooks#report --json#.torch.categories.hint | test(\"without --no-torch-hooks\")#true"
   "pinned#-#report --json#.summary | (.peak_host_bytes == \$hp), (.host_bytes == \$ht), .host_allocations#true true 4"
   "hint#-#report --json#.device_used.devices[0].start | .reserved_by_gpumem, .recorded_outside, (.used == .not_recorded)#0 0 true"
@@ -36,7 +38,9 @@ for row in "${table[@]}"; do
   [[ $opts == - ]] && opts=
   if [[ ! -f $db ]]; then
     # shellcheck disable=SC2086
-    env GPUMEM_SIM_BACKING=memory "$G" record -q $opts -o "$db" -- "$torch_py" "$script" > "$db.out" 2>&1
+    args=()
+    [[ $name == ranged ]] && args=(ranged)
+    env GPUMEM_SIM_BACKING=memory "$G" record -q $opts -o "$db" -- "$torch_py" "$script" "${args[@]}" > "$db.out" 2>&1
     [[ -f $db ]] || { bad "$name: the recording failed: $(tail -3 "$db.out")"; continue; }
   fi
   hp=$(awk '$1 == "host_peak" { print $2 }' "$db.out")
