@@ -7,9 +7,14 @@
  * that sum; it needs the driver's own figure at the moments that matter, which only the real
  * cuMemGetInfo gives (gpumem's cuMemGetInfo answers with its own view). It is sampled:
  *
- *   - at the start: per device, the first time device memory gpumem knows of changes with
- *     that device's context current (whatever was recorded before is subtracted by the report, so what is left of
- *     the start sample is the context and other processes: the "CUDA context size");
+ *   - at the start: per device, before gpumem's allocator maps its first segment there (its
+ *     allocator for the device is made, gm_devused_start) or before the program's first VMM
+ *     handle on it, with that device's context current; else (memory passed through to the
+ *     driver, a pool, an array: sampled after the call) the first time device memory gpumem
+ *     knows of changes with that device's context current. Whatever was recorded before is
+ *     subtracted by the report, so what is left of the start sample is the context and other
+ *     processes: the "CUDA context size". The report's "at start" column is this sample: taken
+ *     after the first 256 MiB segment, it showed that segment as held "at start";
  *   - at every new high of the device memory gpumem knows of (its segments + what it recorded
  *     outside its allocator), right after the event that made it: the report takes the highest;
  *   - at exit, for every device whose primary context is active.
@@ -74,6 +79,18 @@ void gm_devused_change(int device, long long delta)
             sample(device, REC_DEVINFO_PEAK);
             break;
         }
+}
+
+void gm_devused_start(int device)
+{
+    if (!gm_rec_opened() || gm_forked_child || device < 0 || device >= DU_MAX)
+        return;
+    /* the driver answers for the current context's device only: another device's start is
+     * sampled at its first change, as before */
+    if (current_device() != device || atomic_load_explicit(&started[device], memory_order_acquire))
+        return;
+    if (!atomic_exchange(&started[device], 1) && sample(device, REC_DEVINFO_START) != 0)
+        atomic_store(&started[device], 0);
 }
 
 void gm_devused_event(int ev, unsigned flags, int device, size_t size, uint64_t id)

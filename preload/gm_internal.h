@@ -726,6 +726,9 @@ int gm_rec_opened(void);
  * sampled with the real cuMemGetInfo (REC_DEVICE_INFO), as is the first call with a context
  * current (the start). Call after the event that made the change was recorded. */
 void gm_devused_change(int device, long long delta);
+/* The device's start sample now, before memory is mapped on it (its allocator just made, the
+ * program's VMM handle about to be created), where its context is current and it has none yet. */
+void gm_devused_start(int device);
 /* gm_event_id's part: a passed-through device allocation or its free changes the count. */
 void gm_devused_event(int ev, unsigned flags, int device, size_t size, uint64_t id);
 /* At exit, before the recorder closes: one sample per device with an active context. */

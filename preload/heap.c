@@ -469,6 +469,9 @@ static alloc_t *dev_get(CUdevice dev)
         }
     }
     pthread_mutex_unlock(&devs_lock);
+    /* the device before gpumem's first segment on it: report's "at start" column */
+    if (a)
+        gm_devused_start(dev);
     return a;
 }
 

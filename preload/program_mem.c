@@ -111,6 +111,9 @@ void gm_pm_fork_child(void)
 static CUresult pm_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
                            const CUmemAllocationProp *prop, unsigned long long flags)
 {
+    /* the device before the program's first handle on it: report's "at start" column */
+    if (!pm_pass() && prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+        gm_devused_start(prop->location.id);
     CUresult r = gm_real.cuMemCreate(h, size, prop, flags);
     if (pm_pass())
         return r;

@@ -443,11 +443,12 @@ static void phases_note(gm_db *d, ctx *c)
 {
     const adv_model *m = &c->m;
     if (m->phases_from == GM_CSRC_NONE) {
+        char hint[400];
+        gm_phases_hint(d, hint, sizeof hint);
         snprintf(c->notes[c->nnotes++], sizeof c->notes[0],
                  "forward, backward and update cannot be told apart in this recording (%s): advise "
-                 "predicts nothing rather than guess; record it with NVTX ranges \"step N\" > fwd / bwd "
-                 "/ opt, or a PyTorch script with gpumem record's hooks (on by default)",
-                 m->phases_why[0] ? m->phases_why : "no steps");
+                 "predicts nothing rather than guess; to tell them: %s",
+                 m->phases_why[0] ? m->phases_why : "no steps", hint);
         return;
     }
     if (m->phases_from != GM_CSRC_INFERENCE) return;
@@ -2086,8 +2087,8 @@ int gm_advise_main(int argc, char **argv)
         text_short(&c, recs, nrecs, front, nfront);
         printf("\nrecommendations (%zu of %zu, largest saving first):\n", nr, nrecs);
         if (!nrecs && c.m.phases_from == GM_CSRC_NONE)
-            printf("  none: forward, backward and update are not known in this recording (see the note): "
-                   "record it with NVTX ranges or gpumem record's PyTorch hooks\n");
+            printf("  none: forward, backward and update are not known in this recording (the note says "
+                   "what would tell them)\n");
         else if (!nrecs && nworse)
             printf("  none: no technique lowers the peak reserved of this recording (those below lower "
                    "the peak allocated but raise the reserved)\n");

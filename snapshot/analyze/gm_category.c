@@ -1234,6 +1234,55 @@ static void ctx_free(ctx *x)
     u64map_free(&x->param_sizes), u64map_free(&x->repeats);
 }
 
+/* The first column of the one-row query q (0 where it fails: a file without that table or column). */
+static int64_t sql_one(gm_db *d, const char *q)
+{
+    sqlite3_stmt *s;
+    int64_t v = 0;
+    if (sqlite3_prepare_v2(d->db, q, -1, &s, NULL) != SQLITE_OK) return 0;
+    if (sqlite3_step(s) == SQLITE_ROW) v = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    return v;
+}
+
+void gm_phases_hint(gm_db *d, char *out, size_t n)
+{
+    static const char plain[] = "name tensors, or mark phases with NVTX ranges \"step N\" > fwd / bwd / opt, or "
+                                "record a PyTorch script with gpumem record's hooks";
+    char hooks[8] = "";
+    if (d) gm_meta_text(d, "torch_hooks", hooks, sizeof hooks);
+    /* a C program run by gpumem record has the setting too: the hooks act in Python only */
+    int python = d && hooks[0] && gm_table_exists(d, "frames") &&
+                 sql_one(d, "SELECT EXISTS (SELECT 1 FROM frames WHERE python = 1)");
+    if (!python) {
+        snprintf(out, n, "%s", plain);
+        return;
+    }
+    if (!strcmp(hooks, "0")) {
+        snprintf(out, n, "name tensors, or mark phases with gpumem.range(\"step N\") > fwd / bwd / opt, or record "
+                         "it again without --no-torch-hooks (gpumem record's PyTorch hooks were off)");
+        return;
+    }
+    /* the hooks' ranges are "step N/fwd/<module>", "step N/bwd/<module>", "step N/opt"; a
+     * program that names its own phases (gpumem.range, gpumem.annotate) gets none of theirs */
+    int64_t nr = 0, fwd = 0, opt = 0;
+    if (gm_table_exists(d, "ranges")) {
+        nr = sql_one(d, "SELECT count(*) FROM ranges");
+        fwd = sql_one(d, "SELECT EXISTS (SELECT 1 FROM ranges WHERE '/' || path || '/' LIKE '%/fwd/%')");
+        opt = sql_one(d, "SELECT EXISTS (SELECT 1 FROM ranges WHERE '/' || path || '/' LIKE '%/opt/%')");
+    }
+    const char *ran = !nr            ? "no nn.Module's forward and no optimizer.step()"
+                      : !fwd && !opt ? "no \"step N\" > fwd / bwd / opt range: its own ranges name none, and "
+                                       "the hooks opened none (no nn.Module's forward or optimizer.step() ran, "
+                                       "or its gpumem.range / gpumem.annotate turned them off)"
+                      : !opt         ? "no optimizer.step()"
+                      : !fwd         ? "no nn.Module's forward"
+                                     : "too few whole steps";
+    snprintf(out, n, "gpumem record's PyTorch hooks were on, but they open a step at a module's forward and "
+                     "end it at optimizer.step(), and this script ran %s; name tensors (gpumem.name), or mark "
+                     "each iteration with gpumem.range(\"step N\") > fwd / bwd / opt", ran);
+}
+
 int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err, size_t errsz)
 {
     memset(c, 0, sizeof *c);
@@ -1311,6 +1360,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
             c->phases_from = GM_CSRC_INFERENCE;
         }
     }
+    if (c->phases_from == GM_CSRC_NONE) gm_phases_hint(d, c->hint, sizeof c->hint);
     c->at_seq = m->peak_allocated_seq;
     c->stopped_at = x.cut = c->phases_from != GM_CSRC_NONE ? cut_of(&x) : 0;
     if (timeline(&x)) goto nomem;

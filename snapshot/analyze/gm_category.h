@@ -51,6 +51,7 @@ typedef struct gm_categories {
     int phases_from;     /* the same for forward / backward / update */
     uint64_t period;     /* inference: allocations per step (those that do not outlive the run) */
     char why[320];       /* phases_from NONE: why they could not be decided, for a person */
+    char hint[400];      /* ... and what would decide them (gm_phases_hint) */
     uint64_t stopped_at; /* the OOM the run stopped at (no step began after it; 0: none): what was
                             alive then and had not lived through a step's end is "other" */
     /* at the peak: the model's peak allocated moment */
@@ -75,6 +76,14 @@ int gm_category_cut(const gm_categories *c, const gm_alloc *a);
 int gm_category_source(const gm_categories *c, int cat);
 /* The phase (GM_CPH_*) and step index (into c->steps; -1 before or after every step) of seq. */
 int gm_category_phase_at(const gm_categories *c, uint64_t seq, long *step);
+
+/* What would tell a recording's steps and phases, for a person, where none were found (written
+ * into out as one clause, no full stop): the report's "not decided" line and advise's note say
+ * it. A Python program that gpumem record ran with its PyTorch hooks on (meta.torch_hooks "1",
+ * Python frames in the stacks) had the hooks: what they missed (no nn.Module forward, no
+ * optimizer.step(), ranges of its own) is said instead of advising them. d NULL: the plain
+ * advice. */
+void gm_phases_hint(gm_db *d, char *out, size_t n);
 
 /* The report's "by category" block: text, or the JSON members `"categories_at_peak": {...},
  * "category_source": {...}, "categories": {...}` (no braces around them; the caller writes the

@@ -67,11 +67,12 @@ void gm_categories_print_text(FILE *out, const gm_categories *c, const char *tit
     if (c->steps_from == GM_CSRC_INFERENCE)
         fprintf(out, " (%zu steps, %" PRIu64 " allocations each)", c->nsteps, c->period);
     fputc('\n', out);
-    if (c->phases_from == GM_CSRC_NONE && c->why[0])
-        fprintf(out, "  not decided: %s; what names leave is \"other\"%s\n", c->why,
-                strstr(c->why, "PyTorch's segments") ? ""
-                : " (name tensors, or mark phases with NVTX ranges \"step N\" > fwd / bwd / opt, or record a "
-                  "PyTorch script with gpumem record's hooks)");
+    if (c->phases_from == GM_CSRC_NONE && c->why[0]) {
+        /* PyTorch's segments: its tensors are told in its own view, which has its own line */
+        int in_view = strstr(c->why, "PyTorch's segments") != NULL;
+        fprintf(out, "  not decided: %s; what names leave is \"other\"%s%s%s\n", c->why, in_view ? "" : " (",
+                in_view ? "" : c->hint, in_view ? "" : ")");
+    }
     if (c->stopped_at)
         fprintf(out, "  the run stopped at an OOM (event %" PRIu64 "): what was alive then and had not lived through "
                      "a step's end is \"other\" (the batch's input, an activation, a workspace: the stop came "
@@ -133,6 +134,8 @@ void gm_categories_print_json(FILE *out, const gm_categories *c)
     else fputs("null", out);
     fputs(",\"why\":", out);
     gm_json_str(out, c->phases_from == GM_CSRC_NONE && c->why[0] ? c->why : NULL);
+    fputs(",\"hint\":", out);
+    gm_json_str(out, c->phases_from == GM_CSRC_NONE && c->hint[0] ? c->hint : NULL);
     fputs(",\"stopped_at_oom\":", out);
     if (c->stopped_at) fprintf(out, "%" PRIu64, c->stopped_at);
     else fputs("null", out);

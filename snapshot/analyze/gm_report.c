@@ -633,6 +633,9 @@ static void print_idle(gm_db *d, const gm_model *m, labels *l, const gm_opts *o,
 typedef struct summary {
     uint64_t n_alloc, n_free, n_async, n_host, n_managed, n_oom, n_foreign, n_double;
     uint64_t n_interior; /* of n_foreign: a pointer inside a live allocation (REC_F_INTERIOR) */
+    /* pinned host and managed memory, in none of the device's peaks: their bytes in all and the
+     * most held at once (pinned memory is page-locked: a host OOM is read in these) */
+    uint64_t host_bytes, host_peak, managed_bytes, managed_peak;
     uint64_t driver_calls;
     int driver_calls_counted;  /* 1: the allocator's own count per function (meta stat.driver.*);
                                   0: only the segment events (a killed or older recording) */
@@ -643,6 +646,54 @@ typedef struct summary {
     double seconds;
 } summary;
 
+/* The summary's line for pinned host or managed memory (none: no line). */
+static void held_line(FILE *out, const char *what, const char *is, uint64_t n, uint64_t total, uint64_t peak)
+{
+    if (!n) return;
+    char t[32], p[32];
+    gm_fmt_bytes(total, t, sizeof t);
+    gm_fmt_bytes(peak, p, sizeof p);
+    fprintf(out, "  %-19s %s at its peak, %s in all (%" PRIu64 " allocations of %s, in none of the peaks "
+                 "above)\n", what, p, t, n, is);
+}
+
+typedef struct held_step {
+    uint64_t seq;
+    int64_t bytes; /* + at a birth, - at a death */
+} held_step;
+
+static int held_cmp(const void *a, const void *b)
+{
+    const held_step *x = a, *y = b;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* The bytes of m's allocations of one kind (REC_HOST_ALLOC, REC_MANAGED_ALLOC) in all (*total)
+ * and the most held at once (*peak): the running sum over their births and deaths. */
+static void held_bytes(const gm_model *m, int kind, uint64_t count, uint64_t *total, uint64_t *peak)
+{
+    *total = *peak = 0;
+    if (!count) return;
+    held_step *h = malloc(2 * count * sizeof *h);
+    size_t n = 0;
+    for (size_t i = 0; i < m->nallocs && h; i++) {
+        const gm_alloc *a = &m->allocs[i];
+        if (a->kind != kind || n + 2 > 2 * count) continue;
+        *total += a->size;
+        h[n++] = (held_step){a->birth, (int64_t)a->size};
+        if (a->death) h[n++] = (held_step){a->death, -(int64_t)a->size};
+    }
+    if (!h) { /* out of memory: the most at once is unknown, at most all of it */
+        *peak = *total;
+        return;
+    }
+    qsort(h, n, sizeof *h, held_cmp);
+    int64_t now = 0;
+    for (size_t j = 0; j < n; j++)
+        if ((now += h[j].bytes) > (int64_t)*peak) *peak = (uint64_t)now;
+    free(h);
+}
+
 static void make_summary(gm_db *d, gm_model *m, summary *s) {
     memset(s, 0, sizeof *s);
     const uint64_t *k = m->count_kind;
@@ -651,6 +702,8 @@ static void make_summary(gm_db *d, gm_model *m, summary *s) {
     s->n_free = k[REC_FREE] + k[REC_FREE_ASYNC];
     s->n_host = k[REC_HOST_ALLOC];
     s->n_managed = k[REC_MANAGED_ALLOC];
+    held_bytes(m, REC_HOST_ALLOC, s->n_host, &s->host_bytes, &s->host_peak);
+    held_bytes(m, REC_MANAGED_ALLOC, s->n_managed, &s->managed_bytes, &s->managed_peak);
     s->n_oom = k[REC_OOM];
     s->n_foreign = k[REC_FOREIGN_FREE];
     s->n_double = k[REC_DOUBLE_FREE];
@@ -1678,6 +1731,9 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                 s.n_async, s.n_host);
         if (s.hit_rate >= 0) fprintf(out, "%.4f", s.hit_rate / 100);
         else fputs("null", out);
+        fprintf(out, ",\"host_bytes\":%" PRIu64 ",\"peak_host_bytes\":%" PRIu64 ",\"managed_allocations\":%" PRIu64
+                     ",\"managed_bytes\":%" PRIu64 ",\"peak_managed_bytes\":%" PRIu64,
+                s.host_bytes, s.host_peak, s.n_managed, s.managed_bytes, s.managed_peak);
         /* the program's own VMM: held outside the allocator, in none of the peaks above */
         fprintf(out, ",\"peak_program_vmm\":%" PRIu64 ",\"peak_device\":%" PRIu64, m->peak_vmm, m->peak_device);
         fprintf(out, ",\"driver_calls_counted\":%s", s.driver_calls_counted ? "true" : "false");
@@ -1754,6 +1810,8 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         fprintf(out, "  allocations         %" PRIu64 " (%" PRIu64 " stream-ordered), frees %" PRIu64
                      ", pinned host %" PRIu64 ", managed %" PRIu64 "\n",
                 s.n_alloc, s.n_async, s.n_free, s.n_host, s.n_managed);
+        held_line(out, "pinned host", "page-locked host memory", s.n_host, s.host_bytes, s.host_peak);
+        held_line(out, "managed", "unified memory", s.n_managed, s.managed_bytes, s.managed_peak);
         if (s.hit_rate >= 0) fprintf(out, "  cache hit rate      %.1f%% (from %s)\n", s.hit_rate, s.hit_source);
         else fprintf(out, "  cache hit rate      unknown (no allocator stats recorded)\n");
         if (s.driver_calls_counted)

@@ -670,6 +670,11 @@ int rec_writer_open_db(rec_state *g) {
     meta_int(w, "stacks", g->stacks);
     meta_int(w, "names", g->names);
     meta_int(w, "nvtx", g->ranges);
+    /* what gpumem record set for a Python program's PyTorch hooks ("1" on, "0" --no-torch-hooks;
+     * absent: not run by gpumem record): a reader told there are no steps must not advise
+     * recording with the hooks a recording had (gm_phases_hint) */
+    const char *hooks = getenv("GPUMEM_TORCH_HOOKS");
+    if (hooks && (!strcmp(hooks, "0") || !strcmp(hooks, "1"))) meta_text(w, "torch_hooks", hooks);
     meta_int(w, "ring", (int64_t)(g->ring.mask + 1));
     /* what a full ring did: waited for the writer (lossless, the default) or dropped */
     meta_text(w, "ring_full", g->ring.wait_ns == REC_RING_WAIT_FOREVER ? "wait" : "drop");

@@ -10,7 +10,8 @@
 #    in record mode;
 #  - memory that appears later unrecorded (a library workspace) is "not recorded" beyond the
 #    context measured at start, and the text says what it likely is;
-#  - an old recording without samples says so instead of inventing figures.
+#  - an old recording without samples says so instead of inventing figures;
+#  - "at start" (replace mode) is the device before gpumem's first segment: the context alone.
 # The figures of the virtual GPU come from the program itself (drv_sym_app writes them with the
 # sim-only accounting query at its peak and at exit: DRV_SYM_ACCOUNT).
 set -uo pipefail
@@ -74,6 +75,10 @@ EOF
         else check_eq "record: vector and image passed through" "$(( p_pass > 4194304 ))" 1; fi
     else
         check_eq "replace: nothing passed through" "$p_pass" 0
+        # at start: the device before gpumem's first segment (sampled after it, the column
+        # showed a 4 MiB segment reserved "at start"): the context alone
+        read -r _ s_used s_res s_out _ < <(grep '^start ' "$TMP/$mode.fig")
+        check_eq "replace: at start, used / reserved by gpumem / recorded outside" "$s_used $s_res $s_out" "$ctx 0 0"
         [[ $p_res -gt 0 ]] && pass "replace: gpumem's segments counted ($p_res)" || fail "replace: no reserved bytes"
     fi
     "$GPUMEM" report "$TMP/$mode.db" > "$TMP/$mode.txt" 2>&1 || fail "$mode: report"

@@ -11,7 +11,10 @@
 #     folded (sums to the peak allocated), chrome's reserved counter, viz's page, export torch -> import, frag, tune,
 #     advise, diff;
 #   - the kind is in the allocations' peaks exactly where the table says (device, pool, graph:
-#     yes; vmm, array, host, managed: no), and the program's VMM is shown as held outside.
+#     yes; vmm, array, host, managed: no), and the program's VMM is shown as held outside;
+#   - pinned host and managed memory have bytes of their own (report said "pinned host 1" and
+#     no bytes): .summary.host_bytes / peak_host_bytes / managed_bytes / peak_managed_bytes are
+#     SQL's sums and running sums over kinds 5/6 and 7/8, and the text's lines say them.
 # And, in gpumem's allocator (replace) and passed through (GPUMEM_MODE=record), every event of
 # device memory is on a device (a free or unmap on its allocation's, where the freeing thread's
 # current device is unknown: a graph's free node, the driver API) and each stream is one row.
@@ -59,6 +62,16 @@ sql_peaks() {
     SELECT (SELECT max(r) FROM run), (SELECT max(s) FROM run), (SELECT coalesce(max(v), 0) FROM seg)"
 }
 
+# pinned host and managed bytes: "host total, host peak, managed total, managed peak" (running
+# sums: a free row carries its allocation's size)
+sql_held() {
+  sqlite3 -separator ' ' "$1" "
+    WITH h AS (SELECT sum(CASE kind WHEN 5 THEN size ELSE -size END) OVER (ORDER BY seq) v FROM events WHERE kind IN (5, 6)),
+    m AS (SELECT sum(CASE kind WHEN 7 THEN size ELSE -size END) OVER (ORDER BY seq) v FROM events WHERE kind IN (7, 8))
+    SELECT (SELECT coalesce(sum(size), 0) FROM events WHERE kind = 5), (SELECT coalesce(max(v), 0) FROM h),
+           (SELECT coalesce(sum(size), 0) FROM events WHERE kind = 7), (SELECT coalesce(max(v), 0) FROM m)"
+}
+
 # kind | in the allocations' peaks | program VMM at its peak
 table="none no 0
 device yes 0
@@ -102,6 +115,17 @@ while read -r kind counted vmm; do
   (( $(jq .summary.peak_allocated "$TMP/$kind.json") > 5 << 20 )) && rmoved=yes
   [[ $moved == "$counted" && $rmoved == "$counted" ]] && ok "$kind: in the allocations' peaks: $counted" \
     || fail "$kind: in the allocations' peaks: SQL $moved, report $rmoved, the table $counted"
+  want=$(sql_held "$db")
+  rep=$(jq -r '.summary | "\(.host_bytes) \(.peak_host_bytes) \(.managed_bytes) \(.peak_managed_bytes)"' "$TMP/$kind.json")
+  "$GM" report "$db" > "$TMP/$kind.txt" 2> /dev/null
+  read -r ht hp mt mp <<< "$want"
+  line() { # what total peak: the text's line (none where there is no such memory)
+    (( $2 == 0 )) && { ! grep -q "^  $1  *[0-9]" "$TMP/$kind.txt"; return; }
+    grep -q "^  $1  *$(awk -v b="$3" 'BEGIN {printf "%.2f MiB", b / 1048576}') at its peak, $(awk -v b="$2" 'BEGIN {printf "%.2f MiB", b / 1048576}') in all" "$TMP/$kind.txt"
+  }
+  [[ $rep == "$want" ]] && line "pinned host" "$ht" "$hp" && line managed "$mt" "$mp" \
+    && ok "$kind: pinned host and managed bytes (in all, at the peak) = SQL's ($want), in the text too" \
+    || fail "$kind: pinned host and managed bytes: report '$rep', SQL's '$want'; text: $(grep -E '^  (pinned host|managed) ' "$TMP/$kind.txt")"
   pv=$(jq .summary.peak_program_vmm "$TMP/$kind.json")
   [[ $pv == "$vmm" ]] && ok "$kind: program VMM held outside at its peak: $pv" || fail "$kind: peak_program_vmm $pv, expected $vmm"
   if [[ -s $TMP/$kind.rec ]]; then # gpumem record's summary line: the same peaks

@@ -79,3 +79,7 @@ SCRIPT_TESTS += tests/torch/torch_truths.sh
 # tensor freed after record_stream, its free pending at the end, is no leak; checkpointing's
 # recompute is no forward pass and its tensors no saved activations (torch_features.sh, .py)
 SCRIPT_TESTS += tests/torch/torch_features.sh
+# a script with no module and no optimizer, with pinned host memory: report and advise say the
+# hooks were on and what the script lacked for them (no "record with the hooks"), and the pinned
+# bytes (at the peak, in all) are what PyTorch's host allocator counted (torch_extras.sh, .py)
+SCRIPT_TESTS += tests/torch/torch_extras.sh
