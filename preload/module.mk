@@ -29,10 +29,16 @@ $(PRELOAD_DIR)/libgpumem.map: preload/exports.txt | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	{ echo '{ global:'; grep -v '^#' $< | grep -v '^$$' | sed 's/$$/;/'; echo 'local: *; };'; } > $@
 
+# -z now: every symbol libgpumem.so calls is bound at load. Bound lazily, the first call of each
+# name from inside a hook went through the dynamic linker's resolver, which saves the whole
+# register file on the stack (with AVX-512, ~2.7 KiB of it, vector registers holding stale
+# copies of the program's pointers), deeper than the hooks' stack scrubs reach: the program's
+# next partly filled argument struct carried those pointers into a launch, uses no kernel made
+# (preload_uses.sh, the BIND_NOW row and "residue").
 $(PRELOAD_LIB): $(PRELOAD_OBJS) $(PRELOAD_ALLOC_LIB) $(PRELOAD_REC_LIB) \
                 $(PRELOAD_DIR)/libgm_jemalloc.a $(PRELOAD_DIR)/libgpumem.map | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -shared -fvisibility=hidden -Wl,-soname,libgpumem.so \
-	    -Wl,--version-script=$(PRELOAD_DIR)/libgpumem.map -Wl,-z,nodelete \
+	    -Wl,--version-script=$(PRELOAD_DIR)/libgpumem.map -Wl,-z,nodelete -Wl,-z,now \
 	    -o $@ $(PRELOAD_OBJS) $(PRELOAD_REC_LIB) $(PRELOAD_ALLOC_LIB) \
 	    $(PRELOAD_DIR)/libgm_jemalloc.a $(if $(PRELOAD_REC_LIB),$(REC_LDLIBS)) -ldl -lpthread -lm
 

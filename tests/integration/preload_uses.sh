@@ -135,11 +135,21 @@ check_eq "hull: the host span below and above the device span" "$(echo $orders |
 # registers, which a sanitizer's instrumentation does not; under ASan the two memset rows find
 # RA_<path> with the scrubs at 16 KiB, not diagnosed further: most likely the instrumented
 # program's own spill, which is not gpumem's to scrub)
+# libgpumem.so binds every symbol it calls at load (-z now, preload/module.mk): a lazy binding's
+# first call from inside a hook saves the register file deep on the stack (AVX-512: stale vector
+# registers with the program's pointers), below what the scrubs reach
+check_eq "libgpumem.so is linked with BIND_NOW" "$(readelf -d "$LIB" | grep -qE '\(FLAGS(_1)?\).*NOW' && echo yes)" yes
+# The rows run the program with LD_BIND_NOW=1: the other libraries' lazy bindings (the virtual
+# GPU's, libunwind's, the program's own) save the register file the same way, on a CPU with
+# AVX-512 2.5-3 KiB below the call, and with whatever the vector registers last held (a pointer
+# the program or a library copied long before): not the hooks' words, which is what the rows
+# test. Without it, on an AMD EPYC with AVX-512 (2026-12-07), 3 to 17 rows failed from run to
+# run, on main as it was too, their kernels finding RA_rt or an earlier row's RB_ among their uses.
 DB=$TMP/residue.db
 if [[ -n ${SAN:-} ]]; then
   echo "preload_uses.sh: the residue rows run in the plain build (a sanitizer lays out the test program's frames)" >&2
 else
-  run_app "$DB" "$TMP/residue.out" "$APPS/uses_app" residue || { fail "uses_app residue"; cat "$TMP/residue.out" "$TMP/residue.out.err"; }
+  run_app "$DB" "$TMP/residue.out" LD_BIND_NOW=1 "$APPS/uses_app" residue || { fail "uses_app residue"; cat "$TMP/residue.out" "$TMP/residue.out.err"; }
   for p in rt rt_ex rt_coop drv_sym drv_sym_ex drv_sym_coop drv_proc drv_proc_ex drv_proc_coop trace rt_memset drv_memset \
            rt_malloc rt_malloc_async rt_malloc_managed rt_malloc_host rt_host_alloc \
            drv_sym_alloc drv_alloc drv_alloc_async drv_alloc_managed drv_alloc_host drv_host_alloc drv_alloc_pitch torch_malloc name \
