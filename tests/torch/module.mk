@@ -79,3 +79,6 @@ SCRIPT_TESTS += tests/torch/torch_truths.sh
 # tensor freed after record_stream, its free pending at the end, is no leak; checkpointing's
 # recompute is no forward pass and its tensors no saved activations (torch_features.sh, .py)
 SCRIPT_TESTS += tests/torch/torch_features.sh
+# the steps inferred from a PyTorch recording's periodicity: a loop followed by an evaluation
+# (--no-torch-hooks), a loop with no backward (torch_steps_inferred.sh)
+SCRIPT_TESTS += tests/torch/torch_steps_inferred.sh
