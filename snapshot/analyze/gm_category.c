@@ -388,9 +388,9 @@ static int one_size(const ctx *x, size_t b, size_t e)
  * is looked for before each of the last PERIOD_TAIL_MAX tokens too, and the place it covers most
  * from (the latest of equals; a period not one size repeated) is where the loop ended: what is
  * made from there on is after the steps (x->epilogue), as what is made after a "step N" range's
- * last one. The first step makes
- * what later steps reuse (gradients, optimizer state), so its tokens differ: it is found before
- * the periodic part as the place from which a steady step's tokens are found most completely. */
+ * last one. The first step makes what later steps reuse (gradients, optimizer state), so its
+ * tokens differ: it is found before the periodic part as the place from which a steady step's
+ * tokens are found most completely. */
 static int steps_from_period(ctx *x)
 {
     gm_categories *c = x->c;
