@@ -140,6 +140,8 @@ $(BUILD)/tests/apps/churn_app: tests/apps/churn_app.c $(SIM_RUNTIME) $(SIM_DRIVE
 ALL_TARGETS += $(BUILD)/tests/apps/churn_app
 SCRIPT_TESTS += tests/integration/categories_app.sh tests/integration/categories_trainer.sh \
                 tests/integration/advise_unannotated.sh
+# the steps inferred from periodicity: a loop followed by an evaluation, a loop with no backward
+SCRIPT_TESTS += tests/integration/steps_inferred.sh
 SCRIPT_TESTS += tests/integration/snapshot_frag.sh tests/integration/snapshot_tune.sh tests/integration/replay_settle.sh tests/integration/replay_threads.sh tests/integration/advise_forget.sh tests/integration/snapshot_kinds.sh \
                 tests/integration/snapshot_passthru.sh tests/integration/snapshot_pools.sh
 # every --check re-run (tune, frag, advise, advise --ranks, PyTorch's) made to fail: its reason quoted

@@ -23,7 +23,9 @@
  *        outlive the run (gradients and optimizer state made in the first step do, so the first
  *        step repeats like the others), read from the end backwards, repeat with period P (the
  *        Z-algorithm: the P whose repetition covers most of the recording, the smallest of
- *        those); the step starts where the fewest bytes made in one step are still alive;
+ *        those, at least 2); the step starts where the fewest bytes made in one step are still
+ *        alive; what the program does once after its loop (an evaluation) ends the tokens with
+ *        some that repeat in no step: it is after the steps, as after a last "step N" range;
  *      - in each step, the backward begins where the step's own allocations (made and freed in
  *        it) are at their highest — activations pile up through the forward, and the backward
  *        adds its first gradient tensor on top of them before it frees any (the gradient of the
@@ -31,7 +33,10 @@
  *        stack says so (PyTorch's autograd engine allocates on its own thread, without Python
  *        frames; the loss's gradient is made inside `backward`) — and ends with the last free of
  *        an allocation made before that point; the update begins at the first kernel launch or
- *        allocation after that.
+ *        allocation after that. A step shows a backward where something made before that
+ *        point is freed after it and something is made in between (the backward's gradients);
+ *        where no step does (a loop that makes buffers and frees or keeps them), no step has a
+ *        backward or an update and nothing is an activation (c->no_backward).
  *      Where no period shows (one step, steps that differ) the phases are not guessed: what
  *      names do not decide is "other", and `why` says so.
  * The same rules then read every allocation's shape in those steps and phases, so the
@@ -169,6 +174,7 @@ typedef struct ctx {
     int phased;       /* ... and some event's range names a phase */
     uint64_t deaths_end; /* the last step's end for the frees of what it made (end_last_step) */
     uint64_t cut;     /* the OOM the run stopped at (no step began after it), 0: none (cut_of) */
+    uint64_t epilogue; /* inferred steps: the first birth after the loop's (steps_from_period), NO_SEQ: none */
     unsure_ent *unsure; /* the timeline's: targets category_decide was not sure of, by birth */
     size_t nunsure, unsure_cap;
 } ctx;
@@ -334,20 +340,63 @@ static uint64_t tok(const ctx *x, size_t i) { return x->m->allocs[tgt(x, i)].req
 
 /* The last tokens the period is looked for in: steps far longer than this are not found. */
 #define PERIOD_WINDOW (1u << 21)
+/* An epilogue (an evaluation after the loop) is looked for up to this many tokens long, the
+ * period before it in the last PERIOD_TAIL_WINDOW tokens: each length tried costs a pass. */
+#define PERIOD_TAIL_MAX 64
+#define PERIOD_TAIL_WINDOW (1u << 16)
+
+/* The period of the tokens before e, read from e backwards: the Z-array of the last w of them
+ * reversed gives, for each P, how far back the repetition holds; the P that covers most (the
+ * smallest among equals: 2P covers as much) and at least 2 long (a step of one allocation has
+ * no forward and backward, and a run of equal sizes repeats with 2 as with 1). *P 0: none (two
+ * whole periods do not end at e). 0, or -1 (no memory). */
+static int period_before(const ctx *x, size_t e, size_t w, size_t *P, size_t *cover)
+{
+    size_t W = e < w ? e : w;
+    *P = 0, *cover = 0;
+    uint64_t *rev = malloc((W + 1) * sizeof *rev);
+    uint32_t *z = malloc((W + 1) * sizeof *z);
+    if (!rev || !z) {
+        free(rev), free(z);
+        return -1;
+    }
+    for (size_t j = 0; j < W; j++)
+        rev[j] = tok(x, e - 1 - j);
+    z_array(rev, W, z);
+    for (size_t p = 2; p <= W / 2; p++) {
+        if (z[p] < p) continue; /* not two whole periods at the end */
+        if (z[p] + p > *cover) *cover = z[p] + p, *P = p;
+    }
+    free(rev), free(z);
+    return 0;
+}
+
+/* Tokens [b, e) are all one size. */
+static int one_size(const ctx *x, size_t b, size_t e)
+{
+    for (size_t i = b + 1; i < e; i++)
+        if (tok(x, i) != tok(x, b)) return 0;
+    return 1;
+}
 
 /* Steps from the recording's own periodicity. 1 found, 0 none (c->why says why), -1 no memory.
  * Every allocation's size is a token, in birth order. Steady steps allocate alike, so read from
- * the end backwards the tokens repeat with the step's period P: the Z-array of the last tokens
- * reversed gives, for each P, how far back the repetition holds; the P that covers most (the
- * smallest among equals: 2P covers as much) is the step, and the repetition is then followed back
- * through the whole recording. The first step makes what later steps reuse (gradients, optimizer
- * state), so its tokens differ: it is found before the periodic part as the place from which a
- * steady step's tokens are found most completely. */
+ * the end backwards the tokens repeat with the step's period P (period_before), and the
+ * repetition is then followed back through the whole recording. What the program does once
+ * after its loop (an evaluation, a checkpoint's copy) ends the tokens with some that do not
+ * repeat: where the repetition from the end does not hold over half the recording, the period
+ * is looked for before each of the last PERIOD_TAIL_MAX tokens too, and the place it covers most
+ * from (the latest of equals; a period not one size repeated) is where the loop ended: what is
+ * made from there on is after the steps (x->epilogue), as what is made after a "step N" range's
+ * last one. The first step makes what later steps reuse (gradients, optimizer state), so its
+ * tokens differ: it is found before the periodic part as the place from which a steady step's
+ * tokens are found most completely. */
 static int steps_from_period(ctx *x)
 {
     gm_categories *c = x->c;
     const gm_model *m = x->m;
     size_t k = x->nt;
+    x->epilogue = NO_SEQ;
     if (k < 6) {
         if (x->segments)
             snprintf(c->why, sizeof c->why, "the device's allocations are PyTorch's segments (its cache, "
@@ -357,27 +406,22 @@ static int steps_from_period(ctx *x)
                      "repeat", k);
         return 0;
     }
-    size_t W = k < PERIOD_WINDOW ? k : PERIOD_WINDOW;
-    uint64_t *rev = malloc(W * sizeof *rev);
-    uint32_t *z = malloc(W * sizeof *z);
-    if (!rev || !z) {
-        free(rev), free(z);
-        return -1;
+    size_t P, cover, e = k;
+    if (period_before(x, k, PERIOD_WINDOW, &P, &cover)) return -1;
+    for (size_t t = 1; cover * 2 < k && t <= PERIOD_TAIL_MAX && t * 4 <= k; t++) {
+        size_t p, cv;
+        if (period_before(x, k - t, PERIOD_TAIL_WINDOW, &p, &cv)) return -1;
+        /* a run of one size (a loop that only allocates, then one other size) is no loop's
+         * steps to end at: it repeats with any period */
+        if (cv > cover && cv * 2 >= k - t && !one_size(x, k - t - p, k - t)) P = p, cover = cv, e = k - t;
     }
-    for (size_t j = 0; j < W; j++)
-        rev[j] = tok(x, k - 1 - j);
-    z_array(rev, W, z);
-    size_t P = 0, cover = 0;
-    for (size_t p = 1; p <= W / 2; p++) {
-        if (z[p] < p) continue; /* not two whole periods at the end */
-        if (z[p] + p > cover) cover = z[p] + p, P = p;
-    }
-    free(rev), free(z);
     if (!P) {
         snprintf(c->why, sizeof c->why, "no repeating pattern of allocations: the last two steps of the "
                  "recording differ (record at least 3 steps of a loop whose steps allocate alike)");
         return 0;
     }
+    if (e < k) x->epilogue = m->allocs[tgt(x, e)].birth;
+    k = e; /* the steps are those of the tokens before the epilogue */
     size_t r0 = k - cover;
     while (r0 > 0 && tok(x, r0 - 1) == tok(x, r0 - 1 + P))
         r0--;
@@ -493,7 +537,9 @@ static int stack_says_backward(const gm_model *m, uint32_t stack)
  *     and an allocation made after that is made after the steps (an evaluation or a
  *     checkpoint's copy after the training loop: its output was read as optimizer state, its
  *     peak as the step's); inferred steps have no end but their allocations': every one made
- *     up to the last free of what the step made, and ls->end is x->deaths_end. */
+ *     up to the last free of what the step made, and ls->end is x->deaths_end; where the
+ *     tokens end with some that do not repeat (x->epilogue: an evaluation after the loop), the
+ *     last step ends before the first of them, as a range would. */
 static void end_last_step(ctx *x)
 {
     gm_categories *c = x->c;
@@ -504,8 +550,10 @@ static void end_last_step(ctx *x)
     uint64_t teardown = NO_SEQ;
     for (size_t j = 0; j < x->nlate && m->allocs[x->late[j]].birth < ls->start; j++)
         if (m->allocs[x->late[j]].death < teardown) teardown = m->allocs[x->late[j]].death;
-    if (ls->end < ls->start) ls->end = ls->start;
+    /* inferred steps followed by an epilogue end where it begins, as a range ends */
     int ranged = c->steps_from == GM_CSRC_PHASES;
+    if (c->steps_from == GM_CSRC_INFERENCE && x->epilogue != NO_SEQ) ls->end = x->epilogue - 1, ranged = 1;
+    if (ls->end < ls->start) ls->end = ls->start;
     uint64_t end = ls->end;
     size_t k = 0, hi = x->nt; /* the first target born in the last step (births come in order) */
     while (k < hi) {
@@ -523,8 +571,12 @@ static void end_last_step(ctx *x)
     if (!ranged) ls->end = end;
 }
 
-/* Forward, backward and update of each step from its own allocations (inference). */
-static int phases_from_lifetimes(ctx *x)
+/* Forward, backward and update of each step from its own allocations (inference). The number
+ * of steps that show a forward and a backward, or -1 (no memory): something made before the
+ * step's highest point is freed after it, and something is made between the two (the backward
+ * makes its gradients as it frees what the forward saved; a loop that makes a batch of buffers
+ * and frees them, or keeps them, makes nothing after its highest point). */
+static long phases_from_lifetimes(ctx *x)
 {
     gm_categories *c = x->c;
     const gm_model *m = x->m;
@@ -532,6 +584,7 @@ static int phases_from_lifetimes(ctx *x)
     ev *e = NULL;
     size_t cap = 0;
     size_t k0 = 0; /* first target born in the current step */
+    long shaped = 0;
     for (size_t j = 0; j < c->nsteps; j++) {
         gm_cat_step *s = &c->steps[j];
         uint64_t next = j + 1 < c->nsteps ? c->steps[j + 1].start : s->end + 1;
@@ -573,6 +626,11 @@ static int phases_from_lifetimes(ctx *x)
         uint64_t bwd_end = pivot;
         for (size_t i = 0; i < ne; i++)
             if (e[i].delta < 0 && e[i].birth < pivot && e[i].seq > bwd_end) bwd_end = e[i].seq;
+        for (size_t q = k0; bwd_end > pivot && q < x->nt && m->allocs[tgt(x, q)].birth < bwd_end; q++)
+            if (m->allocs[tgt(x, q)].birth > pivot) {
+                shaped++;
+                break;
+            }
         /* the update: the first launch or allocation after the backward's last free */
         uint64_t opt = launch_after(x, bwd_end);
         for (size_t q = k0; q < x->nt && m->allocs[tgt(x, q)].birth < next; q++)
@@ -583,7 +641,19 @@ static int phases_from_lifetimes(ctx *x)
         if (opt < next && opt > bwd_end) s->opt = opt;
     }
     free(e);
-    return 0;
+    return shaped;
+}
+
+/* Inferred steps none of which shows a forward and a backward (phases_from_lifetimes): a loop
+ * that makes and keeps, or makes a batch of buffers and frees them, saves nothing for a backward.
+ * Its steps have no backward and no update (every allocation in one is the forward's), and
+ * nothing is an activation (category_decide). */
+static void no_backward(ctx *x)
+{
+    gm_categories *c = x->c;
+    c->no_backward = 1;
+    for (size_t j = 0; j < c->nsteps; j++)
+        c->steps[j].bwd = c->steps[j].opt = NO_SEQ;
 }
 
 /* ------------------------------------------------------------------ where a seq falls */
@@ -926,6 +996,10 @@ static inline __attribute__((always_inline)) int category_decide(const ctx *x, c
     } else {
         cat = GM_CAT_TEMP;
     }
+    /* no step shows a backward (no_backward): nothing was saved for one, so what its shape
+     * would call an activation (made in a step and held into a later one, or past the last) is
+     * a buffer the loop held, "other" */
+    if (cat == GM_CAT_ACT && x->c->no_backward) cat = GM_CAT_OTHER;
     /* an OOM unwinds what the attempt had made: its frees were not where its phase would have
      * put them, so no phase says activation or temporary; after the OOM the run stopped at,
      * every free is the unwinding's */
@@ -1286,7 +1360,7 @@ void gm_phases_hint(gm_db *d, char *out, size_t n)
 int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err, size_t errsz)
 {
     memset(c, 0, sizeof *c);
-    ctx x = {.m = m, .c = c};
+    ctx x = {.m = m, .c = c, .epilogue = NO_SEQ};
     c->n = m->nallocs;
     c->cat = malloc(m->nallocs + 1);
     c->src = calloc(m->nallocs + 1, 1);
@@ -1356,8 +1430,10 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
         if (x.phased) {
             c->phases_from = GM_CSRC_PHASES;
         } else {
-            if (phases_from_lifetimes(&x)) goto nomem;
+            long shaped = phases_from_lifetimes(&x);
+            if (shaped < 0) goto nomem;
             c->phases_from = GM_CSRC_INFERENCE;
+            if (!shaped) no_backward(&x);
         }
     }
     if (c->phases_from == GM_CSRC_NONE) gm_phases_hint(d, c->hint, sizeof c->hint);

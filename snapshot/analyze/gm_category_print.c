@@ -67,6 +67,10 @@ void gm_categories_print_text(FILE *out, const gm_categories *c, const char *tit
     if (c->steps_from == GM_CSRC_INFERENCE)
         fprintf(out, " (%zu steps, %" PRIu64 " allocations each)", c->nsteps, c->period);
     fputc('\n', out);
+    if (c->phases_from == GM_CSRC_INFERENCE && c->no_backward)
+        fputs("  no backward: no step makes something after its highest point while freeing what it made "
+              "before (a loop that makes buffers and frees or keeps them): nothing is saved for a backward, "
+              "no allocation is an activation\n", out);
     if (c->phases_from == GM_CSRC_NONE && c->why[0]) {
         /* PyTorch's segments: its tensors are told in its own view, which has its own line */
         int in_view = strstr(c->why, "PyTorch's segments") != NULL;
@@ -136,6 +140,8 @@ void gm_categories_print_json(FILE *out, const gm_categories *c)
     gm_json_str(out, c->phases_from == GM_CSRC_NONE && c->why[0] ? c->why : NULL);
     fputs(",\"hint\":", out);
     gm_json_str(out, c->phases_from == GM_CSRC_NONE && c->hint[0] ? c->hint : NULL);
+    fputs(",\"backward\":", out); /* inferred phases: whether a step shows a backward */
+    fputs(c->phases_from != GM_CSRC_INFERENCE ? "null" : c->no_backward ? "false" : "true", out);
     fputs(",\"stopped_at_oom\":", out);
     if (c->stopped_at) fprintf(out, "%" PRIu64, c->stopped_at);
     else fputs("null", out);

@@ -14,10 +14,14 @@
  *     optimizer-state buffers (Adam's) made and kept;
  *   - a planted growth: one small buffer kept per step ("other");
  *   - teardown: everything freed.
- * Argument: the number of steps (default 4). */
+ *   - with a second argument "eval": after the loop, one evaluation forward on a larger batch
+ *     (no backward: each layer's output freed by the next, the output kept to the teardown),
+ *     what no step repeats and is made after the steps: temporaries;
+ * Arguments: the number of steps (default 4), then "eval" or nothing. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define L 4     /* layers: one parameter each */
 #define MAXN 4096
@@ -48,6 +52,7 @@ static void release(void *p)
 int main(int argc, char **argv)
 {
     int steps = argc > 1 ? atoi(argv[1]) : 4;
+    int eval = argc > 2 && !strcmp(argv[2], "eval");
     if (steps < 1 || steps > 50) return 2;
     const size_t act = 256 << 10, tmp = 512 << 10, big = 4 << 20, batch = 16 << 10;
     size_t psize[L];
@@ -92,12 +97,24 @@ int main(int argc, char **argv)
         }
         grown[s] = alloc(8 << 10, "other"); /* planted growth: kept every step */
     }
+    void *out = NULL;
+    if (eval) {
+        void *h = alloc(4 * batch, "temporaries");
+        for (int l = 0; l < L; l++) {
+            void *o = alloc(2 * act, "temporaries");
+            release(h);
+            h = o;
+        }
+        out = alloc(2 * big, "temporaries");
+        release(h);
+    }
     for (int s = 0; s < steps; s++)
         release(grown[s]);
     for (int l = 0; l < L; l++) {
         release(m[l]), release(v[l]), release(grad[l]), release(param[l]);
     }
     release(work);
+    if (out) release(out);
     printf("done %d allocations\n", nptr);
     return 0;
 }

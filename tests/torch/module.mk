@@ -83,3 +83,6 @@ SCRIPT_TESTS += tests/torch/torch_features.sh
 # hooks were on and what the script lacked for them (no "record with the hooks"), and the pinned
 # bytes (at the peak, in all) are what PyTorch's host allocator counted (torch_extras.sh, .py)
 SCRIPT_TESTS += tests/torch/torch_extras.sh
+# the steps inferred from a PyTorch recording's periodicity: a loop followed by an evaluation
+# (--no-torch-hooks), a loop with no backward (torch_steps_inferred.sh)
+SCRIPT_TESTS += tests/torch/torch_steps_inferred.sh
