@@ -4,6 +4,10 @@
  * another thread). Every allocation is filled with its own tag and checked before it is
  * freed: two threads handed overlapping memory would see each other's tag.
  *
+ * stress_app oom     the same under a limit (GPUMEM_CONF=...,limit:...): an allocation that fails
+ *                    with cudaErrorMemoryAllocation is counted, not a failure, while the other
+ *                    threads go on freeing. Prints "stress_app: ok (... N OOMs)".
+ *
  * stress_app trace   TRACE_THREADS threads (a second device's first entry among them) each
  *                    allocate and hand PyTorch-style trace entries to gpumem
  *                    (gpumem_torch_trace_entry, as preload/torch_trace.cpp does: allocations the
@@ -16,6 +20,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +37,8 @@ static struct {
 } handoff[NTHREADS * 4];
 static int nhandoff;
 static int failures;
+static int oom_ok;              /* stress_app oom: an allocation may fail for want of memory */
+static _Atomic int ooms;        /* how many did */
 
 static int verify(void *p, unsigned char tag)
 {
@@ -90,6 +97,12 @@ static void *work(void *arg)
             size_t n = 256 + (size_t)((seed >> 4) % (3u << 20));
             async[k] = (seed >> 28) & 1;
             cudaError_t e = async[k] ? cudaMallocAsync(&slot[k], n, s) : cudaMalloc(&slot[k], n);
+            if (e == cudaErrorMemoryAllocation && oom_ok) {
+                cudaGetLastError(); /* the OOM is expected: not sticky for the next call */
+                ooms++;
+                slot[k] = NULL;
+                continue;
+            }
             if (e != cudaSuccess) {
                 fail("alloc");
                 slot[k] = NULL;
@@ -232,8 +245,9 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "trace"))
         return trace();
-    if (argc > 1) {
-        fprintf(stderr, "usage: stress_app [trace]\n");
+    oom_ok = argc > 1 && !strcmp(argv[1], "oom");
+    if (argc > 1 && !oom_ok) {
+        fprintf(stderr, "usage: stress_app [trace|oom]\n");
         return 2;
     }
     pthread_t t[NTHREADS];
@@ -243,6 +257,10 @@ int main(int argc, char **argv)
         pthread_join(t[i], NULL);
     for (int i = 0; i < nhandoff; i++)
         cudaFree(handoff[i].p);
-    printf("stress_app: %s (%d threads x %d ops)\n", failures ? "FAILED" : "ok", NTHREADS, OPS);
+    if (oom_ok)
+        printf("stress_app: %s (%d threads x %d ops, %d OOMs)\n", failures ? "FAILED" : "ok",
+               NTHREADS, OPS, (int)ooms);
+    else
+        printf("stress_app: %s (%d threads x %d ops)\n", failures ? "FAILED" : "ok", NTHREADS, OPS);
     return failures ? 1 : 0;
 }
