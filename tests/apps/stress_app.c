@@ -8,6 +8,10 @@
  *                    with cudaErrorMemoryAllocation is counted, not a failure, while the other
  *                    threads go on freeing. Prints "stress_app: ok (... N OOMs)".
  *
+ * stress_app fraction  as oom, the limit set by thread 0 every 8 of its operations through
+ *                    gpumem_torch_memory_fraction (PyTorch's set_per_process_memory_fraction),
+ *                    0.2% and 0.12% of the device in turn, while the others allocate and free.
+ *
  * stress_app trace   TRACE_THREADS threads (a second device's first entry among them) each
  *                    allocate and hand PyTorch-style trace entries to gpumem
  *                    (gpumem_torch_trace_entry, as preload/torch_trace.cpp does: allocations the
@@ -39,6 +43,8 @@ static int nhandoff;
 static int failures;
 static int oom_ok;              /* stress_app oom: an allocation may fail for want of memory */
 static _Atomic int ooms;        /* how many did */
+typedef void (*fraction_fn)(double, int);
+static fraction_fn set_fraction; /* stress_app fraction: gpumem_torch_memory_fraction */
 
 static int verify(void *p, unsigned char tag)
 {
@@ -73,6 +79,8 @@ static void *work(void *arg)
     unsigned char tags[SLOTS] = {0};
     int async[SLOTS] = {0};
     for (int op = 0; op < OPS; op++) {
+        if (set_fraction && id == 0 && op % 8 == 0)
+            set_fraction(op % 16 ? 0.0012 : 0.002, 0);
         seed = seed * 1103515245u + 12345u;
         int k = (int)((seed >> 8) % SLOTS);
         if (slot[k]) {
@@ -245,10 +253,15 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "trace"))
         return trace();
-    oom_ok = argc > 1 && !strcmp(argv[1], "oom");
+    int frac = argc > 1 && !strcmp(argv[1], "fraction");
+    oom_ok = frac || (argc > 1 && !strcmp(argv[1], "oom"));
     if (argc > 1 && !oom_ok) {
-        fprintf(stderr, "usage: stress_app [trace|oom]\n");
+        fprintf(stderr, "usage: stress_app [trace|oom|fraction]\n");
         return 2;
+    }
+    if (frac && !(set_fraction = (fraction_fn)dlsym(RTLD_DEFAULT, "gpumem_torch_memory_fraction"))) {
+        printf("stress_app: fraction: gpumem_torch_memory_fraction not found (run under gpumem)\n");
+        return 1;
     }
     pthread_t t[NTHREADS];
     for (long i = 0; i < NTHREADS; i++)
