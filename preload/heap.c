@@ -788,6 +788,7 @@ int gm_heap_memory_fraction(int dev, double fraction)
     if (!a || alloc_set_memory_fraction_notify(a, fraction, NULL, heap_fraction_set, &note) !=
                   ALLOC_OK)
         return -1;
+    gm_test_free_yield(); /* test hook: another thread may allocate under the new limit now */
     return 0;
 }
 

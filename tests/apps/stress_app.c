@@ -8,9 +8,9 @@
  *                    with cudaErrorMemoryAllocation is counted, not a failure, while the other
  *                    threads go on freeing. Prints "stress_app: ok (... N OOMs)".
  *
- * stress_app fraction  as oom, the limit set by thread 0 every 8 of its operations through
- *                    gpumem_torch_memory_fraction (PyTorch's set_per_process_memory_fraction),
- *                    0.2% and 0.12% of the device in turn, while the others allocate and free.
+ * stress_app fraction  as oom, thread 0 only setting the limit, as long as the others run
+ *                    (at most 20,000 times), through gpumem_torch_memory_fraction (PyTorch's
+ *                    set_per_process_memory_fraction): 0.2% and 0.12% of the device in turn.
  *
  * stress_app trace   TRACE_THREADS threads (a second device's first entry among them) each
  *                    allocate and hand PyTorch-style trace entries to gpumem
@@ -45,6 +45,14 @@ static int oom_ok;              /* stress_app oom: an allocation may fail for wa
 static _Atomic int ooms;        /* how many did */
 typedef void (*fraction_fn)(double, int);
 static fraction_fn set_fraction; /* stress_app fraction: gpumem_torch_memory_fraction */
+static _Atomic int working;      /* threads still allocating */
+
+/* stress_app fraction's thread 0: the limit moves while the others allocate */
+static void set_fractions(void)
+{
+    for (int i = 0; i < 20000 && working > 1; i++)
+        set_fraction(i % 2 ? 0.0012 : 0.002, 0);
+}
 
 static int verify(void *p, unsigned char tag)
 {
@@ -78,9 +86,13 @@ static void *work(void *arg)
     void *slot[SLOTS] = {0};
     unsigned char tags[SLOTS] = {0};
     int async[SLOTS] = {0};
+    if (set_fraction && id == 0) {
+        set_fractions();
+        working--;
+        cudaStreamDestroy(s);
+        return NULL;
+    }
     for (int op = 0; op < OPS; op++) {
-        if (set_fraction && id == 0 && op % 8 == 0)
-            set_fraction(op % 16 ? 0.0012 : 0.002, 0);
         seed = seed * 1103515245u + 12345u;
         int k = (int)((seed >> 8) % SLOTS);
         if (slot[k]) {
@@ -142,6 +154,7 @@ static void *work(void *arg)
         if (slot[k] && cudaFree(slot[k]) != cudaSuccess)
             fail("final free");
     cudaStreamDestroy(s);
+    working--;
     return NULL;
 }
 
@@ -264,6 +277,7 @@ int main(int argc, char **argv)
         return 1;
     }
     pthread_t t[NTHREADS];
+    working = NTHREADS;
     for (long i = 0; i < NTHREADS; i++)
         pthread_create(&t[i], NULL, work, (void *)i);
     for (int i = 0; i < NTHREADS; i++)
