@@ -136,6 +136,12 @@ for app in oom fraction; do
         echo "$row: $n OOMs, $with after their allocation's synchronization, $between other threads' events in between"
         [[ $with -gt 0 ]] || fail "$row: no OOM after a synchronization of its allocation: nothing checked"
         [[ $between == 0 ]] || fail "$row: $between other threads' allocator events between an OOM and its allocation's synchronization (the OOM written outside the allocator's lock)"
+        # gpumem-replay --continue-after-oom replays the whole trace past its OOMs and counts them
+        # (how many differs from the run's: a synchronization that drops the lock, alloc/README.md)
+        "$GM" export --format trace "$TMP/x.db" > "$TMP/x.trace" || fail "$row: export"
+        lines=$(grep -cv '^#' "$TMP/x.trace")
+        rout=$("$REPLAY" --top-down --markers --continue-after-oom --conf "$conf" "$TMP/x.trace") && fail "$row: gpumem-replay said no OOM"
+        [[ $rout =~ \ events=$lines\  && $rout =~ \ ooms=[1-9] ]] || fail "$row: gpumem-replay --continue-after-oom: want events=$lines and ooms= above 0: $rout"
       else
         read -r oo off < <(oom_off_fraction "$TMP/x.db" | tr '|' ' ')
         fr=$(sqlite3 "$TMP/x.db" "SELECT count(*) FROM events WHERE kind = 37")
