@@ -2340,6 +2340,8 @@ static void report_oom(alloc_t *a)
 {
     alloc_oom_info_t o = a->oom;
     alloc_hooks_t h = a->hooks;
+    /* still under the lock: the OOM's event before any later call's (on_oom_locked) */
+    if (h.on_oom_locked) h.on_oom_locked(h.user, &o);
     UNLOCK(a);
     if (h.on_oom) h.on_oom(h.user, &o);
 }
@@ -2964,8 +2966,14 @@ int alloc_block_query(alloc_t *a, uint64_t ptr, alloc_block_query_t *out)
 
 int alloc_empty_cache(alloc_t *a)
 {
+    return alloc_empty_cache_notify(a, NULL, NULL);
+}
+
+int alloc_empty_cache_notify(alloc_t *a, alloc_locked_fn fn, void *arg)
+{
     if (!a) return ALLOC_ERR_INVALID;
     LOCK(a);
+    if (fn) fn(arg); /* before the synchronization drops the lock (alloc.h) */
     sync_and_land(a);
     release_all(a);
     reap_dead_streams(a);
@@ -2988,6 +2996,12 @@ int alloc_set_limit(alloc_t *a, size_t limit)
 
 int alloc_set_memory_fraction(alloc_t *a, double fraction, size_t *cap)
 {
+    return alloc_set_memory_fraction_notify(a, fraction, cap, NULL, NULL);
+}
+
+int alloc_set_memory_fraction_notify(alloc_t *a, double fraction, size_t *cap, alloc_limit_fn fn,
+                                     void *arg)
+{
     if (!a || !(fraction >= 0 && fraction <= 1)) return ALLOC_ERR_INVALID;
     LOCK(a);
     size_t c = (size_t)(fraction * (double)a->capacity); /* PyTorch's setMemoryFraction */
@@ -2996,6 +3010,7 @@ int alloc_set_memory_fraction(alloc_t *a, double fraction, size_t *cap)
     a->fraction_bound = a->cfg.limit < a->bytes_limit;
     a->key_bound = false;
     a->cfg.memory_fraction = fraction;
+    if (fn) fn(arg, c); /* the new limit's event before any allocation it caps (alloc.h) */
     UNLOCK(a);
     if (cap) *cap = c;
     return ALLOC_OK;

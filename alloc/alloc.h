@@ -289,6 +289,12 @@ typedef struct alloc_hooks {
      * what the forgotten streams' pools held; trace `sf`). A stream that held nothing is not
      * reported: forgetting it changes nothing a replay sees. */
     void (*on_marker)(void *user, unsigned what, uintptr_t stream, unsigned step);
+    /* an allocation is about to fail with ALLOC_ERR_OOM, called with the lock held before
+     * on_oom: a recorder writes the OOM's event here, in the order the allocator failed it among
+     * every other thread's allocations and frees (alloc_malloc_notify). Written from on_oom,
+     * after the unlock, frees other threads made meanwhile came before it in the recording, and
+     * the replay served the allocation the run failed (tests/integration/replay_threads.sh). */
+    void (*on_oom_locked)(void *user, const alloc_oom_info_t *info);
 } alloc_hooks_t;
 enum {
     ALLOC_MARKER_RECORD = 0,
@@ -427,6 +433,12 @@ int alloc_block_query(alloc_t *a, uint64_t ptr, alloc_block_query_t *out);
 /* Synchronize, make pending frees final, unmap every fully free page (expandable) and free
  * every fully free segment (classic). */
 int alloc_empty_cache(alloc_t *a);
+/* alloc_empty_cache that calls fn(arg) with the lock held before anything is synchronized or
+ * released: a recorder's event (trace `e`) comes after every allocation and free made before
+ * the call took the lock. fn must not call alloc_*. What stays approximate in the replay (the
+ * synchronization drops the lock): README, "Releasing without synchronizing". */
+typedef void (*alloc_locked_fn)(void *arg);
+int alloc_empty_cache_notify(alloc_t *a, alloc_locked_fn fn, void *arg);
 
 /* PyTorch's torch.cuda.set_per_process_memory_fraction while the program runs: reserved memory
  * is capped at limit bytes from now on (ALLOC_NO_LIMIT: no cap), what is reserved already stays reserved
@@ -448,6 +460,13 @@ int alloc_set_limit(alloc_t *a, size_t limit);
  * NULL): the fraction's bytes. ALLOC_OK, or ALLOC_ERR_INVALID (no allocator, a fraction outside
  * [0, 1]). */
 int alloc_set_memory_fraction(alloc_t *a, double fraction, size_t *cap);
+/* alloc_set_memory_fraction that also calls fn(arg, cap) with the lock held, the new limit in
+ * force: a recorder's event (trace `l`) comes between the allocations the old limit capped and
+ * those the new one caps, as the allocator applied it. Written after the unlock, another
+ * thread's allocation made under the new limit could come before it. fn must not call alloc_*. */
+typedef void (*alloc_limit_fn)(void *arg, size_t cap);
+int alloc_set_memory_fraction_notify(alloc_t *a, double fraction, size_t *cap, alloc_limit_fn fn,
+                                     void *arg);
 
 /* The limit before any per-process memory fraction call, on a device of total bytes: cfg->limit
  * (GPUMEM_LIMIT, the limit key), or the per_process_memory_fraction key's share of total

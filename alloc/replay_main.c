@@ -31,6 +31,8 @@
  *     --markers         the configuration given is the one the trace was recorded under: its
  *                       `mr` / `md` lines (gpumem's markers) say what the releases found settled,
  *                       `sy` / `sr` where its allocator synchronized, each at its step
+ *     --continue-after-oom  an allocation that fails is counted (ooms=N) and the replay goes
+ *                       on, as the recorded program did past each `ao` (oom_at= is the first)
  *
  * One line of key=value pairs per (trace, preset). Exit status: 0 ok, 1 a trace OOMed under the
  * limit (still reported), 2 usage, config or trace error (one-line message on stderr).
@@ -54,7 +56,7 @@ static int usage(void)
             "[--capacity SIZE] [--synth fixed|jitter [--steps N] [--seed N]] [--write FILE] "
             "[--check-conf] [--round BYTES]... [--stream-lag N] [--top-down] [--segments] "
             "[--torch-env] [--divisions] [--framework-only] [--markers] "
-            "[TRACE...]\n"
+            "[--continue-after-oom] [TRACE...]\n"
             "  --preset NAME     gpumem (default), pytorch, pytorch-expandable, nocache, or all\n"
             "  --conf STRING     GPUMEM_CONF keys applied after the preset and $GPUMEM_CONF\n"
             "  --limit SIZE      cap reserved memory (e.g. 24G): where would the trace OOM?\n"
@@ -83,6 +85,8 @@ static int usage(void)
             "                    lines stand for the releases' marker queries and its 'sy'/'sr'\n"
             "                    lines for its synchronizations, each at its step (exact with work\n"
             "                    queued; ignored in a trace without 'mr'/'md')\n"
+            "  --continue-after-oom  count each allocation that fails (ooms=N) and go on, as the\n"
+            "                    recorded program did past its 'ao' lines (oom_at=: the first)\n"
             "Trace lines: a <id> <size> [stream], ax <id> <size> [stream] (outside the framework's\n"
             "allocator), ag <id> <size> [stream] (outside it, served by the recording's allocator),\n"
             "ao <id> <size> [stream] (a request that failed: out of memory), ap <id> <size> <pool>\n"
@@ -206,7 +210,7 @@ int main(int argc, char **argv)
     int nrounds = 0;
     unsigned stream_lag = 0;
     bool top_down = false, segments = false, divisions = false, framework_only = false;
-    bool markers = false;
+    bool markers = false, go_on = false;
     const char *files[64];
     int nfiles = 0;
     for (int i = 1; i < argc; i++) {
@@ -288,6 +292,8 @@ int main(int argc, char **argv)
             framework_only = true;
         } else if (!strcmp(a, "--markers")) {
             markers = true;
+        } else if (!strcmp(a, "--continue-after-oom")) {
+            go_on = true;
         } else if (!strcmp(a, "--torch-env")) {
             torch_env = true;
         } else if (!strcmp(a, "--divisions")) {
@@ -385,7 +391,7 @@ int main(int argc, char **argv)
             seglist segs = {0};
             alloc_replay_opts_t o = {.capacity = capacity, .stream_lag = stream_lag,
                                      .top_down = top_down, .framework_only = framework_only,
-                                     .markers = markers,
+                                     .markers = markers, .continue_after_oom = go_on,
                                      .end_walk = segments ? seg_add : NULL,
                                      .end_walk_user = &segs};
             alloc_replay_result_t r;
@@ -403,6 +409,7 @@ int main(int argc, char **argv)
                    (unsigned long long)r.driver_calls, (unsigned long long)r.device_allocs,
                    (unsigned long long)r.device_frees, (unsigned long long)r.cache_hits,
                    (unsigned long long)r.cache_misses, (long long)r.oom_index);
+            if (go_on) printf(" ooms=%llu", (unsigned long long)r.num_ooms);
             if (r.other_allocs || r.held_frees)
                 printf(" other_allocs=%llu peak_other=%zu held_frees=%llu",
                        (unsigned long long)r.other_allocs, r.peak_other,

@@ -463,7 +463,10 @@ void gm_rec_interior_free(int device, CUstream stream, uintptr_t ptr, uint64_t a
 /* GPUMEM_TEST_FREE_YIELD=1 (tests only): every free path yields the CPU right after the memory
  * went back to its allocator (gpumem's, the pinned pool, the real driver), the moment another
  * thread may be handed the same address. It makes a free recorded after that reuse (the order
- * bug tests/integration/preload_order.sh looks for) near certain instead of rare. */
+ * bug tests/integration/preload_order.sh looks for) near certain instead of rare. A memory
+ * fraction yields right after the allocator took it (gm_heap_memory_fraction): another thread's
+ * allocation or OOM under the new limit recorded before the fraction's event, near certain
+ * where that event is written outside the lock (tests/integration/replay_threads.sh). */
 extern int gm_test_yield_on;
 static inline void gm_test_free_yield(void)
 {

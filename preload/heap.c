@@ -241,6 +241,9 @@ static void hk_unmap(void *user, uint64_t addr, size_t size, uintptr_t stream)
 {
     gm_rec_segment((int)(intptr_t)user, 0, addr, size, stream);
 }
+/* Under the allocator's lock (on_oom_locked): the OOM's event among the other threads'
+ * allocations and frees where the allocator failed it. Written after the unlock (on_oom), frees
+ * other threads made meanwhile came first, and the replay served what the run failed. */
 static void hk_oom(void *user, const alloc_oom_info_t *info)
 {
     gm_rec_oom((int)(intptr_t)user, info);
@@ -370,18 +373,26 @@ void gm_heap_capture_release(uintptr_t key)
 /* PyTorch's torch.cuda.empty_cache() with gpumem as its allocator (gpumem_empty_cache): every
  * device's cached memory goes back, and with it the pools of released captures whose last block
  * was freed after their graphs were destroyed (alloc_empty_cache reaps them). */
+/* Under the allocator's lock, before empty_cache synchronizes and releases (the unmaps it brings
+ * follow): a replay empties its cache where the run did (the trace's `e`), after every allocation
+ * and free made before the call took the lock. Written before the lock, another thread's
+ * allocation or free made before the release could come after it. Flagged as gpumem's own, apart
+ * from PyTorch's call merged from its hooks. What stays approximate: alloc/README.md. */
+static void heap_emptying(void *arg)
+{
+#ifdef GM_HAVE_REC
+    gm_event_raw(REC_TORCH_EMPTY_CACHE | REC_F_FRAMEWORK, (int)(intptr_t)arg, 0, 0, 0, 0, 0);
+#else
+    (void)arg;
+#endif
+}
+
 void gm_heap_empty_cache(void)
 {
     for (int i = 0; i < GM_MAX_DEVICES; i++) {
         alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
-        if (!a)
-            continue;
-#ifdef GM_HAVE_REC
-        /* before the unmaps it brings: a replay empties its cache where the run did (the trace's
-         * `e`); flagged as gpumem's own, apart from PyTorch's call merged from its hooks */
-        gm_event_raw(REC_TORCH_EMPTY_CACHE | REC_F_FRAMEWORK, i, 0, 0, 0, 0, 0);
-#endif
-        alloc_empty_cache(a);
+        if (a)
+            alloc_empty_cache_notify(a, heap_emptying, (void *)(intptr_t)i);
     }
 }
 
@@ -449,8 +460,8 @@ static alloc_t *dev_get(CUdevice dev)
         if (gm_real.cuMemGetInfo_v2)
             be.mem_info = be_mem_info;
         if (alloc_create(&be, &gm_alloc_config, &a) == ALLOC_OK) {
-            alloc_hooks_t hk = {(void *)(intptr_t)dev, hk_map, hk_unmap, hk_oom, hk_free_landed,
-                                hk_streams_change, hk_marker};
+            alloc_hooks_t hk = {(void *)(intptr_t)dev, hk_map, hk_unmap, NULL, hk_free_landed,
+                                hk_streams_change, hk_marker, hk_oom};
             alloc_set_hooks(a, &hk);
             alloc_config_t cfg;
             alloc_get_config(a, &cfg);
@@ -752,18 +763,35 @@ void gm_heap_pool_reset_high(int dev)
     pthread_mutex_unlock(&pool_lock);
 }
 
+struct heap_fraction_note {
+    int dev;
+    double fraction;
+};
+
+/* Under the allocator's lock, the new limit in force (alloc_set_memory_fraction_notify): the
+ * trace's `l` between the allocations the old limit capped and those the new one caps. Written
+ * after the unlock, another thread's allocation (or OOM) under the new limit could come before
+ * it. The fields PyTorch's own fraction has there (the merge's 37): its cap and the fraction in
+ * millionths; the limit it makes is the lower of the cap and the configured limit. */
+static void heap_fraction_set(void *arg, size_t cap)
+{
+#ifdef GM_HAVE_REC
+    const struct heap_fraction_note *n = arg;
+    gm_event_raw(REC_TORCH_MEMORY_FRACTION | REC_F_FRAMEWORK, n->dev, 0, 0, cap,
+                 (uint64_t)(n->fraction * 1e6 + 0.5), 0);
+#else
+    (void)arg, (void)cap;
+#endif
+}
+
 int gm_heap_memory_fraction(int dev, double fraction)
 {
     alloc_t *a = dev_get(dev);
-    size_t cap;
-    if (!a || alloc_set_memory_fraction(a, fraction, &cap) != ALLOC_OK)
+    struct heap_fraction_note note = {dev, fraction};
+    if (!a || alloc_set_memory_fraction_notify(a, fraction, NULL, heap_fraction_set, &note) !=
+                  ALLOC_OK)
         return -1;
-#ifdef GM_HAVE_REC
-    /* the fields PyTorch's own fraction has there (the merge's 37): its cap and the fraction in
-     * millionths; the limit it makes is the lower of the cap and the configured limit */
-    gm_event_raw(REC_TORCH_MEMORY_FRACTION | REC_F_FRAMEWORK, dev, 0, 0, cap,
-                 (uint64_t)(fraction * 1e6 + 0.5), 0);
-#endif
+    gm_test_free_yield(); /* test hook: another thread may allocate under the new limit now */
     return 0;
 }
 

@@ -4,6 +4,14 @@
  * another thread). Every allocation is filled with its own tag and checked before it is
  * freed: two threads handed overlapping memory would see each other's tag.
  *
+ * stress_app oom     the same under a limit (GPUMEM_CONF=...,limit:...): an allocation that fails
+ *                    with cudaErrorMemoryAllocation is counted, not a failure, while the other
+ *                    threads go on freeing. Prints "stress_app: ok (... N OOMs)".
+ *
+ * stress_app fraction  as oom, thread 0 only setting the limit, as long as the others run
+ *                    (at most 20,000 times), through gpumem_torch_memory_fraction (PyTorch's
+ *                    set_per_process_memory_fraction): 0.2% and 0.12% of the device in turn.
+ *
  * stress_app trace   TRACE_THREADS threads (a second device's first entry among them) each
  *                    allocate and hand PyTorch-style trace entries to gpumem
  *                    (gpumem_torch_trace_entry, as preload/torch_trace.cpp does: allocations the
@@ -16,6 +24,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +41,18 @@ static struct {
 } handoff[NTHREADS * 4];
 static int nhandoff;
 static int failures;
+static int oom_ok;              /* stress_app oom: an allocation may fail for want of memory */
+static _Atomic int ooms;        /* how many did */
+typedef void (*fraction_fn)(double, int);
+static fraction_fn set_fraction; /* stress_app fraction: gpumem_torch_memory_fraction */
+static _Atomic int working;      /* threads still allocating */
+
+/* stress_app fraction's thread 0: the limit moves while the others allocate */
+static void set_fractions(void)
+{
+    for (int i = 0; i < 20000 && working > 1; i++)
+        set_fraction(i % 2 ? 0.0012 : 0.002, 0);
+}
 
 static int verify(void *p, unsigned char tag)
 {
@@ -65,6 +86,12 @@ static void *work(void *arg)
     void *slot[SLOTS] = {0};
     unsigned char tags[SLOTS] = {0};
     int async[SLOTS] = {0};
+    if (set_fraction && id == 0) {
+        set_fractions();
+        working--;
+        cudaStreamDestroy(s);
+        return NULL;
+    }
     for (int op = 0; op < OPS; op++) {
         seed = seed * 1103515245u + 12345u;
         int k = (int)((seed >> 8) % SLOTS);
@@ -90,6 +117,12 @@ static void *work(void *arg)
             size_t n = 256 + (size_t)((seed >> 4) % (3u << 20));
             async[k] = (seed >> 28) & 1;
             cudaError_t e = async[k] ? cudaMallocAsync(&slot[k], n, s) : cudaMalloc(&slot[k], n);
+            if (e == cudaErrorMemoryAllocation && oom_ok) {
+                cudaGetLastError(); /* the OOM is expected: not sticky for the next call */
+                ooms++;
+                slot[k] = NULL;
+                continue;
+            }
             if (e != cudaSuccess) {
                 fail("alloc");
                 slot[k] = NULL;
@@ -121,6 +154,7 @@ static void *work(void *arg)
         if (slot[k] && cudaFree(slot[k]) != cudaSuccess)
             fail("final free");
     cudaStreamDestroy(s);
+    working--;
     return NULL;
 }
 
@@ -232,17 +266,28 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "trace"))
         return trace();
-    if (argc > 1) {
-        fprintf(stderr, "usage: stress_app [trace]\n");
+    int frac = argc > 1 && !strcmp(argv[1], "fraction");
+    oom_ok = frac || (argc > 1 && !strcmp(argv[1], "oom"));
+    if (argc > 1 && !oom_ok) {
+        fprintf(stderr, "usage: stress_app [trace|oom|fraction]\n");
         return 2;
     }
+    if (frac && !(set_fraction = (fraction_fn)dlsym(RTLD_DEFAULT, "gpumem_torch_memory_fraction"))) {
+        printf("stress_app: fraction: gpumem_torch_memory_fraction not found (run under gpumem)\n");
+        return 1;
+    }
     pthread_t t[NTHREADS];
+    working = NTHREADS;
     for (long i = 0; i < NTHREADS; i++)
         pthread_create(&t[i], NULL, work, (void *)i);
     for (int i = 0; i < NTHREADS; i++)
         pthread_join(t[i], NULL);
     for (int i = 0; i < nhandoff; i++)
         cudaFree(handoff[i].p);
-    printf("stress_app: %s (%d threads x %d ops)\n", failures ? "FAILED" : "ok", NTHREADS, OPS);
+    if (oom_ok)
+        printf("stress_app: %s (%d threads x %d ops, %d OOMs)\n", failures ? "FAILED" : "ok",
+               NTHREADS, OPS, (int)ooms);
+    else
+        printf("stress_app: %s (%d threads x %d ops)\n", failures ? "FAILED" : "ok", NTHREADS, OPS);
     return failures ? 1 : 0;
 }

@@ -17,6 +17,21 @@
 #            cudaFreeAsync on per-thread streams, frees handed to other threads
 #   streams  tests/apps/streams_stress 1 8 4: 8 threads on 4 streams each, record_stream
 # on the virtual GPU as is, asynchronous (GPUMEM_SIM_ASYNC=1) and with events delayed 3 times.
+# Then the events gpumem writes about the allocator's state besides allocations and frees, each
+# inside its lock too (alloc.h: on_oom_locked, alloc_set_memory_fraction_notify); every recording
+# (same environments, REPEAT each) must have:
+#   oom       stress_app oom under preset:gpumem,limit:100M (OOMs while other threads free):
+#             no other thread's allocator event between an OOM (13) and the synchronization its
+#             allocation made last (41 with a step: after it the allocator holds its lock until it
+#             fails). Before, the OOM's event was written after the unlock (on_oom): 1-38 other
+#             threads' events in 7 of 9 recordings (REPEAT=3).
+#   fraction  stress_app fraction (thread 0 sets the memory fraction, 0.2% / 0.12% of the device,
+#             up to 20,000 times while 7 threads allocate), GPUMEM_TEST_FREE_YIELD=1 (the setter
+#             yields right after the allocator took the fraction): every OOM's limit is the cap of
+#             the last memory fraction event (37) before it, and no segment map makes reserved
+#             exceed that cap. Before, the fraction's event was written after the unlock: 2-72
+#             maps over the recorded cap (and 0-13 OOMs under another limit) in 6 of 9 recordings.
+# What stays approximate in those replays (a synchronization that drops the lock): alloc/README.md.
 set -euo pipefail
 BUILD=${BUILD:-build}
 GM=$BUILD/gpumem REPLAY=$BUILD/alloc/gpumem-replay APPS=$BUILD/tests/apps
@@ -71,4 +86,73 @@ for app in stress streams; do
     done
   done
 done
-echo "ok: $rows multi-threaded recordings in the allocator's order, their replays exact"
+
+# allocator events (allocations, frees, OOMs, segments, landings, empty_cache, fraction, markers,
+# syncs) of a thread other than the OOM's between the OOM and its allocation's last synchronization
+# (no allocation or free of the OOM's thread in between: the same allocation)
+oom_interleaved() {
+  sqlite3 "$1" "SELECT count(*), coalesce(sum(n), 0) FROM (SELECT o.seq,
+      (SELECT count(*) FROM events x WHERE x.device = o.device AND x.thread != o.thread
+        AND x.kind IN (1, 2, 3, 4, 13, 14, 15, 29, 36, 37, 39, 40, 41, 42)
+        AND x.seq > s.seq AND x.seq < o.seq) AS n
+    FROM events o JOIN events s ON s.seq = (SELECT max(seq) FROM events WHERE kind = 41
+      AND thread = o.thread AND device = o.device AND size > 0 AND seq < o.seq)
+    WHERE o.kind = 13 AND NOT EXISTS (SELECT 1 FROM events y WHERE y.thread = o.thread
+      AND y.kind IN (1, 2, 3, 4) AND y.seq > s.seq AND y.seq < o.seq))"
+}
+# segment maps that made reserved exceed the cap of the last memory fraction event before them
+map_over_fraction() {
+  sqlite3 "$1" "WITH r AS (SELECT seq, kind, device, sum(CASE kind WHEN 14 THEN size ELSE -size END)
+      OVER (PARTITION BY device ORDER BY seq) AS reserved FROM events WHERE kind IN (14, 15) AND device >= 0)
+    SELECT coalesce(sum(r.reserved > (SELECT l.size FROM events l WHERE l.kind = 37
+      AND l.device = r.device AND l.seq < r.seq ORDER BY l.seq DESC LIMIT 1)), 0) FROM r WHERE r.kind = 14"
+}
+# OOMs whose limit is not the cap of the last memory fraction event before them
+oom_off_fraction() {
+  sqlite3 "$1" "SELECT count(*), coalesce(sum(o.limit_bytes != coalesce((SELECT l.size FROM events l
+      WHERE l.kind = 37 AND l.device = o.device AND l.seq < o.seq ORDER BY l.seq DESC LIMIT 1), -1)), 0)
+    FROM ooms o"
+}
+orows=0
+for app in oom fraction; do
+  case $app in
+  oom) conf=preset:gpumem,limit:100M y=0 ;;
+  fraction) conf=preset:gpumem y=1 ;;
+  esac
+  for env in plain GPUMEM_SIM_ASYNC=1 GPUMEM_SIM_EVENT_DELAY=3; do
+    e=()
+    [[ $env == plain ]] || e=("$env")
+    for rep in $(seq 1 "${REPEAT:-3}"); do
+      row="$app, $env, recording $rep"
+      rm -f "$TMP/x.db"
+      env "${e[@]}" GPUMEM_TEST_FREE_YIELD=$y GPUMEM_CONF=$conf "$GM" record -q -o "$TMP/x.db" -- "$APPS/stress_app" "$app" > "$TMP/x.txt" 2>&1 \
+        || { cat "$TMP/x.txt"; fail "$row: the run"; }
+      grep -q ': ok' "$TMP/x.txt" || { cat "$TMP/x.txt"; fail "$row: the app did not say ok"; }
+      said=$(grep -o '[0-9]* OOMs' "$TMP/x.txt" | cut -d' ' -f1)
+      n=$(sqlite3 "$TMP/x.db" "SELECT count(*) FROM events WHERE kind = 13")
+      [[ $n -gt 0 && $n == "$said" ]] || fail "$row: $n OOM events recorded, the app saw $said (want the same, more than 0)"
+      if [[ $app == oom ]]; then
+        read -r with between < <(oom_interleaved "$TMP/x.db" | tr '|' ' ')
+        echo "$row: $n OOMs, $with after their allocation's synchronization, $between other threads' events in between"
+        [[ $with -gt 0 ]] || fail "$row: no OOM after a synchronization of its allocation: nothing checked"
+        [[ $between == 0 ]] || fail "$row: $between other threads' allocator events between an OOM and its allocation's synchronization (the OOM written outside the allocator's lock)"
+        # gpumem-replay --continue-after-oom replays the whole trace past its OOMs and counts them
+        # (how many differs from the run's: a synchronization that drops the lock, alloc/README.md)
+        "$GM" export --format trace "$TMP/x.db" > "$TMP/x.trace" || fail "$row: export"
+        lines=$(grep -cv '^#' "$TMP/x.trace")
+        rout=$("$REPLAY" --top-down --markers --continue-after-oom --conf "$conf" "$TMP/x.trace") && fail "$row: gpumem-replay said no OOM"
+        [[ $rout =~ \ events=$lines\  && $rout =~ \ ooms=[1-9] ]] || fail "$row: gpumem-replay --continue-after-oom: want events=$lines and ooms= above 0: $rout"
+      else
+        read -r oo off < <(oom_off_fraction "$TMP/x.db" | tr '|' ' ')
+        fr=$(sqlite3 "$TMP/x.db" "SELECT count(*) FROM events WHERE kind = 37")
+        over=$(map_over_fraction "$TMP/x.db")
+        echo "$row: $fr memory fraction events, $oo OOMs, $off under another limit than the last fraction's, $over segment maps over its cap"
+        [[ $over == 0 ]] || fail "$row: $over segment maps made reserved exceed the cap of the memory fraction event before them (the fraction written outside the allocator's lock)"
+        [[ $fr -gt 100 ]] || fail "$row: $fr memory fraction events, want more than 100"
+        [[ $off == 0 ]] || fail "$row: $off OOMs under another limit than the memory fraction event before them (the fraction written outside the allocator's lock)"
+      fi
+      orows=$((orows + 1))
+    done
+  done
+done
+echo "ok: $rows multi-threaded recordings in the allocator's order, their replays exact; $orows with OOMs and memory fractions in the allocator's order"

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -852,7 +854,57 @@ typedef struct {
     int oom_calls;
     alloc_t *a;
     size_t walked;
+    int locked_calls; /* on_oom_locked's, each before its on_oom */
 } hook_t;
+
+/* A callback that must run under the allocator's lock: a second thread asking for the stats
+ * (which takes the lock) is still waiting 30 ms later. The prober is joined by probe_join. */
+typedef struct {
+    alloc_t *a;
+    pthread_t th;
+    atomic_int done;
+    int held; /* 1: the prober was still waiting when the callback returned */
+} probe_t;
+static void *probe_stats(void *u)
+{
+    probe_t *p = u;
+    alloc_stats_t st;
+    alloc_get_stats(p->a, &st);
+    atomic_store(&p->done, 1);
+    return NULL;
+}
+static void probe_in_callback(probe_t *p)
+{
+    atomic_store(&p->done, 0);
+    assert_int_equal(pthread_create(&p->th, NULL, probe_stats, p), 0);
+    usleep(30000);
+    p->held = !atomic_load(&p->done);
+}
+static void probe_join(probe_t *p)
+{
+    pthread_join(p->th, NULL);
+    assert_true(p->held);
+    assert_true(atomic_load(&p->done));
+}
+static probe_t oom_probe;
+static void on_oom_locked(void *u, const alloc_oom_info_t *o)
+{
+    hook_t *h = u;
+    assert_int_equal(h->oom_calls, h->locked_calls); /* before on_oom */
+    h->locked_calls++;
+    assert_int_equal(o->requested, 64 * MiB);
+    probe_in_callback(&oom_probe);
+}
+static void fraction_set(void *u, size_t cap)
+{
+    *(size_t *)u = cap;
+    probe_in_callback(&oom_probe);
+}
+static void emptying(void *u)
+{
+    (*(int *)u)++;
+    probe_in_callback(&oom_probe);
+}
 
 static int walk_count(void *u, const alloc_walk_segment_t *seg, const alloc_walk_block_t *b,
                       size_t n)
@@ -889,9 +941,11 @@ static void test_hooks(void **state)
 {
     (void)state;
     fx_t f = mk("gpumem", "limit:32M", (alloc_mem_opts_t){0});
-    hook_t h = {0, 0, f.a, 0};
+    hook_t h = {0, 0, f.a, 0, 0};
     alloc_hooks_t hk = {
-        .user = &h, .on_segment_map = on_map, .on_segment_unmap = on_unmap, .on_oom = on_oom};
+        .user = &h, .on_segment_map = on_map, .on_segment_unmap = on_unmap, .on_oom = on_oom,
+        .on_oom_locked = on_oom_locked};
+    oom_probe.a = f.a;
     alloc_set_hooks(f.a, &hk);
     uint64_t a = must_alloc(f.a, 10 * MiB, 0);
     must_alloc(f.a, 3 * MiB, 0);
@@ -902,6 +956,19 @@ static void test_hooks(void **state)
     assert_int_equal(alloc_malloc(f.a, 64 * MiB, 0, &x), ALLOC_ERR_OOM);
     assert_int_equal(h.oom_calls, 1);
     assert_true(h.walked >= 1);
+    /* the recorder's events are written from these, under the lock: in the order the allocator
+     * made them among other threads' calls (tests/integration/replay_threads.sh) */
+    assert_int_equal(h.locked_calls, 1);
+    probe_join(&oom_probe);
+    size_t cap = 0, got = 0;
+    assert_int_equal(alloc_set_memory_fraction_notify(f.a, 0.5, &got, fraction_set, &cap), ALLOC_OK);
+    assert_true(cap > 0);
+    assert_int_equal(cap, got);
+    probe_join(&oom_probe);
+    int emptied = 0;
+    assert_int_equal(alloc_empty_cache_notify(f.a, emptying, &emptied), ALLOC_OK);
+    assert_int_equal(emptied, 1);
+    probe_join(&oom_probe);
     fx_done(&f);
 }
 
