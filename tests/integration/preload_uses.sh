@@ -138,7 +138,7 @@ check_eq "hull: the host span below and above the device span" "$(echo $orders |
 # libgpumem.so binds every symbol it calls at load (-z now, preload/module.mk): a lazy binding's
 # first call from inside a hook saves the register file deep on the stack (AVX-512: stale vector
 # registers with the program's pointers), below what the scrubs reach
-check_eq "libgpumem.so is linked with BIND_NOW" "$(readelf -d "$LIB" | grep -qE '\(FLAGS(_1)?\).*NOW' && echo yes)" yes
+check_eq "libgpumem.so is linked with BIND_NOW" "$( (($(readelf -d "$LIB" | grep -cE '\(FLAGS(_1)?\).*NOW'))) && echo yes)" yes
 # The rows run the program with LD_BIND_NOW=1: the other libraries' lazy bindings (the virtual
 # GPU's, libunwind's, the program's own) save the register file the same way, on a CPU with
 # AVX-512 2.5-3 KiB below the call, and with whatever the vector registers last held (a pointer
