@@ -657,6 +657,15 @@ static void held_line(FILE *out, const char *what, const char *is, uint64_t n, u
                  "above)\n", what, p, t, n, is);
 }
 
+/* held_line's figures as a line of gpumem record's closing summary */
+static void held_line_short(FILE *out, const char *what, const char *is, uint64_t n, uint64_t total, uint64_t peak)
+{
+    char t[32], p[32];
+    gm_fmt_bytes(total, t, sizeof t);
+    gm_fmt_bytes(peak, p, sizeof p);
+    fprintf(out, "gpumem: %s %s at its peak, %s in all (%" PRIu64 " allocations of %s)\n", what, p, t, n, is);
+}
+
 typedef struct held_step {
     uint64_t seq;
     int64_t bytes; /* + at a birth, - at a death */
@@ -2094,6 +2103,11 @@ int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
                      " allocations, %" PRIu64 " frees, %" PRIu64 " OOMs, %" PRId64 " dropped events\n",
                 dev, a, c, b, pct(dm->peak_allocated, dm->peak_reserved), on, v, s.n_alloc, s.n_free, s.n_oom,
                 s.dropped);
+    /* page-locked and managed host memory, in none of the device's peaks: the same figures as
+     * report's "pinned host" and "managed" lines (held_line), which the summary had only as a
+     * count in report */
+    if (s.n_host) held_line_short(out, "pinned host", "page-locked host memory", s.n_host, s.host_bytes, s.host_peak);
+    if (s.n_managed) held_line_short(out, "managed", "managed memory", s.n_managed, s.managed_bytes, s.managed_peak);
     lead_free(&lf);
     if (failed)
         fprintf(out, "gpumem: the recording FAILED (%s): only what came before was kept\n",

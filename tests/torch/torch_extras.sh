@@ -10,6 +10,7 @@
 #   pinned  report counted "pinned host 4" and gave no bytes: .summary.peak_host_bytes and
 #       .summary.host_bytes are what PyTorch's host allocator counted (host_memory_stats'
 #       allocated_bytes.peak and .allocated, printed by the script), and the text says them;
+#   (and record's closing summary says the pinned bytes as report does: it gave no host figure)
 #   start  report's "Device used" column "at start" was sampled after gpumem's first 256 MiB
 #       segment (reserved by gpumem 256 MiB "at start"), under PyTorch's allocator and under
 #       --allocator gpumem: it is the device before that segment, the context alone.
@@ -56,4 +57,13 @@ for row in "${table[@]}"; do
   fi
   [[ $got == "$want" ]] && ok "$name $cmd: $filter = $want" || bad "$name $cmd: $filter = '$got', want '$want'"
 done
+# record's closing summary (not -q) says the pinned bytes too, as report's line does: it gave no
+# host figure at all
+db=$tmp/summary.db
+env GPUMEM_SIM_BACKING=memory "$G" record -o "$db" -- "$torch_py" "$script" > "$db.out" 2>&1
+hpm=$(awk '$1 == "host_peak" { printf "%.2f MiB", $2 / 1048576 }' "$db.out")
+htm=$(awk '$1 == "host_total" { printf "%.2f MiB", $2 / 1048576 }' "$db.out")
+want="gpumem: pinned host $hpm at its peak, $htm in all (4 allocations of page-locked host memory)"
+[[ -n $hpm ]] && grepq -Fx -- "$want" "$db.out" && ok "record's summary: $want" \
+  || bad "record's summary has no line '$want': $(grep '^gpumem: ' "$db.out" | paste -sd'|')"
 exit $fail
