@@ -647,23 +647,30 @@ typedef struct summary {
 } summary;
 
 /* The summary's line for pinned host or managed memory (none: no line). */
-static void held_line(FILE *out, const char *what, const char *is, uint64_t n, uint64_t total, uint64_t peak)
+/* "P at its peak, T in all (N allocations of IS": the held memory's figures, report's line and
+ * gpumem record's closing summary's alike */
+static void held_figures(FILE *out, const char *is, uint64_t n, uint64_t total, uint64_t peak)
 {
-    if (!n) return;
     char t[32], p[32];
     gm_fmt_bytes(total, t, sizeof t);
     gm_fmt_bytes(peak, p, sizeof p);
-    fprintf(out, "  %-19s %s at its peak, %s in all (%" PRIu64 " allocations of %s, in none of the peaks "
-                 "above)\n", what, p, t, n, is);
+    fprintf(out, "%s at its peak, %s in all (%" PRIu64 " allocations of %s", p, t, n, is);
+}
+
+static void held_line(FILE *out, const char *what, const char *is, uint64_t n, uint64_t total, uint64_t peak)
+{
+    if (!n) return;
+    fprintf(out, "  %-19s ", what);
+    held_figures(out, is, n, total, peak);
+    fputs(", in none of the peaks above)\n", out);
 }
 
 /* held_line's figures as a line of gpumem record's closing summary */
 static void held_line_short(FILE *out, const char *what, const char *is, uint64_t n, uint64_t total, uint64_t peak)
 {
-    char t[32], p[32];
-    gm_fmt_bytes(total, t, sizeof t);
-    gm_fmt_bytes(peak, p, sizeof p);
-    fprintf(out, "gpumem: %s %s at its peak, %s in all (%" PRIu64 " allocations of %s)\n", what, p, t, n, is);
+    fprintf(out, "gpumem: %s ", what);
+    held_figures(out, is, n, total, peak);
+    fputs(")\n", out);
 }
 
 typedef struct held_step {

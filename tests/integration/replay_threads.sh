@@ -50,6 +50,18 @@ out_of_order() {
     ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before FROM events
     WHERE kind IN (1, 3) AND device >= 0) WHERE alloc_id < before"
 }
+# record_app ROW ENV SETTING... -- CMD...: CMD recorded into $TMP/x.db (its output in $TMP/x.txt)
+# under the SETTINGs and ENV (one NAME=VALUE, or "plain" for none); the app must say ok
+record_app() {
+  local row=$1 env=$2 set=()
+  shift 2
+  [[ $env == plain ]] || set=("$env")
+  while [[ $1 != -- ]]; do set+=("$1"); shift; done
+  shift
+  rm -f "$TMP/x.db"
+  env "${set[@]}" "$GM" record -q -o "$TMP/x.db" -- "$@" > "$TMP/x.txt" 2>&1 || { cat "$TMP/x.txt"; fail "$row: the run"; }
+  grep -q ': ok' "$TMP/x.txt" || { cat "$TMP/x.txt"; fail "$row: the app did not say ok"; }
+}
 replay_of() { "$REPLAY" --top-down --markers --conf preset:gpumem "$1"; }
 
 rows=0
@@ -59,14 +71,9 @@ for app in stress streams; do
   streams) cmd=("$APPS/streams_stress" 1 8 4) ;;
   esac
   for env in plain GPUMEM_SIM_ASYNC=1 GPUMEM_SIM_EVENT_DELAY=3; do
-    e=()
-    [[ $env == plain ]] || e=("$env")
     for rep in $(seq 1 "${REPEAT:-3}"); do
       row="$app, $env, recording $rep"
-      rm -f "$TMP/x.db"
-      env "${e[@]}" GPUMEM_CONF=preset:gpumem "$GM" record -q -o "$TMP/x.db" -- "${cmd[@]}" > "$TMP/x.txt" 2>&1 \
-        || { cat "$TMP/x.txt"; fail "$row: the run"; }
-      grep -q ': ok' "$TMP/x.txt" || { cat "$TMP/x.txt"; fail "$row: the app did not say ok"; }
+      record_app "$row" "$env" GPUMEM_CONF=preset:gpumem -- "${cmd[@]}"
       n=$(sqlite3 "$TMP/x.db" "SELECT count(*) FROM events WHERE kind IN (1, 3) AND device >= 0")
       [[ $n -gt 500 ]] || fail "$row: $n allocations recorded, want more than 500"
       ooo=$(out_of_order "$TMP/x.db")
@@ -120,14 +127,9 @@ for app in oom fraction; do
   fraction) conf=preset:gpumem y=1 ;;
   esac
   for env in plain GPUMEM_SIM_ASYNC=1 GPUMEM_SIM_EVENT_DELAY=3; do
-    e=()
-    [[ $env == plain ]] || e=("$env")
     for rep in $(seq 1 "${REPEAT:-3}"); do
       row="$app, $env, recording $rep"
-      rm -f "$TMP/x.db"
-      env "${e[@]}" GPUMEM_TEST_FREE_YIELD=$y GPUMEM_CONF=$conf "$GM" record -q -o "$TMP/x.db" -- "$APPS/stress_app" "$app" > "$TMP/x.txt" 2>&1 \
-        || { cat "$TMP/x.txt"; fail "$row: the run"; }
-      grep -q ': ok' "$TMP/x.txt" || { cat "$TMP/x.txt"; fail "$row: the app did not say ok"; }
+      record_app "$row" "$env" GPUMEM_TEST_FREE_YIELD=$y GPUMEM_CONF=$conf -- "$APPS/stress_app" "$app"
       said=$(grep -o '[0-9]* OOMs' "$TMP/x.txt" | cut -d' ' -f1)
       n=$(sqlite3 "$TMP/x.db" "SELECT count(*) FROM events WHERE kind = 13")
       [[ $n -gt 0 && $n == "$said" ]] || fail "$row: $n OOM events recorded, the app saw $said (want the same, more than 0)"

@@ -870,6 +870,14 @@ static void rt_push(rtrace_t *t, alloc_trace_event_t e)
     t->v[t->n++] = e;
 }
 
+/* As the trace export does: the frees still waiting at the end land there. */
+static void rt_land_waiting(rtrace_t *t)
+{
+    for (size_t i = 0; i < 256; i++)
+        if (t->waiting[i])
+            rt_push(t, (alloc_trace_event_t){.id = t->waiting[i], .kind = ALLOC_TR_FREE_DONE});
+}
+
 static void rt_landed(void *user, uint64_t addr, size_t size, uintptr_t stream, uint64_t id)
 {
     (void)addr, (void)size, (void)stream;
@@ -963,10 +971,7 @@ static void record_and_replay_cap(const char *conf, size_t cap, bool top_down, b
                 p[i] = 0;
             }
     }
-    /* as the trace export does: the frees still waiting at the end land there */
-    for (size_t i = 0; i < 256; i++)
-        if (t.waiting[i])
-            rt_push(&t, (alloc_trace_event_t){.id = t.waiting[i], .kind = ALLOC_TR_FREE_DONE});
+    rt_land_waiting(&t);
     alloc_stats_t st;
     alloc_get_stats(f->a, &st);
     alloc_config_t cfg;
@@ -1176,9 +1181,7 @@ static void test_replay_threads_in_lock_order(void **state)
                 if (r.hand[i][k]) th_free(&r, r.hand[i][k], 0x100 * (i + 1), false);
         assert_int_equal(r.errors, 0);
         assert_int_equal(f->syncs, 0);
-        for (size_t i = 0; i < 256; i++)
-            if (t.waiting[i])
-                rt_push(&t, (alloc_trace_event_t){.id = t.waiting[i], .kind = ALLOC_TR_FREE_DONE});
+        rt_land_waiting(&t);
         alloc_stats_t st;
         alloc_get_stats(f->a, &st);
         alloc_config_t cfg;
