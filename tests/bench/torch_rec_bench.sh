@@ -23,13 +23,24 @@
 # variant's is its best round (other work on a shared machine only ever adds time). Each round's
 # figures go to stderr.
 # Skipped (no BENCH line, exit 0) without PyTorch (GPUMEM_TORCH_PY, as tests/torch/common.bash).
+# TORCH_BENCH_ON=gpu (tests/gpu/torch_overhead.sh): the same runs on a real GPU, kernels run, with
+# the device's own PyTorch (GPUMEM_TORCH_PY: a python, or a folder holding bin/python) and memory
+# (no virtual backing): the ratios on real work, named torch.gpu.* instead of torch.*.
 set -euo pipefail
 BUILD=${BUILD:-build}
-py=${GPUMEM_TORCH_PY:-/root/.cache/gpumem/torch-2.14.1}
+on=${TORCH_BENCH_ON:-sim}
+case $on in
+  sim) py=${GPUMEM_TORCH_PY:-/root/.cache/gpumem/torch-2.14.1} name=torch ;;
+  gpu) py=${GPUMEM_TORCH_PY:-$(command -v python3 || true)} name=torch.gpu ;;
+  *) echo "torch_rec_bench: TORCH_BENCH_ON is sim or gpu, not '$on'" >&2; exit 2 ;;
+esac
 [[ -d $py ]] && py=$py/bin/python
 if [[ ! -x $py ]]; then echo "torch_rec_bench: no PyTorch at $py; skipped" >&2; exit 0; fi
 G=$BUILD/gpumem
-env_sim=$BUILD/sim/torch-env
+# the not-recorded runs: on the virtual GPU through its environment (build/sim/torch-env), on a GPU
+# as they are; gpt2's on the virtual GPU with virtual backing (13 GB of host memory otherwise)
+if [[ $on == sim ]]; then plain=("$BUILD/sim/torch-env") big=(env GPUMEM_SIM_BACKING=virtual)
+else plain=() big=(); fi
 rounds=${ROUNDS:-3} steps=${STEPS:-120}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -39,9 +50,9 @@ run() { # variant: prints the run's step time (ms)
   local a=(tests/torch/train_gpt2.py --model tiny --steps "$steps")
   local g=(tests/torch/train_gpt2.py --model gpt2 -B 8 -T 1024 --steps 8)
   case $1 in
-    gpt2_off) GPUMEM_SIM_BACKING=virtual "$env_sim" "$py" "${g[@]}" ;;
-    gpt2_rec) GPUMEM_SIM_BACKING=virtual "$G" record -q -o "$tmp/v.db" -- "$py" "${g[@]}" ;;
-    off) "$env_sim" "$py" "${a[@]}" ;;
+    gpt2_off) "${big[@]}" "${plain[@]}" "$py" "${g[@]}" ;;
+    gpt2_rec) "${big[@]}" "$G" record -q -o "$tmp/v.db" -- "$py" "${g[@]}" ;;
+    off) "${plain[@]}" "$py" "${a[@]}" ;;
     rec) "$G" record -q -o "$tmp/rec.db" -- "$py" "${a[@]}" ;;
     no_history) "$G" record -q -o "$tmp/v.db" --no-torch-history -- "$py" "${a[@]}" ;;
     no_hooks) "$G" record -q -o "$tmp/v.db" --no-torch-hooks -- "$py" "${a[@]}" ;;
@@ -76,15 +87,15 @@ ratio() { awk -v a="${best[off]}" -v b="${best[$1]}" 'BEGIN { printf "%.3f", a /
 if have off; then
   for v in rec no_history no_hooks bare; do
     have "$v" || continue
-    [[ $v == rec ]] && echo "BENCH torch.rec_vs_off $(ratio rec) x" || echo "BENCH torch.rec_vs_off.$v $(ratio "$v") x"
+    [[ $v == rec ]] && echo "BENCH $name.rec_vs_off $(ratio rec) x" || echo "BENCH $name.rec_vs_off.$v $(ratio "$v") x"
   done
 fi
 have gpt2_off && have gpt2_rec &&
-  echo "BENCH torch.rec_vs_off.gpt2 $(awk -v a="${best[gpt2_off]}" -v b="${best[gpt2_rec]}" 'BEGIN { printf "%.3f", a / b }') x"
+  echo "BENCH $name.rec_vs_off.gpt2 $(awk -v a="${best[gpt2_off]}" -v b="${best[gpt2_rec]}" 'BEGIN { printf "%.3f", a / b }') x"
 # the same ratio over the steps' mean (a program's throughput), where the 20th percentile above
 # leaves out the steps in which a thread of the program waited for a core
 have off && have rec &&
-  echo "BENCH torch.rec_vs_off_mean $(awk -v a="${mean[off]}" -v b="${mean[rec]}" 'BEGIN { printf "%.3f", a / b }') x"
-have off && echo "BENCH torch.off.step_ms ${best[off]} ms"
-have rec && echo "BENCH torch.rec.step_ms ${best[rec]} ms"
+  echo "BENCH $name.rec_vs_off_mean $(awk -v a="${mean[off]}" -v b="${mean[rec]}" 'BEGIN { printf "%.3f", a / b }') x"
+have off && echo "BENCH $name.off.step_ms ${best[off]} ms"
+have rec && echo "BENCH $name.rec.step_ms ${best[rec]} ms"
 exit 0
