@@ -175,6 +175,8 @@ typedef struct ctx {
     uint64_t deaths_end; /* the last step's end for the frees of what it made (end_last_step) */
     uint64_t cut;     /* the OOM the run stopped at (no step began after it), 0: none (cut_of) */
     uint64_t epilogue; /* inferred steps: the first birth after the loop's (steps_from_period), NO_SEQ: none */
+    uint64_t *tk;       /* steps_from_period's tokens, one per target (tokens_make) */
+    uint32_t *lgap, *fgap; /* ... and what each target's token says happened before it */
     unsure_ent *unsure; /* the timeline's: targets category_decide was not sure of, by birth */
     size_t nunsure, unsure_cap;
 } ctx;
@@ -335,8 +337,65 @@ static void z_array(const uint64_t *s, size_t n, uint32_t *z)
     }
 }
 
-/* The token of target i: its requested size. */
-static uint64_t tok(const ctx *x, size_t i) { return x->m->allocs[tgt(x, i)].requested; }
+/* The token of target i (x->tk, steps_from_period's: tokens_make). */
+static uint64_t tok(const ctx *x, size_t i) { return x->tk[i]; }
+
+/* What a token says of an allocation, the kinds steps_from_period tries in this order:
+ *   TOK_EVENTS: its size, and the kernel launches (copies, memsets) and the frees of targets
+ *     since the birth before it. Sizes alone repeat within a step wherever a step repeats a
+ *     pattern of allocations: a trainer's micro-batches (--accum 2: the update, which allocates
+ *     nothing, comes only after the second, so 12 steps were read for 6) or, where every
+ *     allocation is one size, any multiple of the step (churn_app's steps of one buffer read as
+ *     steps of 2); what happens between two allocations tells those apart;
+ *   TOK_SIZE: its size alone (what happens between births may differ from step to step where
+ *     the sizes do not: a step that launches its kernels as it goes);
+ *   TOK_SHAPE: only what happens since the birth before it: a loop whose sizes change from step
+ *     to step (the sequence length drawn anew each step, --seq-jitter) still launches and frees
+ *     alike between its allocations. */
+enum { TOK_EVENTS, TOK_SIZE, TOK_SHAPE, TOK_KINDS };
+
+/* The tokens of kind kind into x->tk; x->lgap and x->fgap hold, per target, the launches and
+ * the frees of targets since the birth before it (tokens_gaps). */
+static void tokens_make(ctx *x, int kind)
+{
+    for (size_t i = 0; i < x->nt; i++) {
+        uint64_t size = x->m->allocs[tgt(x, i)].requested, between = (uint64_t)x->lgap[i] << 32 | x->fgap[i];
+        /* a mix that keeps size and what happened apart (a mere sum would let them trade) */
+        x->tk[i] = kind == TOK_SIZE    ? size
+                   : kind == TOK_SHAPE ? between
+                                       : size * 0x9e3779b97f4a7c15ull ^ (between + 1) * 0xc2b2ae3d27d4eb4full;
+    }
+}
+
+/* Per target, the launches and the frees of targets between the birth before it and its own:
+ * x->lgap, x->fgap, and x->tk's room. 0, or -1 (no memory). */
+static int tokens_gaps(ctx *x)
+{
+    size_t k = x->nt, nd = 0;
+    uint64_t *deaths = malloc((k + 1) * sizeof *deaths);
+    x->tk = malloc((k + 1) * sizeof *x->tk);
+    x->lgap = malloc((k + 1) * sizeof *x->lgap);
+    x->fgap = malloc((k + 1) * sizeof *x->fgap);
+    if (!deaths || !x->tk || !x->lgap || !x->fgap) {
+        free(deaths);
+        return -1;
+    }
+    for (size_t i = 0; i < k; i++)
+        if (x->m->allocs[tgt(x, i)].death) deaths[nd++] = x->m->allocs[tgt(x, i)].death;
+    if (nd) gm_sort(deaths, nd, sizeof *deaths, gm_cmp_u64);
+    size_t l = 0, d = 0;
+    for (size_t i = 0; i < k; i++) {
+        uint64_t birth = x->m->allocs[tgt(x, i)].birth;
+        uint32_t nl = 0, nf = 0;
+        for (; l < x->nlaunches && x->launches[l] < birth; l++)
+            if (i) nl++;
+        for (; d < nd && deaths[d] < birth; d++)
+            if (i) nf++;
+        x->lgap[i] = nl, x->fgap[i] = nf;
+    }
+    free(deaths);
+    return 0;
+}
 
 /* The last tokens the period is looked for in: steps far longer than this are not found. */
 #define PERIOD_WINDOW (1u << 21)
@@ -350,7 +409,7 @@ static uint64_t tok(const ctx *x, size_t i) { return x->m->allocs[tgt(x, i)].req
  * smallest among equals: 2P covers as much) and at least 2 long (a step of one allocation has
  * no forward and backward, and a run of equal sizes repeats with 2 as with 1). *P 0: none (two
  * whole periods do not end at e). 0, or -1 (no memory). */
-static int period_before(const ctx *x, size_t e, size_t w, size_t *P, size_t *cover)
+static int period_before(const ctx *x, size_t e, size_t w, size_t pmin, size_t *P, size_t *cover)
 {
     size_t W = e < w ? e : w;
     *P = 0, *cover = 0;
@@ -363,7 +422,7 @@ static int period_before(const ctx *x, size_t e, size_t w, size_t *P, size_t *co
     for (size_t j = 0; j < W; j++)
         rev[j] = tok(x, e - 1 - j);
     z_array(rev, W, z);
-    for (size_t p = 2; p <= W / 2; p++) {
+    for (size_t p = pmin; p <= W / 2; p++) {
         if (z[p] < p) continue; /* not two whole periods at the end */
         if (z[p] + p > *cover) *cover = z[p] + p, *P = p;
     }
@@ -377,6 +436,60 @@ static int one_size(const ctx *x, size_t b, size_t e)
     for (size_t i = b + 1; i < e; i++)
         if (tok(x, i) != tok(x, b)) return 0;
     return 1;
+}
+
+/* The period of x->tk (period_before) with at least pmin tokens in it: *P (0: none), the
+ * tokens its repetition covers (*cover) back from *e, the end of the loop's tokens: where the
+ * repetition from the end does not hold over half of them, the last PERIOD_TAIL_MAX tokens may
+ * be an epilogue (steps_from_period). 0, or -1 (no memory). */
+static int period_find(const ctx *x, size_t pmin, size_t *P, size_t *cover, size_t *e)
+{
+    size_t k = x->nt;
+    *e = k;
+    if (period_before(x, k, PERIOD_WINDOW, pmin, P, cover)) return -1;
+    for (size_t t = 1; *cover * 2 < k && t <= PERIOD_TAIL_MAX && t * 4 <= k; t++) {
+        size_t p, cv;
+        if (period_before(x, k - t, PERIOD_TAIL_WINDOW, pmin, &p, &cv)) return -1;
+        /* a run of one token (a loop that only allocates, then one other size) is no loop's
+         * steps to end at: it repeats with any period */
+        if (cv > *cover && cv * 2 >= k - t && !one_size(x, k - t - p, k - t)) *P = p, *cover = cv, *e = k - t;
+    }
+    return 0;
+}
+
+/* The step's start c0 (a target), moved back over the next step's input: a loop may make the
+ * next batch before it drops the last one and the gradients (PyTorch's `x = ...` before
+ * `zero_grad()`), so the fewest bytes are alive just after the input's birth. Targets made just
+ * before the start, alive at it and freed in the step that follows are the step's, as its
+ * range would have them (they were read as the update's: the loop's last input, held after
+ * the loop, as optimizer state). Read at the last start with a whole step after it; k: the
+ * loop's tokens. */
+static size_t input_first(const ctx *x, size_t c0, size_t P, size_t k)
+{
+    if (k < c0 + 2 * P + 1) return c0;
+    size_t cl = c0 + P * ((k - 1 - c0) / P - 1), d = 0;
+    uint64_t at = x->m->allocs[tgt(x, cl)].birth, next = x->m->allocs[tgt(x, cl + P)].birth;
+    for (; d + 1 < P && d < cl; d++) {
+        const gm_alloc *a = &x->m->allocs[tgt(x, cl - 1 - d)];
+        if (a->death <= at || a->death >= next) break;
+    }
+    return c0 >= d ? c0 - d : c0 + P - d;
+}
+
+/* Where the targets made before the first step found (f) and freed before the loop's last birth
+ * are half a step or more: what the parameters and the state are not, a step's, the first one
+ * (which makes the state, so its tokens are not a steady step's) not found, and the count one
+ * short: c->doubt says so. */
+static void missed_before(ctx *x, size_t f, size_t P, size_t k)
+{
+    uint64_t last = x->m->allocs[tgt(x, k - 1)].birth;
+    size_t n = 0;
+    for (size_t i = 0; i < f; i++)
+        if (x->m->allocs[tgt(x, i)].death && x->m->allocs[tgt(x, i)].death < last) n++;
+    if (n * 2 >= P && !x->c->doubt[0])
+        snprintf(x->c->doubt, sizeof x->c->doubt, "%zu allocations made before the first step found are "
+                 "freed before the loop ends, as a step's (%zu in each): a first step, unlike the others, "
+                 "may not be counted", n, P);
 }
 
 /* Steps from the recording's own periodicity. 1 found, 0 none (c->why says why), -1 no memory.
@@ -406,20 +519,32 @@ static int steps_from_period(ctx *x)
                      "repeat", k);
         return 0;
     }
-    size_t P, cover, e = k;
-    if (period_before(x, k, PERIOD_WINDOW, &P, &cover)) return -1;
-    for (size_t t = 1; cover * 2 < k && t <= PERIOD_TAIL_MAX && t * 4 <= k; t++) {
-        size_t p, cv;
-        if (period_before(x, k - t, PERIOD_TAIL_WINDOW, &p, &cv)) return -1;
-        /* a run of one size (a loop that only allocates, then one other size) is no loop's
-         * steps to end at: it repeats with any period */
-        if (cv > cover && cv * 2 >= k - t && !one_size(x, k - t - p, k - t)) P = p, cover = cv, e = k - t;
+    if (tokens_gaps(x)) return -1;
+    size_t P = 0, cover = 0, e = k;
+    int kind = -1;
+    /* the first kind of token whose repetition covers half the tokens before its end; else
+     * the one that covers most (events or sizes: what happens between births alone repeats in
+     * any loop of kernels), and the count is not sure */
+    for (int kd = 0; kd < TOK_KINDS; kd++) {
+        size_t p, cv, ee;
+        tokens_make(x, kd);
+        if (period_find(x, kd == TOK_EVENTS ? 1 : 2, &p, &cv, &ee)) return -1;
+        if (p && cv * 2 >= ee && (kd != TOK_SHAPE || !one_size(x, ee - cv, ee))) {
+            P = p, cover = cv, e = ee, kind = kd;
+            break;
+        }
+        if (p && kd != TOK_SHAPE && cv > cover) P = p, cover = cv, e = ee, kind = kd;
     }
     if (!P) {
         snprintf(c->why, sizeof c->why, "no repeating pattern of allocations: the last two steps of the "
                  "recording differ (record at least 3 steps of a loop whose steps allocate alike)");
         return 0;
     }
+    if (cover * 2 < e)
+        snprintf(c->doubt, sizeof c->doubt, "the allocations repeat over %zu of the %zu made before the "
+                 "loop's end: these steps may be parts of one step (its layers), or the loop's steps differ",
+                 cover, e);
+    tokens_make(x, kind);
     if (e < k) x->epilogue = m->allocs[tgt(x, e)].birth;
     k = e; /* the steps are those of the tokens before the epilogue */
     size_t r0 = k - cover;
@@ -464,22 +589,31 @@ static int steps_from_period(ctx *x)
     off = o;
     for (size_t n = 0; n < P && cost[o = (o + P - 1) % P] <= lo_cost + tol; n++)
         if (cost[o] < cost[off]) off = o;
-    size_t c0 = r0 + off;
+    size_t c0 = input_first(x, r0 + off, P, k);
     /* the steps before the periodic part, from the last backwards. The first step makes what
      * later ones reuse (gradients, optimizer state, a library's workspace on its first call),
      * so its tokens are a steady step's with more among them: a step starts at the place (one
      * holding a steady step's first token) from which a steady step's tokens are found in order
      * most completely, extra ones skipped; the latest of equals, and at least half of them */
+    /* sizes: the first step's launches and frees between its births are not a steady step's
+     * (its extra allocations fall among them), its sizes are, extras aside */
+    tokens_make(x, kind == TOK_SHAPE ? TOK_SHAPE : TOK_SIZE);
     size_t nfirst = 0, firsts[8];
     for (size_t end = c0; nfirst < 8;) {
         size_t first = end, best = 0, tried = 0;
         /* the latest 64 places holding the first token: a pathological recording (every size
          * alike) stays linear */
         for (size_t s0 = end; s0-- > (end > 3 * P ? end - 3 * P : 0) && tried < 64;) {
-            if (tok(x, s0) != tok(x, c0)) continue;
+            /* what happened before a step's first birth is the step before's tail, which in the
+             * first steps is not a steady one's (it made the state): where tokens say only that
+             * (TOK_SHAPE), a place whose next token is the steady step's second holds a step's
+             * first birth too */
+            int lead = tok(x, s0) == tok(x, c0);
+            if (!lead && !(kind == TOK_SHAPE && P > 1 && s0 + 1 < end && tok(x, s0 + 1) == tok(x, c0 + 1)))
+                continue;
             tried++;
-            size_t got = 0;
-            for (size_t i = s0, j = c0; i < end && j < c0 + P && j < k; i++)
+            size_t got = !lead;
+            for (size_t i = s0 + !lead, j = c0 + !lead; i < end && j < c0 + P && j < k; i++)
                 if (tok(x, i) == tok(x, j)) got++, j++;
             if (got > best) best = got, first = s0; /* from the latest: the latest of equals */
         }
@@ -500,6 +634,7 @@ static int steps_from_period(ctx *x)
     }
     for (size_t j = 0; j + 1 < c->nsteps; j++)
         c->steps[j].end = c->steps[j + 1].start - 1;
+    missed_before(x, nfirst ? firsts[nfirst - 1] : c0, P, k);
     rc = c->nsteps >= 2 ? 1 : 0;
     if (!rc) snprintf(c->why, sizeof c->why, "only one step repeats in the recording");
 out:
@@ -982,8 +1117,16 @@ static inline __attribute__((always_inline)) int category_decide(const ctx *x, c
             else if (bp == GM_CPH_BWD && u64map_get(&x->param_sizes, a->requested)) cat = GM_CAT_GRAD;
             else cat = GM_CAT_WORKSPACE;
         }
-    } else if (sh & SH_LATER_STEP) { /* into the next step: an input, a loss held until replaced */
-        cat = bp == GM_CPH_FWD ? GM_CAT_ACT : GM_CAT_OTHER;
+    } else if (sh & SH_LATER_STEP) {
+        /* into the next step: an input, a loss held until replaced; a parameter's gradient
+         * from the backward set to none at the next step's start (PyTorch's zero_grad after
+         * the next batch is made: the step begins before it, input_first) */
+        if (bp == GM_CPH_BWD && u64map_get(&x->param_sizes, a->requested)) {
+            cat = GM_CAT_GRAD;
+        } else {
+            if (bp == GM_CPH_BWD) *unsure = 1;
+            cat = bp == GM_CPH_FWD ? GM_CAT_ACT : GM_CAT_OTHER;
+        }
     } else if (bp == GM_CPH_FWD) {
         cat = dp == GM_CPH_FWD ? GM_CAT_TEMP : GM_CAT_ACT;
     } else if (bp == GM_CPH_BWD) {
@@ -1303,7 +1446,7 @@ int gm_category_source(const gm_categories *c, int cat)
 
 static void ctx_free(ctx *x)
 {
-    free(x->t), free(x->launches), free(x->late), free(x->unsure);
+    free(x->t), free(x->launches), free(x->late), free(x->unsure), free(x->tk), free(x->lgap), free(x->fgap);
     u64map_free(&x->ranges), bytemap_free(&x->params), u64map_free(&x->seen), u64map_free(&x->step_idx);
     u64map_free(&x->param_sizes), u64map_free(&x->repeats);
 }
