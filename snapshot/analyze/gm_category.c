@@ -19,13 +19,15 @@
  *   2. phases (GM_CSRC_PHASES): "step N" ranges and their fwd / bwd / opt components (NVTX, the
  *      PyTorch hooks) give the steps and phases the shapes above are read in;
  *   3. inference (GM_CSRC_INFERENCE), for a recording with neither:
- *      - the steps are the recording's own period: the sizes of the allocations that do not
- *        outlive the run (gradients and optimizer state made in the first step do, so the first
- *        step repeats like the others), read from the end backwards, repeat with period P (the
- *        Z-algorithm: the P whose repetition covers most of the recording, the smallest of
- *        those, at least 2); the step starts where the fewest bytes made in one step are still
- *        alive; what the program does once after its loop (an evaluation) ends the tokens with
- *        some that repeat in no step: it is after the steps, as after a last "step N" range;
+ *      - the steps are the recording's own period: the allocations, each a token (its size and
+ *        the launches and frees since the birth before it; its size alone; those alone: the
+ *        first kind that repeats over half the recording, tokens_make), read from the end
+ *        backwards, repeat with period P (the Z-algorithm: the P whose repetition covers most of
+ *        the recording, the smallest of those); the step starts where the fewest bytes made in
+ *        one step are still alive, with the input made just before (input_first); what the
+ *        program does once after its loop (an evaluation) ends the tokens with some that repeat
+ *        in no step: it is after the steps, as after a last "step N" range; where the count may
+ *        be wrong, c->doubt says why;
  *      - in each step, the backward begins where the step's own allocations (made and freed in
  *        it) are at their highest — activations pile up through the forward, and the backward
  *        adds its first gradient tensor on top of them before it frees any (the gradient of the
@@ -33,7 +35,9 @@
  *        stack says so (PyTorch's autograd engine allocates on its own thread, without Python
  *        frames; the loss's gradient is made inside `backward`) — and ends with the last free of
  *        an allocation made before that point; the update begins at the first kernel launch or
- *        allocation after that. A step shows a backward where something made before that
+ *        allocation after that; a step whose own allocations fall to nearly nothing and rise
+ *        again is several such passes (micro-batches), each with its forward and backward, the
+ *        update after the last (passes_of). A step shows a backward where something made before that
  *        point is freed after it and something is made in between (the backward's gradients);
  *        where no step does (a loop that makes buffers and frees or keeps them), no step has a
  *        backward or an update and nothing is an activation (c->no_backward).
@@ -242,7 +246,7 @@ static int step_slot(gm_categories *c, u64map *idx, size_t *cap, int64_t number)
     uint64_t *i = u64map_get(idx, (uint64_t)number);
     if (i) return (int)*i;
     if (gm_grow((void **)&c->steps, cap, c->nsteps + 1, sizeof *c->steps)) return -1;
-    c->steps[c->nsteps] = (gm_cat_step){number, NO_SEQ, NO_SEQ, NO_SEQ, 0};
+    c->steps[c->nsteps] = (gm_cat_step){number, NO_SEQ, NO_SEQ, NO_SEQ, 0, 0, 0};
     if (u64map_put(idx, (uint64_t)number, c->nsteps)) return -1;
     return (int)c->nsteps++;
 }
@@ -406,9 +410,10 @@ static int tokens_gaps(ctx *x)
 
 /* The period of the tokens before e, read from e backwards: the Z-array of the last w of them
  * reversed gives, for each P, how far back the repetition holds; the P that covers most (the
- * smallest among equals: 2P covers as much) and at least 2 long (a step of one allocation has
- * no forward and backward, and a run of equal sizes repeats with 2 as with 1). *P 0: none (two
- * whole periods do not end at e). 0, or -1 (no memory). */
+ * smallest among equals: 2P covers as much) and at least pmin long (2 for sizes alone: a run of
+ * equal sizes repeats with 2 as with 1; 1 where a token says what happened between births, which
+ * tells a step of one buffer from two). *P 0: none (two whole periods do not end at e). 0, or -1
+ * (no memory). */
 static int period_before(const ctx *x, size_t e, size_t w, size_t pmin, size_t *P, size_t *cover)
 {
     size_t W = e < w ? e : w;
@@ -493,17 +498,21 @@ static void missed_before(ctx *x, size_t f, size_t P, size_t k)
 }
 
 /* Steps from the recording's own periodicity. 1 found, 0 none (c->why says why), -1 no memory.
- * Every allocation's size is a token, in birth order. Steady steps allocate alike, so read from
- * the end backwards the tokens repeat with the step's period P (period_before), and the
- * repetition is then followed back through the whole recording. What the program does once
- * after its loop (an evaluation, a checkpoint's copy) ends the tokens with some that do not
- * repeat: where the repetition from the end does not hold over half the recording, the period
- * is looked for before each of the last PERIOD_TAIL_MAX tokens too, and the place it covers most
- * from (the latest of equals; a period not one size repeated) is where the loop ended: what is
- * made from there on is after the steps (x->epilogue), as what is made after a "step N" range's
- * last one. The first step makes what later steps reuse (gradients, optimizer state), so its
- * tokens differ: it is found before the periodic part as the place from which a steady step's
- * tokens are found most completely. */
+ * Every allocation is a token, in birth order (tokens_make: its size and what happened since the
+ * birth before it, else its size alone, else what happened alone: the first kind whose
+ * repetition covers half the tokens; where none does, the steps of the one that covers most,
+ * and c->doubt says so). Steady steps allocate alike, so read from the end backwards the tokens
+ * repeat with the step's period P (period_before), and the repetition is then followed back
+ * through the whole recording. What the program does once after its loop (an evaluation, a
+ * checkpoint's copy) ends the tokens with some that do not repeat: where the repetition from
+ * the end does not hold over half the recording, the period is looked for before each of the
+ * last PERIOD_TAIL_MAX tokens too (period_find), and the place it covers most from (the latest
+ * of equals; a period not one token repeated) is where the loop ended: what is made from there
+ * on is after the steps (x->epilogue), as what is made after a "step N" range's last one. The
+ * first step makes what later steps reuse (gradients, optimizer state), so its tokens differ:
+ * it is found before the periodic part as the place from which a steady step's tokens are found
+ * most completely; where half a step is made before the first step found and freed in the loop,
+ * one was not found (missed_before: c->doubt). */
 static int steps_from_period(ctx *x)
 {
     gm_categories *c = x->c;
@@ -626,11 +635,11 @@ static int steps_from_period(ctx *x)
     int64_t number = 1;
     for (size_t f = nfirst; f-- > 0;) {
         if (gm_grow((void **)&c->steps, &cap, c->nsteps + 1, sizeof *c->steps)) goto out;
-        c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[tgt(x, firsts[f])].birth, NO_SEQ, NO_SEQ, 0};
+        c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[tgt(x, firsts[f])].birth, NO_SEQ, NO_SEQ, 0, 0, 0};
     }
     for (size_t i = c0; i < k; i += P) {
         if (gm_grow((void **)&c->steps, &cap, c->nsteps + 1, sizeof *c->steps)) goto out;
-        c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[tgt(x, i)].birth, NO_SEQ, NO_SEQ, 0};
+        c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[tgt(x, i)].birth, NO_SEQ, NO_SEQ, 0, 0, 0};
     }
     for (size_t j = 0; j + 1 < c->nsteps; j++)
         c->steps[j].end = c->steps[j + 1].start - 1;
@@ -706,6 +715,51 @@ static void end_last_step(ctx *x)
     if (!ranged) ls->end = end;
 }
 
+/* A birth (delta > 0) or free of what a step makes and frees, its birth's seq beside. */
+typedef struct life_ev {
+    uint64_t seq;
+    int64_t delta;
+    uint64_t birth;
+} life_ev;
+
+/* The forward-backward passes of inferred step s (micro-batches: --accum K makes K forwards and
+ * backwards before one update), from e[0, ne), the births (delta > 0) and frees of what the step
+ * makes and frees, in order, the highest of whose sum is top. A pass rises to half of top or more
+ * from where nearly nothing it made is alive (a sixteenth of top): it begins at the first birth
+ * at such a low after the pass before (the step's start for the first), its backward at its own
+ * highest point; a rise to less (the update's buffers) is the pass before's tail. Two or more:
+ * into x->c->passes, s->pass and s->npass; one: the step keeps its single backward. 0, or -1
+ * (no memory). */
+static int passes_of(ctx *x, gm_cat_step *s, const life_ev *e, size_t ne, int64_t top)
+{
+    gm_categories *c = x->c;
+    size_t n0 = c->npasses, cap = c->npasses;
+    int64_t live = 0, low = top / 16, hi = -1;
+    uint64_t cand = s->start, hi_seq = NO_SEQ; /* the next pass's start; the current rise's top */
+    int have_cand = 1;
+    for (size_t i = 0; i <= ne; i++) {
+        /* a low (or the end) closes the rise since the last one: a pass where it was high */
+        if (i == ne || (e[i].delta > 0 && live <= low)) {
+            if (hi * 2 >= top && hi_seq != NO_SEQ) {
+                if (gm_grow((void **)&c->passes, &cap, c->npasses + 1, sizeof *c->passes)) return -1;
+                c->passes[c->npasses++] = (gm_cat_pass){cand, hi_seq};
+                have_cand = 0;
+            }
+            if (i == ne) break;
+            if (!have_cand) cand = e[i].seq, have_cand = 1;
+            hi = -1, hi_seq = NO_SEQ;
+        }
+        live += e[i].delta;
+        if (e[i].delta > 0 && live > hi) hi = live, hi_seq = e[i].seq;
+    }
+    if (c->npasses - n0 < 2) {
+        c->npasses = n0;
+        return 0;
+    }
+    s->pass = (uint32_t)n0, s->npass = (uint32_t)(c->npasses - n0);
+    return 0;
+}
+
 /* Forward, backward and update of each step from its own allocations (inference). The number
  * of steps that show a forward and a backward, or -1 (no memory): something made before the
  * step's highest point is freed after it, and something is made between the two (the backward
@@ -715,8 +769,7 @@ static long phases_from_lifetimes(ctx *x)
 {
     gm_categories *c = x->c;
     const gm_model *m = x->m;
-    typedef struct { uint64_t seq; int64_t delta; uint64_t birth; } ev;
-    ev *e = NULL;
+    life_ev *e = NULL;
     size_t cap = 0;
     size_t k0 = 0; /* first target born in the current step */
     long shaped = 0;
@@ -737,8 +790,8 @@ static long phases_from_lifetimes(ctx *x)
                 free(e);
                 return -1;
             }
-            e[ne++] = (ev){a->birth, (int64_t)a->size, a->birth};
-            e[ne++] = (ev){a->death, -(int64_t)a->size, a->birth};
+            e[ne++] = (life_ev){a->birth, (int64_t)a->size, a->birth};
+            e[ne++] = (life_ev){a->death, -(int64_t)a->size, a->birth};
         }
         /* seqs are distinct events: sorting by seq is the recorded order */
         if (ne) gm_sort(e, ne, sizeof *e, gm_cmp_u64); /* e is NULL when nothing was found */
@@ -748,24 +801,37 @@ static long phases_from_lifetimes(ctx *x)
             live += e[i].delta;
             if (e[i].delta > 0 && live > top) top = live, pivot = e[i].seq;
         }
-        /* a Python program's stacks can say where the backward began, before that point */
-        if (x->python && pivot != NO_SEQ)
-            for (size_t q = k0; q < x->nt && m->allocs[tgt(x, q)].birth < pivot; q++)
-                if (stack_says_backward(m, m->allocs[tgt(x, q)].stack)) {
-                    pivot = m->allocs[tgt(x, q)].birth;
-                    break;
-                }
         s->bwd = pivot;
         s->opt = NO_SEQ;
+        s->pass = s->npass = 0;
         if (pivot == NO_SEQ) continue;
+        if (passes_of(x, s, e, ne, top)) {
+            free(e);
+            return -1;
+        }
+        /* each pass's backward: from its highest point, or earlier where a Python program's
+         * stacks say so; the step's ends with the last free of what its last pass made before
+         * that point */
+        uint32_t np = s->npass ? s->npass : 1;
         uint64_t bwd_end = pivot;
-        for (size_t i = 0; i < ne; i++)
-            if (e[i].delta < 0 && e[i].birth < pivot && e[i].seq > bwd_end) bwd_end = e[i].seq;
-        for (size_t q = k0; bwd_end > pivot && q < x->nt && m->allocs[tgt(x, q)].birth < bwd_end; q++)
-            if (m->allocs[tgt(x, q)].birth > pivot) {
-                shaped++;
-                break;
-            }
+        int shows = 0;
+        for (uint32_t pi = 0; pi < np; pi++) {
+            gm_cat_pass one = {s->start, pivot}, *p = s->npass ? &c->passes[s->pass + pi] : &one;
+            if (x->python)
+                for (size_t q = k0; q < x->nt && m->allocs[tgt(x, q)].birth < p->bwd; q++)
+                    if (m->allocs[tgt(x, q)].birth >= p->start && stack_says_backward(m, m->allocs[tgt(x, q)].stack)) {
+                        p->bwd = m->allocs[tgt(x, q)].birth;
+                        break;
+                    }
+            uint64_t pend = p->bwd, pnext = pi + 1 < np ? p[1].start : next;
+            for (size_t i = 0; i < ne; i++)
+                if (e[i].delta < 0 && e[i].birth >= p->start && e[i].birth < p->bwd && e[i].seq > pend) pend = e[i].seq;
+            for (size_t q = k0; !shows && pend > p->bwd && q < x->nt && m->allocs[tgt(x, q)].birth < pend; q++)
+                if (m->allocs[tgt(x, q)].birth > p->bwd && m->allocs[tgt(x, q)].birth < pnext) shows = 1;
+            if (pi + 1 == np) bwd_end = pend;
+            if (!pi) s->bwd = p->bwd;
+        }
+        shaped += shows;
         /* the update: the first launch or allocation after the backward's last free */
         uint64_t opt = launch_after(x, bwd_end);
         for (size_t q = k0; q < x->nt && m->allocs[tgt(x, q)].birth < next; q++)
@@ -818,10 +884,25 @@ static inline size_t steps_started(const gm_categories *c, uint64_t seq, size_t 
     return lo;
 }
 
-/* The phase of seq in step s, seq at or after its start. */
-static inline int step_phase(const gm_cat_step *s, uint64_t seq)
+/* The pass of step s that seq falls in (the last one begun by seq), or NULL: none, or before
+ * the first. */
+static inline const gm_cat_pass *pass_at(const gm_categories *c, const gm_cat_step *s, uint64_t seq)
+{
+    const gm_cat_pass *p = NULL;
+    for (uint32_t i = 0; i < s->npass && c->passes[s->pass + i].start <= seq; i++)
+        p = &c->passes[s->pass + i];
+    return p;
+}
+
+/* The phase of seq in step s, seq at or after its start: in a step of several passes, the
+ * forward or backward of the pass it falls in. */
+static inline int step_phase(const gm_categories *c, const gm_cat_step *s, uint64_t seq)
 {
     if (s->opt != NO_SEQ && seq >= s->opt) return GM_CPH_OPT;
+    if (s->npass) {
+        const gm_cat_pass *p = pass_at(c, s, seq);
+        return p && seq >= p->bwd ? GM_CPH_BWD : GM_CPH_FWD;
+    }
     if (s->bwd != NO_SEQ && seq >= s->bwd) return GM_CPH_BWD;
     return GM_CPH_FWD;
 }
@@ -834,7 +915,7 @@ static inline int phase_in(const gm_categories *c, uint64_t seq, size_t lo, long
     const gm_cat_step *s = &c->steps[lo - 1];
     if (lo == c->nsteps && seq > s->end) return GM_CPH_POST;
     *step = (long)(lo - 1);
-    return step_phase(s, seq);
+    return step_phase(c, s, seq);
 }
 
 int gm_category_phase_at(const gm_categories *c, uint64_t seq, long *step)
@@ -892,8 +973,11 @@ static inline __attribute__((always_inline)) int event_phase_memo(ctx *x, const 
     uint64_t lo = 0, hi = *from < c->nsteps ? c->steps[*from].start : NO_SEQ;
     if (*from) {
         const gm_cat_step *s = &c->steps[*from - 1];
-        uint64_t t[4] = {s->start, s->bwd, s->opt, s->end + 1};
-        for (int k = 0; k < 4; k++) {
+        /* in a step of passes, the pass seq is in: its start, backward and the next one's */
+        const gm_cat_pass *p = s->npass ? pass_at(c, s, seq) : NULL;
+        uint64_t np = p && p + 1 < c->passes + s->pass + s->npass ? p[1].start : s->npass ? c->passes[s->pass].start : 0;
+        uint64_t t[7] = {s->start, s->bwd, s->opt, s->end + 1, p ? p->start : 0, p ? p->bwd : 0, np};
+        for (int k = 0; k < 7; k++) {
             if (t[k] <= seq && t[k] > lo) lo = t[k];
             if (t[k] > seq && t[k] < hi) hi = t[k];
         }
@@ -1059,7 +1143,7 @@ static inline __attribute__((always_inline)) int categorise(ctx *x, const gm_cat
             /* made in the last step and freed after it closed, before the teardown: the step's
              * own free (end_last_step) */
             if (dp == GM_CPH_POST && a->death && bs >= 0 && bs + 1 == (long)cs->nsteps && a->death <= x->deaths_end)
-                ds = bs, dp = step_phase(&cs->steps[bs], a->death);
+                ds = bs, dp = step_phase(cs, &cs->steps[bs], a->death);
         }
         shape = shape_of(bp, dp, bs, ds, (long)cs->nsteps - 1);
         if (k == GM_NCATS && bp == GM_CPH_PRE && (dp == GM_CPH_POST || (ds >= 1 && is_cut(x, a))))
@@ -1222,7 +1306,7 @@ static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies, i
     int decide = c->phases_from != GM_CSRC_NONE;
     /* categorise's: the steps event_phase reads, in a local the stores into the category bytes
      * cannot alias; the ranges of the last birth and death; the last birth's step */
-    const gm_categories cs = {.steps = c->steps, .nsteps = c->nsteps, .phases_from = c->phases_from};
+    const gm_categories cs = {.steps = c->steps, .nsteps = c->nsteps, .passes = c->passes, .phases_from = c->phases_from};
     range_memo births = {0}, deaths = {0};
     phase_memo pb = PHASE_MEMO_NONE, pd = PHASE_MEMO_NONE;
     size_t hb = 0;
@@ -1594,6 +1678,6 @@ nomem:
 
 void gm_categories_free(gm_categories *c)
 {
-    free(c->cat), free(c->src), free(c->steps), free(c->timeline);
+    free(c->cat), free(c->src), free(c->steps), free(c->passes), free(c->timeline);
     memset(c, 0, sizeof *c);
 }

@@ -17,7 +17,9 @@
 #          each micro-batch a step (the update allocates nothing, so the sizes repeat with the
 #          micro-batch). Now a token is the size and the launches and frees since the birth
 #          before it: 6 steps of 116, each step's highest moment and the categories at the peak
-#          those of the NVTX ranges;
+#          those of the NVTX ranges, and each step two forward-backward passes (one, the second
+#          micro-batch's 34 activations a step were temporaries): every allocation as the NVTX
+#          run has it;
 #   jitter the trainer with --seq-jitter (T drawn anew each step: the sizes differ from step to
 #          step): 5 steps of 7 allocations (one step's layers) where there were 7 steps. Now, the
 #          sizes repeating over less than half the recording, the launches and frees between
@@ -91,6 +93,12 @@ while IFS='#' read -r name cmd filter want; do
   if [[ $got == "$want" ]]; then echo "ok: $name: $filter = $want"
   else echo "FAIL: $name ($cmd): $filter = '$got', want '$want'"; bad=1; fi
 done <<< "$table"
+# every allocation where the same run's NVTX ranges put it: each micro-batch of an --accum 2 step
+# has its forward and backward (read as one, the second's activations were temporaries)
+for name in accum jitter churn1; do
+  if r=$(python3 "$lib" same "$TMP/$name-nvtx.dump" "$TMP/$name.dump"); then echo "ok: $name: $r"
+  else echo "FAIL: $name: $(paste -sd' ' <<< "$r")"; bad=1; fi
+done
 # the text says why nothing is an activation
 "$GPUMEM" report "$TMP/churn.db" | grepq '^  no backward: no step makes something after its highest point' \
   || { echo "FAIL: churn: the text does not say no backward was found"; bad=1; }
