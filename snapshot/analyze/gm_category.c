@@ -37,8 +37,8 @@
  *        an allocation made before that point; the update begins at the first kernel launch or
  *        allocation after that; a step whose own allocations fall to nearly nothing and rise
  *        again is several such passes (micro-batches), each with its forward and backward, the
- *        update after the last (passes_of). A step shows a backward where something made before that
- *        point is freed after it and something is made in between (the backward's gradients);
+ *        update after the last (passes_of). A step shows a backward where something made before
+ *        that point is freed after it and something is made in between (the backward's gradients);
  *        where no step does (a loop that makes buffers and frees or keeps them), no step has a
  *        backward or an update and nothing is an activation (c->no_backward).
  *      Where no period shows (one step, steps that differ) the phases are not guessed: what
@@ -975,7 +975,11 @@ static inline __attribute__((always_inline)) int event_phase_memo(ctx *x, const 
         const gm_cat_step *s = &c->steps[*from - 1];
         /* in a step of passes, the pass seq is in: its start, backward and the next one's */
         const gm_cat_pass *p = s->npass ? pass_at(c, s, seq) : NULL;
-        uint64_t np = p && p + 1 < c->passes + s->pass + s->npass ? p[1].start : s->npass ? c->passes[s->pass].start : 0;
+        uint64_t np = 0; /* the next pass's start (the first's before it) */
+        if (s->npass) {
+            const gm_cat_pass *first = &c->passes[s->pass];
+            np = !p ? first->start : p + 1 < first + s->npass ? p[1].start : 0;
+        }
         uint64_t t[7] = {s->start, s->bwd, s->opt, s->end + 1, p ? p->start : 0, p ? p->bwd : 0, np};
         for (int k = 0; k < 7; k++) {
             if (t[k] <= seq && t[k] > lo) lo = t[k];
