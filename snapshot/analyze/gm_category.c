@@ -21,7 +21,7 @@
  *   3. inference (GM_CSRC_INFERENCE), for a recording with neither:
  *      - the steps are the recording's own period: the allocations, each a token (its size and
  *        the launches and frees since the birth before it; its size alone; those alone: the
- *        first kind that repeats over half the recording, tokens_make), read from the end
+ *        first kind whose steps account for the loop, tokens_make), read from the end
  *        backwards, repeat with period P (the Z-algorithm: the P whose repetition covers most of
  *        the recording, the smallest of those); the step starts where the fewest bytes made in
  *        one step are still alive, with the input made just before (input_first); what the
@@ -168,6 +168,7 @@ typedef struct ctx {
     uint32_t *late;        /* targets freed after last_birth (the teardown), in birth order */
     size_t nlate, late_cap;
     int python;         /* some allocation's stack has Python frames */
+    size_t passes;      /* inferred steps: the forward-backward passes a steady step's sizes repeat (micro_passes) */
     size_t segments;    /* PyTorch's segments among the device allocations */
     size_t host;        /* allocations not on the device (pinned host, managed memory) */
     uint64_t *launches; /* seqs of kernel launches, copies and memsets, sorted */
@@ -481,80 +482,65 @@ static size_t input_first(const ctx *x, size_t c0, size_t P, size_t k)
     return c0 >= d ? c0 - d : c0 + P - d;
 }
 
-/* Where the targets made before the first step found (f) and freed before the loop's last birth
- * are half a step or more: what the parameters and the state are not, a step's, the first one
- * (which makes the state, so its tokens are not a steady step's) not found, and the count one
- * short: c->doubt says so. */
-static void missed_before(ctx *x, size_t f, size_t P, size_t k)
+/* The targets made before the first step found (f) and freed before the loop's last birth (k:
+ * the loop's tokens): what the parameters and the state are not, a step's. Half a step or more:
+ * a first step (which makes the state, so its tokens are not a steady step's) not found, or
+ * steps that are parts of steps. */
+static size_t missed_before(const ctx *x, size_t f, size_t k)
 {
     uint64_t last = x->m->allocs[tgt(x, k - 1)].birth;
     size_t n = 0;
     for (size_t i = 0; i < f; i++)
         if (x->m->allocs[tgt(x, i)].death && x->m->allocs[tgt(x, i)].death < last) n++;
-    if (n * 2 >= P && !x->c->doubt[0])
-        snprintf(x->c->doubt, sizeof x->c->doubt, "%zu allocations made before the first step found are "
-                 "freed before the loop ends, as a step's (%zu in each): a first step, unlike the others, "
-                 "may not be counted", n, P);
+    return n;
 }
 
-/* Steps from the recording's own periodicity. 1 found, 0 none (c->why says why), -1 no memory.
- * Every allocation is a token, in birth order (tokens_make: its size and what happened since the
- * birth before it, else its size alone, else what happened alone: the first kind whose
- * repetition covers half the tokens; where none does, the steps of the one that covers most,
- * and c->doubt says so). Steady steps allocate alike, so read from the end backwards the tokens
- * repeat with the step's period P (period_before), and the repetition is then followed back
- * through the whole recording. What the program does once after its loop (an evaluation, a
- * checkpoint's copy) ends the tokens with some that do not repeat: where the repetition from
- * the end does not hold over half the recording, the period is looked for before each of the
- * last PERIOD_TAIL_MAX tokens too (period_find), and the place it covers most from (the latest
- * of equals; a period not one token repeated) is where the loop ended: what is made from there
- * on is after the steps (x->epilogue), as what is made after a "step N" range's last one. The
- * first step makes what later steps reuse (gradients, optimizer state), so its tokens differ:
- * it is found before the periodic part as the place from which a steady step's tokens are found
- * most completely; where half a step is made before the first step found and freed in the loop,
- * one was not found (missed_before: c->doubt). */
-static int steps_from_period(ctx *x)
+/* The forward-backward passes of a steady step (micro-batches): the sizes of the last whole one
+ * after c0 (k: the loop's tokens) repeat from its start with a period Q (the smallest), m times,
+ * over half the step or more (the update, after the last pass, may allocate): x->passes = m,
+ * else 1. 0, or -1 (no memory). */
+static int micro_passes(ctx *x, size_t c0, size_t P, size_t k)
+{
+    x->passes = 1;
+    if (k < c0 + P || P < 4) return 0;
+    size_t b = c0 + P * ((k - c0) / P - 1);
+    uint64_t *sz = malloc(P * sizeof *sz);
+    uint32_t *z = malloc(P * sizeof *z);
+    if (!sz || !z) {
+        free(sz), free(z);
+        return -1;
+    }
+    for (size_t i = 0; i < P; i++)
+        sz[i] = x->m->allocs[tgt(x, b + i)].requested;
+    z_array(sz, P, z);
+    for (size_t q = 1; q <= P / 2; q++)
+        if (z[q] >= q && (z[q] + q) / q * q * 2 >= P) {
+            x->passes = (z[q] + q) / q;
+            break;
+        }
+    free(sz), free(z);
+    return 0;
+}
+
+/* Tokens s0 + 1 .. s0 + n (all before end) are c0 + 1 .. c0 + n. */
+static int follows(const ctx *x, size_t s0, size_t c0, size_t n, size_t end)
+{
+    if (s0 + n >= end) return 0;
+    for (size_t i = 1; i <= n; i++)
+        if (tok(x, s0 + i) != tok(x, c0 + i)) return 0;
+    return 1;
+}
+
+/* The steps of tokens of kind `kind` (x->tk) that repeat with period P over the cover tokens
+ * before e (period_find) into c->steps (steps_from_period says how); *missed: what they leave
+ * out (missed_before). 1, 0 (fewer than 2 steps), or -1 (no memory). */
+static int steps_at(ctx *x, int kind, size_t P, size_t cover, size_t e, size_t *missed)
 {
     gm_categories *c = x->c;
     const gm_model *m = x->m;
     size_t k = x->nt;
-    x->epilogue = NO_SEQ;
-    if (k < 6) {
-        if (x->segments)
-            snprintf(c->why, sizeof c->why, "the device's allocations are PyTorch's segments (its cache, "
-                     "\"other\") and %zu beside them; PyTorch's tensors are categorised in its own view", k);
-        else
-            snprintf(c->why, sizeof c->why, "the recording has %zu device allocations: too few for steps to "
-                     "repeat", k);
-        return 0;
-    }
-    if (tokens_gaps(x)) return -1;
-    size_t P = 0, cover = 0, e = k;
-    int kind = -1;
-    /* the first kind of token whose repetition covers half the tokens before its end; else
-     * the one that covers most (events or sizes: what happens between births alone repeats in
-     * any loop of kernels), and the count is not sure */
-    for (int kd = 0; kd < TOK_KINDS; kd++) {
-        size_t p, cv, ee;
-        tokens_make(x, kd);
-        if (period_find(x, kd == TOK_EVENTS ? 1 : 2, &p, &cv, &ee)) return -1;
-        if (p && cv * 2 >= ee && (kd != TOK_SHAPE || !one_size(x, ee - cv, ee))) {
-            P = p, cover = cv, e = ee, kind = kd;
-            break;
-        }
-        if (p && kd != TOK_SHAPE && cv > cover) P = p, cover = cv, e = ee, kind = kd;
-    }
-    if (!P) {
-        snprintf(c->why, sizeof c->why, "no repeating pattern of allocations: the last two steps of the "
-                 "recording differ (record at least 3 steps of a loop whose steps allocate alike)");
-        return 0;
-    }
-    if (cover * 2 < e)
-        snprintf(c->doubt, sizeof c->doubt, "the allocations repeat over %zu of the %zu made before the "
-                 "loop's end: these steps may be parts of one step (its layers), or the loop's steps differ",
-                 cover, e);
-    tokens_make(x, kind);
-    if (e < k) x->epilogue = m->allocs[tgt(x, e)].birth;
+    c->nsteps = 0;
+    x->epilogue = e < k ? m->allocs[tgt(x, e)].birth : NO_SEQ;
     k = e; /* the steps are those of the tokens before the epilogue */
     size_t r0 = k - cover;
     while (r0 > 0 && tok(x, r0 - 1) == tok(x, r0 - 1 + P))
@@ -564,17 +550,18 @@ static int steps_from_period(ctx *x)
      * the last allocation (parameters, gradients, optimizer state, a step's growth) is alive at
      * every cut alike and is left out. One sweep, the living in a heap by death. */
     uint64_t last_birth = m->allocs[tgt(x, k - 1)].birth;
-    double *cost = calloc(P, sizeof *cost);
+    double *cost = calloc(P, sizeof *cost), *lg = calloc(P, sizeof *lg);
     size_t *ncost = calloc(P, sizeof *ncost);
     heap q = {0};
     int rc = -1;
-    if (!cost || !ncost) goto out;
+    if (!cost || !ncost || !lg) goto out;
     uint64_t live = 0;
     for (size_t i = r0; i < k; i++) {
         const gm_alloc *a = &m->allocs[tgt(x, i)];
         while (q.n && q.h[0].death < a->birth)
             live -= heap_pop(&q).bytes;
         cost[(i - r0) % P] += (double)live;
+        lg[(i - r0) % P] += x->lgap[i];
         ncost[(i - r0) % P]++;
         if (a->death && a->death <= last_birth) {
             if (heap_push(&q, (heap_ent){a->death, a->size, 0, 0})) goto out;
@@ -585,6 +572,7 @@ static int steps_from_period(ctx *x)
     size_t hi_off = 0;
     for (size_t o = 0; o < P; o++) {
         cost[o] = ncost[o] ? cost[o] / (double)ncost[o] : 0;
+        lg[o] = ncost[o] ? lg[o] / (double)ncost[o] : 0;
         if (lo_cost < 0 || cost[o] < lo_cost) lo_cost = cost[o];
         if (cost[o] > hi_cost) hi_cost = cost[o], hi_off = o;
     }
@@ -598,15 +586,18 @@ static int steps_from_period(ctx *x)
     off = o;
     for (size_t n = 0; n < P && cost[o = (o + P - 1) % P] <= lo_cost + tol; n++)
         if (cost[o] < cost[off]) off = o;
+    /* a step of several passes (micro-batches) holds as little before each, and its passes'
+     * highest points are alike: the step begins after its update, the place among those that
+     * follows the most launches (the update's kernels, which allocate nothing) */
+    for (o = 0; o < P; o++)
+        if (cost[o] <= lo_cost + tol && lg[o] > lg[off] + 0.5) off = o;
     size_t c0 = input_first(x, r0 + off, P, k);
+    if (micro_passes(x, c0, P, k)) goto out;
     /* the steps before the periodic part, from the last backwards. The first step makes what
      * later ones reuse (gradients, optimizer state, a library's workspace on its first call),
      * so its tokens are a steady step's with more among them: a step starts at the place (one
      * holding a steady step's first token) from which a steady step's tokens are found in order
      * most completely, extra ones skipped; the latest of equals, and at least half of them */
-    /* sizes: the first step's launches and frees between its births are not a steady step's
-     * (its extra allocations fall among them), its sizes are, extras aside */
-    tokens_make(x, kind == TOK_SHAPE ? TOK_SHAPE : TOK_SIZE);
     size_t nfirst = 0, firsts[8];
     for (size_t end = c0; nfirst < 8;) {
         size_t first = end, best = 0, tried = 0;
@@ -614,23 +605,29 @@ static int steps_from_period(ctx *x)
          * alike) stays linear */
         for (size_t s0 = end; s0-- > (end > 3 * P ? end - 3 * P : 0) && tried < 64;) {
             /* what happened before a step's first birth is the step before's tail, which in the
-             * first steps is not a steady one's (it made the state): where tokens say only that
-             * (TOK_SHAPE), a place whose next token is the steady step's second holds a step's
-             * first birth too */
+             * first steps is not a steady one's (it made the state): where tokens say that
+             * (not sizes alone), a place of the first birth's size (any, where sizes change from
+             * step to step) whose next two tokens are the steady step's holds a step's first
+             * birth too */
             int lead = tok(x, s0) == tok(x, c0);
-            if (!lead && !(kind == TOK_SHAPE && P > 1 && s0 + 1 < end && tok(x, s0 + 1) == tok(x, c0 + 1)))
+            if (!lead && !(kind != TOK_SIZE && follows(x, s0, c0, P < 3 ? P - 1 : 2, end) &&
+                           (kind == TOK_SHAPE || m->allocs[tgt(x, s0)].requested == m->allocs[tgt(x, c0)].requested)))
                 continue;
             tried++;
+            /* counted in sizes where they repeat: the first step's extra allocations change
+             * what happens between the births around them, not the steady ones' sizes */
             size_t got = !lead;
             for (size_t i = s0 + !lead, j = c0 + !lead; i < end && j < c0 + P && j < k; i++)
-                if (tok(x, i) == tok(x, j)) got++, j++;
+                if (kind == TOK_EVENTS ? m->allocs[tgt(x, i)].requested == m->allocs[tgt(x, j)].requested
+                                       : tok(x, i) == tok(x, j))
+                    got++, j++;
             if (got > best) best = got, first = s0; /* from the latest: the latest of equals */
         }
         if (first == end || best * 2 < P) break;
         firsts[nfirst++] = first;
         end = first;
     }
-    size_t cap = 0;
+    size_t cap = x->steps_cap;
     c->period = P;
     int64_t number = 1;
     for (size_t f = nfirst; f-- > 0;) {
@@ -641,14 +638,79 @@ static int steps_from_period(ctx *x)
         if (gm_grow((void **)&c->steps, &cap, c->nsteps + 1, sizeof *c->steps)) goto out;
         c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[tgt(x, i)].birth, NO_SEQ, NO_SEQ, 0, 0, 0};
     }
+    x->steps_cap = cap;
     for (size_t j = 0; j + 1 < c->nsteps; j++)
         c->steps[j].end = c->steps[j + 1].start - 1;
-    missed_before(x, nfirst ? firsts[nfirst - 1] : c0, P, k);
+    *missed = missed_before(x, nfirst ? firsts[nfirst - 1] : c0, k);
     rc = c->nsteps >= 2 ? 1 : 0;
-    if (!rc) snprintf(c->why, sizeof c->why, "only one step repeats in the recording");
 out:
-    free(cost), free(ncost), free(q.h);
+    free(cost), free(ncost), free(lg), free(q.h);
     return rc;
+}
+
+/* Steps from the recording's own periodicity. 1 found, 0 none (c->why says why), -1 no memory.
+ * Every allocation is a token, in birth order (tokens_make: its size and what happened since the
+ * birth before it, else its size alone, else what happened alone: the first kind whose steps
+ * leave out less than half a step's allocations, missed_before; where none does, the steps of
+ * the one that leaves out fewest, and c->doubt says so). Steady steps allocate alike, so read
+ * from the end backwards the tokens repeat with the step's period P (period_before), and the
+ * repetition is then followed back through the whole recording. What the program does once after its loop (an evaluation, a
+ * checkpoint's copy) ends the tokens with some that do not repeat: where the repetition from
+ * the end does not hold over half the recording, the period is looked for before each of the
+ * last PERIOD_TAIL_MAX tokens too (period_find), and the place it covers most from (the latest
+ * of equals; a period not one token repeated) is where the loop ended: what is made from there
+ * on is after the steps (x->epilogue), as what is made after a "step N" range's last one. The
+ * first step makes what later steps reuse (gradients, optimizer state), so its tokens differ:
+ * it is found before the periodic part as the place from which a steady step's tokens are found
+ * most completely. */
+static int steps_from_period(ctx *x)
+{
+    gm_categories *c = x->c;
+    size_t k = x->nt;
+    x->epilogue = NO_SEQ;
+    if (k < 6) {
+        if (x->segments)
+            snprintf(c->why, sizeof c->why, "the device's allocations are PyTorch's segments (its cache, "
+                     "\"other\") and %zu beside them; PyTorch's tensors are categorised in its own view", k);
+        else
+            snprintf(c->why, sizeof c->why, "the recording has %zu device allocations: too few for steps to "
+                     "repeat", k);
+        return 0;
+    }
+    if (tokens_gaps(x)) return -1;
+    /* the first kind of token whose steps leave less than half a step's allocations out (made
+     * before the first step and freed in the loop); else the one that leaves fewest, and
+     * c->doubt says so */
+    size_t bP = 0, bcover = 0, be = 0, bmissed = SIZE_MAX;
+    int best = -1, some = 0;
+    for (int kd = 0; kd < TOK_KINDS; kd++) {
+        size_t P, cover, e, missed = 0;
+        tokens_make(x, kd);
+        if (period_find(x, kd == TOK_EVENTS ? 1 : 2, &P, &cover, &e)) return -1;
+        /* what happens between births alone, one token repeated, is any loop's */
+        if (!P || (kd == TOK_SHAPE && one_size(x, e - cover, e))) continue;
+        some = 1;
+        int rc = steps_at(x, kd, P, cover, e, &missed);
+        if (rc < 0) return -1;
+        if (rc && missed * 2 < P) return 1;
+        if (rc && missed < bmissed) best = kd, bP = P, bcover = cover, be = e, bmissed = missed;
+    }
+    if (best >= 0) {
+        tokens_make(x, best);
+        if (steps_at(x, best, bP, bcover, be, &bmissed) < 0) return -1;
+        snprintf(c->doubt, sizeof c->doubt, "%zu allocations made before the first step found are freed "
+                 "before the loop ends, as a step's (%zu in each): the steps found may be parts of steps "
+                 "(a step's layers), or a first step, unlike the others, not counted", bmissed, bP);
+        return 1;
+    }
+    c->nsteps = 0;
+    x->epilogue = NO_SEQ;
+    if (!some)
+        snprintf(c->why, sizeof c->why, "no repeating pattern of allocations: the last two steps of the "
+                 "recording differ (record at least 3 steps of a loop whose steps allocate alike)");
+    else
+        snprintf(c->why, sizeof c->why, "only one step repeats in the recording");
+    return 0;
 }
 
 /* What an allocation's stack says about the backward, in a Python program: PyTorch runs the
@@ -725,16 +787,29 @@ typedef struct life_ev {
 /* The forward-backward passes of inferred step s (micro-batches: --accum K makes K forwards and
  * backwards before one update), from e[0, ne), the births (delta > 0) and frees of what the step
  * makes and frees, in order, the highest of whose sum is top. A pass rises to half of top or more
- * from where nearly nothing it made is alive (a sixteenth of top): it begins at the first birth
+ * from where nearly nothing it made is alive (low): it begins at the first birth
  * at such a low after the pass before (the step's start for the first), its backward at its own
  * highest point; a rise to less (the update's buffers) is the pass before's tail. Two or more:
- * into x->c->passes, s->pass and s->npass; one: the step keeps its single backward. 0, or -1
+ * into x->c->passes, s->pass and s->npass, where as many as a steady step's sizes say
+ * (x->passes: the layers of a forward whose activations are offloaded rise and fall alike, but
+ * a step's sizes do not repeat from its start with them); else the step keeps its single
+ * backward. 0, or -1
  * (no memory). */
 static int passes_of(ctx *x, gm_cat_step *s, const life_ev *e, size_t ne, int64_t top)
 {
     gm_categories *c = x->c;
     size_t n0 = c->npasses, cap = c->npasses;
-    int64_t live = 0, low = top / 16, hi = -1;
+    /* low: the least alive at a birth once the step was high, what a step carries through its
+     * passes (its input, a loss), and a sixty-fourth of the top: gpt2's first layer's
+     * activations, alive to the end of its backward, are a sixteenth */
+    int64_t live = 0, low = -1, hi = -1;
+    for (size_t i = 0; i < ne; i++) {
+        if (hi * 2 >= top && e[i].delta > 0 && (low < 0 || live < low)) low = live;
+        live += e[i].delta;
+        if (live > hi) hi = live;
+    }
+    if (low < 0) return 0;
+    low += top / 64, live = 0, hi = -1;
     uint64_t cand = s->start, hi_seq = NO_SEQ; /* the next pass's start; the current rise's top */
     int have_cand = 1;
     for (size_t i = 0; i <= ne; i++) {
@@ -752,7 +827,7 @@ static int passes_of(ctx *x, gm_cat_step *s, const life_ev *e, size_t ne, int64_
         live += e[i].delta;
         if (e[i].delta > 0 && live > hi) hi = live, hi_seq = e[i].seq;
     }
-    if (c->npasses - n0 < 2) {
+    if (c->npasses - n0 < 2 || c->npasses - n0 != x->passes) {
         c->npasses = n0;
         return 0;
     }

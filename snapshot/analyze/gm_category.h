@@ -62,7 +62,7 @@ typedef struct gm_categories {
     uint64_t period;     /* inference: allocations per step (those that do not outlive the run) */
     char why[320];       /* phases_from NONE: why they could not be decided, for a person */
     char hint[400];      /* ... and what would decide them (gm_phases_hint) */
-    char doubt[200];     /* steps_from INFERENCE: why the steps found may not be the loop's ("": sure) */
+    char doubt[320];     /* steps_from INFERENCE: why the steps found may not be the loop's ("": sure) */
     int no_backward;     /* phases_from INFERENCE: no step shows a forward and a backward (a loop
                             that makes buffers and frees or keeps them): no activation */
     uint64_t stopped_at; /* the OOM the run stopped at (no step began after it; 0: none): what was

@@ -19,7 +19,10 @@
 #          before it: 6 steps of 116, each step's highest moment and the categories at the peak
 #          those of the NVTX ranges, and each step two forward-backward passes (one, the second
 #          micro-batch's 34 activations a step were temporaries): every allocation as the NVTX
-#          run has it;
+#          run has it. So too with --accum 4 (20 steps for 5; the step began at the update, not at
+#          one of the four micro-batches' alike lows) and gpt2 124M with --accum 2 (8 steps for 4;
+#          the first layer's activations are a sixteenth of the highest: no pass ends before
+#          they are freed);
 #   jitter the trainer with --seq-jitter (T drawn anew each step: the sizes differ from step to
 #          step): 5 steps of 7 allocations (one step's layers) where there were 7 steps. Now, the
 #          sizes repeating over less than half the recording, the launches and frees between
@@ -59,6 +62,12 @@ accum-nvtx#$TRAIN $tiny -T 64 --steps 6 --accum 2#.categories.steps#6
 accum#$TRAIN $tiny -T 64 --steps 6 --accum 2#$steps#inference inference 6 116 true
 accum#$TRAIN $tiny -T 64 --steps 6 --accum 2#$over#@accum-nvtx
 accum#$TRAIN $tiny -T 64 --steps 6 --accum 2#.categories_at_peak | tojson#@accum-nvtx
+accum4-nvtx#$TRAIN $tiny -T 64 --steps 5 --accum 4#.categories.steps#5
+accum4#$TRAIN $tiny -T 64 --steps 5 --accum 4#$steps#inference inference 5 232 true
+accum4#$TRAIN $tiny -T 64 --steps 5 --accum 4#$over#@accum4-nvtx
+gpt2accum-nvtx#$TRAIN --model gpt2 -B 8 -T 1024 --dry-run --steps 4 --accum 2#.categories.steps#4
+gpt2accum#$TRAIN --model gpt2 -B 8 -T 1024 --dry-run --steps 4 --accum 2#$steps#inference inference 4 576 true
+gpt2accum#$TRAIN --model gpt2 -B 8 -T 1024 --dry-run --steps 4 --accum 2#$over#@gpt2accum-nvtx
 jitter-nvtx#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#.categories.steps#7
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$steps#inference inference 7 58 true
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$over#@jitter-nvtx
@@ -95,7 +104,7 @@ while IFS='#' read -r name cmd filter want; do
 done <<< "$table"
 # every allocation where the same run's NVTX ranges put it: each micro-batch of an --accum 2 step
 # has its forward and backward (read as one, the second's activations were temporaries)
-for name in accum jitter churn1; do
+for name in accum accum4 gpt2accum jitter churn1; do
   if r=$(python3 "$lib" same "$TMP/$name-nvtx.dump" "$TMP/$name.dump"); then echo "ok: $name: $r"
   else echo "FAIL: $name: $(paste -sd' ' <<< "$r")"; bad=1; fi
 done
