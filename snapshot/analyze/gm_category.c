@@ -19,13 +19,15 @@
  *   2. phases (GM_CSRC_PHASES): "step N" ranges and their fwd / bwd / opt components (NVTX, the
  *      PyTorch hooks) give the steps and phases the shapes above are read in;
  *   3. inference (GM_CSRC_INFERENCE), for a recording with neither:
- *      - the steps are the recording's own period: the sizes of the allocations that do not
- *        outlive the run (gradients and optimizer state made in the first step do, so the first
- *        step repeats like the others), read from the end backwards, repeat with period P (the
- *        Z-algorithm: the P whose repetition covers most of the recording, the smallest of
- *        those, at least 2); the step starts where the fewest bytes made in one step are still
- *        alive; what the program does once after its loop (an evaluation) ends the tokens with
- *        some that repeat in no step: it is after the steps, as after a last "step N" range;
+ *      - the steps are the recording's own period: the allocations, each a token (its size and
+ *        the launches and frees since the birth before it; its size alone; those alone: the
+ *        first kind whose steps account for the loop, tokens_make), read from the end
+ *        backwards, repeat with period P (the Z-algorithm: the P whose repetition covers most of
+ *        the recording, the smallest of those); the step starts where the fewest bytes made in
+ *        one step are still alive, with the input made just before (input_first); what the
+ *        program does once after its loop (an evaluation) ends the tokens with some that repeat
+ *        in no step: it is after the steps, as after a last "step N" range; where the count may
+ *        be wrong, c->doubt says why;
  *      - in each step, the backward begins where the step's own allocations (made and freed in
  *        it) are at their highest — activations pile up through the forward, and the backward
  *        adds its first gradient tensor on top of them before it frees any (the gradient of the
@@ -33,8 +35,10 @@
  *        stack says so (PyTorch's autograd engine allocates on its own thread, without Python
  *        frames; the loss's gradient is made inside `backward`) — and ends with the last free of
  *        an allocation made before that point; the update begins at the first kernel launch or
- *        allocation after that. A step shows a backward where something made before that
- *        point is freed after it and something is made in between (the backward's gradients);
+ *        allocation after that; a step whose own allocations fall to nearly nothing and rise
+ *        again is several such passes (micro-batches), each with its forward and backward, the
+ *        update after the last (passes_of). A step shows a backward where something made before
+ *        that point is freed after it and something is made in between (the backward's gradients);
  *        where no step does (a loop that makes buffers and frees or keeps them), no step has a
  *        backward or an update and nothing is an activation (c->no_backward).
  *      Where no period shows (one step, steps that differ) the phases are not guessed: what
@@ -164,6 +168,7 @@ typedef struct ctx {
     uint32_t *late;        /* targets freed after last_birth (the teardown), in birth order */
     size_t nlate, late_cap;
     int python;         /* some allocation's stack has Python frames */
+    size_t passes;      /* inferred steps: the forward-backward passes a steady step's sizes repeat (micro_passes) */
     size_t segments;    /* PyTorch's segments among the device allocations */
     size_t host;        /* allocations not on the device (pinned host, managed memory) */
     uint64_t *launches; /* seqs of kernel launches, copies and memsets, sorted */
@@ -175,6 +180,8 @@ typedef struct ctx {
     uint64_t deaths_end; /* the last step's end for the frees of what it made (end_last_step) */
     uint64_t cut;     /* the OOM the run stopped at (no step began after it), 0: none (cut_of) */
     uint64_t epilogue; /* inferred steps: the first birth after the loop's (steps_from_period), NO_SEQ: none */
+    uint64_t *tk;       /* steps_from_period's tokens, one per target (tokens_make) */
+    uint32_t *lgap, *fgap; /* ... and what each target's token says happened before it */
     unsure_ent *unsure; /* the timeline's: targets category_decide was not sure of, by birth */
     size_t nunsure, unsure_cap;
 } ctx;
@@ -240,7 +247,7 @@ static int step_slot(gm_categories *c, u64map *idx, size_t *cap, int64_t number)
     uint64_t *i = u64map_get(idx, (uint64_t)number);
     if (i) return (int)*i;
     if (gm_grow((void **)&c->steps, cap, c->nsteps + 1, sizeof *c->steps)) return -1;
-    c->steps[c->nsteps] = (gm_cat_step){number, NO_SEQ, NO_SEQ, NO_SEQ, 0};
+    c->steps[c->nsteps] = (gm_cat_step){number, NO_SEQ, NO_SEQ, NO_SEQ, 0, 0, 0};
     if (u64map_put(idx, (uint64_t)number, c->nsteps)) return -1;
     return (int)c->nsteps++;
 }
@@ -335,8 +342,65 @@ static void z_array(const uint64_t *s, size_t n, uint32_t *z)
     }
 }
 
-/* The token of target i: its requested size. */
-static uint64_t tok(const ctx *x, size_t i) { return x->m->allocs[tgt(x, i)].requested; }
+/* The token of target i (x->tk, steps_from_period's: tokens_make). */
+static uint64_t tok(const ctx *x, size_t i) { return x->tk[i]; }
+
+/* What a token says of an allocation, the kinds steps_from_period tries in this order:
+ *   TOK_EVENTS: its size, and the kernel launches (copies, memsets) and the frees of targets
+ *     since the birth before it. Sizes alone repeat within a step wherever a step repeats a
+ *     pattern of allocations: a trainer's micro-batches (--accum 2: the update, which allocates
+ *     nothing, comes only after the second, so 12 steps were read for 6) or, where every
+ *     allocation is one size, any multiple of the step (churn_app's steps of one buffer read as
+ *     steps of 2); what happens between two allocations tells those apart;
+ *   TOK_SIZE: its size alone (what happens between births may differ from step to step where
+ *     the sizes do not: a step that launches its kernels as it goes);
+ *   TOK_SHAPE: only what happens since the birth before it: a loop whose sizes change from step
+ *     to step (the sequence length drawn anew each step, --seq-jitter) still launches and frees
+ *     alike between its allocations. */
+enum { TOK_EVENTS, TOK_SIZE, TOK_SHAPE, TOK_KINDS };
+
+/* The tokens of kind kind into x->tk; x->lgap and x->fgap hold, per target, the launches and
+ * the frees of targets since the birth before it (tokens_gaps). */
+static void tokens_make(ctx *x, int kind)
+{
+    for (size_t i = 0; i < x->nt; i++) {
+        uint64_t size = x->m->allocs[tgt(x, i)].requested, between = (uint64_t)x->lgap[i] << 32 | x->fgap[i];
+        /* a mix that keeps size and what happened apart (a mere sum would let them trade) */
+        x->tk[i] = kind == TOK_SIZE    ? size
+                   : kind == TOK_SHAPE ? between
+                                       : size * 0x9e3779b97f4a7c15ull ^ (between + 1) * 0xc2b2ae3d27d4eb4full;
+    }
+}
+
+/* Per target, the launches and the frees of targets between the birth before it and its own:
+ * x->lgap, x->fgap, and x->tk's room. 0, or -1 (no memory). */
+static int tokens_gaps(ctx *x)
+{
+    size_t k = x->nt, nd = 0;
+    uint64_t *deaths = malloc((k + 1) * sizeof *deaths);
+    x->tk = malloc((k + 1) * sizeof *x->tk);
+    x->lgap = malloc((k + 1) * sizeof *x->lgap);
+    x->fgap = malloc((k + 1) * sizeof *x->fgap);
+    if (!deaths || !x->tk || !x->lgap || !x->fgap) {
+        free(deaths);
+        return -1;
+    }
+    for (size_t i = 0; i < k; i++)
+        if (x->m->allocs[tgt(x, i)].death) deaths[nd++] = x->m->allocs[tgt(x, i)].death;
+    if (nd) gm_sort(deaths, nd, sizeof *deaths, gm_cmp_u64);
+    size_t l = 0, d = 0;
+    for (size_t i = 0; i < k; i++) {
+        uint64_t birth = x->m->allocs[tgt(x, i)].birth;
+        uint32_t nl = 0, nf = 0;
+        for (; l < x->nlaunches && x->launches[l] < birth; l++)
+            if (i) nl++;
+        for (; d < nd && deaths[d] < birth; d++)
+            if (i) nf++;
+        x->lgap[i] = nl, x->fgap[i] = nf;
+    }
+    free(deaths);
+    return 0;
+}
 
 /* The last tokens the period is looked for in: steps far longer than this are not found. */
 #define PERIOD_WINDOW (1u << 21)
@@ -347,10 +411,11 @@ static uint64_t tok(const ctx *x, size_t i) { return x->m->allocs[tgt(x, i)].req
 
 /* The period of the tokens before e, read from e backwards: the Z-array of the last w of them
  * reversed gives, for each P, how far back the repetition holds; the P that covers most (the
- * smallest among equals: 2P covers as much) and at least 2 long (a step of one allocation has
- * no forward and backward, and a run of equal sizes repeats with 2 as with 1). *P 0: none (two
- * whole periods do not end at e). 0, or -1 (no memory). */
-static int period_before(const ctx *x, size_t e, size_t w, size_t *P, size_t *cover)
+ * smallest among equals: 2P covers as much) and at least pmin long (2 for sizes alone: a run of
+ * equal sizes repeats with 2 as with 1; 1 where a token says what happened between births, which
+ * tells a step of one buffer from two). *P 0: none (two whole periods do not end at e). 0, or -1
+ * (no memory). */
+static int period_before(const ctx *x, size_t e, size_t w, size_t pmin, size_t *P, size_t *cover)
 {
     size_t W = e < w ? e : w;
     *P = 0, *cover = 0;
@@ -363,7 +428,7 @@ static int period_before(const ctx *x, size_t e, size_t w, size_t *P, size_t *co
     for (size_t j = 0; j < W; j++)
         rev[j] = tok(x, e - 1 - j);
     z_array(rev, W, z);
-    for (size_t p = 2; p <= W / 2; p++) {
+    for (size_t p = pmin; p <= W / 2; p++) {
         if (z[p] < p) continue; /* not two whole periods at the end */
         if (z[p] + p > *cover) *cover = z[p] + p, *P = p;
     }
@@ -379,48 +444,103 @@ static int one_size(const ctx *x, size_t b, size_t e)
     return 1;
 }
 
-/* Steps from the recording's own periodicity. 1 found, 0 none (c->why says why), -1 no memory.
- * Every allocation's size is a token, in birth order. Steady steps allocate alike, so read from
- * the end backwards the tokens repeat with the step's period P (period_before), and the
- * repetition is then followed back through the whole recording. What the program does once
- * after its loop (an evaluation, a checkpoint's copy) ends the tokens with some that do not
- * repeat: where the repetition from the end does not hold over half the recording, the period
- * is looked for before each of the last PERIOD_TAIL_MAX tokens too, and the place it covers most
- * from (the latest of equals; a period not one size repeated) is where the loop ended: what is
- * made from there on is after the steps (x->epilogue), as what is made after a "step N" range's
- * last one. The first step makes what later steps reuse (gradients, optimizer state), so its
- * tokens differ: it is found before the periodic part as the place from which a steady step's
- * tokens are found most completely. */
-static int steps_from_period(ctx *x)
+/* The period of x->tk (period_before) with at least pmin tokens in it: *P (0: none), the
+ * tokens its repetition covers (*cover) back from *e, the end of the loop's tokens: where the
+ * repetition from the end does not hold over half of them, the last PERIOD_TAIL_MAX tokens may
+ * be an epilogue (steps_from_period). 0, or -1 (no memory). */
+static int period_find(const ctx *x, size_t pmin, size_t *P, size_t *cover, size_t *e)
+{
+    size_t k = x->nt;
+    *e = k;
+    if (period_before(x, k, PERIOD_WINDOW, pmin, P, cover)) return -1;
+    for (size_t t = 1; *cover * 2 < k && t <= PERIOD_TAIL_MAX && t * 4 <= k; t++) {
+        size_t p, cv;
+        if (period_before(x, k - t, PERIOD_TAIL_WINDOW, pmin, &p, &cv)) return -1;
+        /* a run of one token (a loop that only allocates, then one other size) is no loop's
+         * steps to end at: it repeats with any period */
+        if (cv > *cover && cv * 2 >= k - t && !one_size(x, k - t - p, k - t)) *P = p, *cover = cv, *e = k - t;
+    }
+    return 0;
+}
+
+/* The step's start c0 (a target), moved back over the next step's input: a loop may make the
+ * next batch before it drops the last one and the gradients (PyTorch's `x = ...` before
+ * `zero_grad()`), so the fewest bytes are alive just after the input's birth. Targets made just
+ * before the start, alive at it and freed in the step that follows are the step's, as its
+ * range would have them (they were read as the update's: the loop's last input, held after
+ * the loop, as optimizer state). Read at the last start with a whole step after it; k: the
+ * loop's tokens. */
+static size_t input_first(const ctx *x, size_t c0, size_t P, size_t k)
+{
+    if (k < c0 + 2 * P + 1) return c0;
+    size_t cl = c0 + P * ((k - 1 - c0) / P - 1), d = 0;
+    uint64_t at = x->m->allocs[tgt(x, cl)].birth, next = x->m->allocs[tgt(x, cl + P)].birth;
+    for (; d + 1 < P && d < cl; d++) {
+        const gm_alloc *a = &x->m->allocs[tgt(x, cl - 1 - d)];
+        if (a->death <= at || a->death >= next) break;
+    }
+    return c0 >= d ? c0 - d : c0 + P - d;
+}
+
+/* The targets made before the first step found (f) and freed before the loop's last birth (k:
+ * the loop's tokens): what the parameters and the state are not, a step's. Half a step or more:
+ * a first step (which makes the state, so its tokens are not a steady step's) not found, or
+ * steps that are parts of steps. */
+static size_t missed_before(const ctx *x, size_t f, size_t k)
+{
+    uint64_t last = x->m->allocs[tgt(x, k - 1)].birth;
+    size_t n = 0;
+    for (size_t i = 0; i < f; i++)
+        if (x->m->allocs[tgt(x, i)].death && x->m->allocs[tgt(x, i)].death < last) n++;
+    return n;
+}
+
+/* The forward-backward passes of a steady step (micro-batches): the sizes of the last whole one
+ * after c0 (k: the loop's tokens) repeat from its start with a period Q (the smallest), m times,
+ * over half the step or more (the update, after the last pass, may allocate): x->passes = m,
+ * else 1. 0, or -1 (no memory). */
+static int micro_passes(ctx *x, size_t c0, size_t P, size_t k)
+{
+    x->passes = 1;
+    if (k < c0 + P || P < 4) return 0;
+    size_t b = c0 + P * ((k - c0) / P - 1);
+    uint64_t *sz = malloc(P * sizeof *sz);
+    uint32_t *z = malloc(P * sizeof *z);
+    if (!sz || !z) {
+        free(sz), free(z);
+        return -1;
+    }
+    for (size_t i = 0; i < P; i++)
+        sz[i] = x->m->allocs[tgt(x, b + i)].requested;
+    z_array(sz, P, z);
+    for (size_t q = 1; q <= P / 2; q++)
+        if (z[q] >= q && (z[q] + q) / q * q * 2 >= P) {
+            x->passes = (z[q] + q) / q;
+            break;
+        }
+    free(sz), free(z);
+    return 0;
+}
+
+/* Tokens s0 + 1 .. s0 + n (all before end) are c0 + 1 .. c0 + n. */
+static int follows(const ctx *x, size_t s0, size_t c0, size_t n, size_t end)
+{
+    if (s0 + n >= end) return 0;
+    for (size_t i = 1; i <= n; i++)
+        if (tok(x, s0 + i) != tok(x, c0 + i)) return 0;
+    return 1;
+}
+
+/* The steps of tokens of kind `kind` (x->tk) that repeat with period P over the cover tokens
+ * before e (period_find) into c->steps (steps_from_period says how); *missed: what they leave
+ * out (missed_before). 1, 0 (fewer than 2 steps), or -1 (no memory). */
+static int steps_at(ctx *x, int kind, size_t P, size_t cover, size_t e, size_t *missed)
 {
     gm_categories *c = x->c;
     const gm_model *m = x->m;
     size_t k = x->nt;
-    x->epilogue = NO_SEQ;
-    if (k < 6) {
-        if (x->segments)
-            snprintf(c->why, sizeof c->why, "the device's allocations are PyTorch's segments (its cache, "
-                     "\"other\") and %zu beside them; PyTorch's tensors are categorised in its own view", k);
-        else
-            snprintf(c->why, sizeof c->why, "the recording has %zu device allocations: too few for steps to "
-                     "repeat", k);
-        return 0;
-    }
-    size_t P, cover, e = k;
-    if (period_before(x, k, PERIOD_WINDOW, &P, &cover)) return -1;
-    for (size_t t = 1; cover * 2 < k && t <= PERIOD_TAIL_MAX && t * 4 <= k; t++) {
-        size_t p, cv;
-        if (period_before(x, k - t, PERIOD_TAIL_WINDOW, &p, &cv)) return -1;
-        /* a run of one size (a loop that only allocates, then one other size) is no loop's
-         * steps to end at: it repeats with any period */
-        if (cv > cover && cv * 2 >= k - t && !one_size(x, k - t - p, k - t)) P = p, cover = cv, e = k - t;
-    }
-    if (!P) {
-        snprintf(c->why, sizeof c->why, "no repeating pattern of allocations: the last two steps of the "
-                 "recording differ (record at least 3 steps of a loop whose steps allocate alike)");
-        return 0;
-    }
-    if (e < k) x->epilogue = m->allocs[tgt(x, e)].birth;
+    c->nsteps = 0;
+    x->epilogue = e < k ? m->allocs[tgt(x, e)].birth : NO_SEQ;
     k = e; /* the steps are those of the tokens before the epilogue */
     size_t r0 = k - cover;
     while (r0 > 0 && tok(x, r0 - 1) == tok(x, r0 - 1 + P))
@@ -430,17 +550,18 @@ static int steps_from_period(ctx *x)
      * the last allocation (parameters, gradients, optimizer state, a step's growth) is alive at
      * every cut alike and is left out. One sweep, the living in a heap by death. */
     uint64_t last_birth = m->allocs[tgt(x, k - 1)].birth;
-    double *cost = calloc(P, sizeof *cost);
+    double *cost = calloc(P, sizeof *cost), *lg = calloc(P, sizeof *lg);
     size_t *ncost = calloc(P, sizeof *ncost);
     heap q = {0};
     int rc = -1;
-    if (!cost || !ncost) goto out;
+    if (!cost || !ncost || !lg) goto out;
     uint64_t live = 0;
     for (size_t i = r0; i < k; i++) {
         const gm_alloc *a = &m->allocs[tgt(x, i)];
         while (q.n && q.h[0].death < a->birth)
             live -= heap_pop(&q).bytes;
         cost[(i - r0) % P] += (double)live;
+        lg[(i - r0) % P] += x->lgap[i];
         ncost[(i - r0) % P]++;
         if (a->death && a->death <= last_birth) {
             if (heap_push(&q, (heap_ent){a->death, a->size, 0, 0})) goto out;
@@ -451,6 +572,7 @@ static int steps_from_period(ctx *x)
     size_t hi_off = 0;
     for (size_t o = 0; o < P; o++) {
         cost[o] = ncost[o] ? cost[o] / (double)ncost[o] : 0;
+        lg[o] = ncost[o] ? lg[o] / (double)ncost[o] : 0;
         if (lo_cost < 0 || cost[o] < lo_cost) lo_cost = cost[o];
         if (cost[o] > hi_cost) hi_cost = cost[o], hi_off = o;
     }
@@ -464,7 +586,13 @@ static int steps_from_period(ctx *x)
     off = o;
     for (size_t n = 0; n < P && cost[o = (o + P - 1) % P] <= lo_cost + tol; n++)
         if (cost[o] < cost[off]) off = o;
-    size_t c0 = r0 + off;
+    /* a step of several passes (micro-batches) holds as little before each, and its passes'
+     * highest points are alike: the step begins after its update, the place among those that
+     * follows the most launches (the update's kernels, which allocate nothing) */
+    for (o = 0; o < P; o++)
+        if (cost[o] <= lo_cost + tol && lg[o] > lg[off] + 0.5) off = o;
+    size_t c0 = input_first(x, r0 + off, P, k);
+    if (micro_passes(x, c0, P, k)) goto out;
     /* the steps before the periodic part, from the last backwards. The first step makes what
      * later ones reuse (gradients, optimizer state, a library's workspace on its first call),
      * so its tokens are a steady step's with more among them: a step starts at the place (one
@@ -476,35 +604,113 @@ static int steps_from_period(ctx *x)
         /* the latest 64 places holding the first token: a pathological recording (every size
          * alike) stays linear */
         for (size_t s0 = end; s0-- > (end > 3 * P ? end - 3 * P : 0) && tried < 64;) {
-            if (tok(x, s0) != tok(x, c0)) continue;
+            /* what happened before a step's first birth is the step before's tail, which in the
+             * first steps is not a steady one's (it made the state): where tokens say that
+             * (not sizes alone), a place of the first birth's size (any, where sizes change from
+             * step to step) whose next two tokens are the steady step's holds a step's first
+             * birth too */
+            int lead = tok(x, s0) == tok(x, c0);
+            if (!lead && !(kind != TOK_SIZE && follows(x, s0, c0, P < 3 ? P - 1 : 2, end) &&
+                           (kind == TOK_SHAPE || m->allocs[tgt(x, s0)].requested == m->allocs[tgt(x, c0)].requested)))
+                continue;
             tried++;
-            size_t got = 0;
-            for (size_t i = s0, j = c0; i < end && j < c0 + P && j < k; i++)
-                if (tok(x, i) == tok(x, j)) got++, j++;
+            /* counted in sizes where they repeat: the first step's extra allocations change
+             * what happens between the births around them, not the steady ones' sizes */
+            size_t got = !lead;
+            for (size_t i = s0 + !lead, j = c0 + !lead; i < end && j < c0 + P && j < k; i++)
+                if (kind == TOK_EVENTS ? m->allocs[tgt(x, i)].requested == m->allocs[tgt(x, j)].requested
+                                       : tok(x, i) == tok(x, j))
+                    got++, j++;
             if (got > best) best = got, first = s0; /* from the latest: the latest of equals */
         }
         if (first == end || best * 2 < P) break;
         firsts[nfirst++] = first;
         end = first;
     }
-    size_t cap = 0;
+    size_t cap = x->steps_cap;
     c->period = P;
     int64_t number = 1;
     for (size_t f = nfirst; f-- > 0;) {
         if (gm_grow((void **)&c->steps, &cap, c->nsteps + 1, sizeof *c->steps)) goto out;
-        c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[tgt(x, firsts[f])].birth, NO_SEQ, NO_SEQ, 0};
+        c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[tgt(x, firsts[f])].birth, NO_SEQ, NO_SEQ, 0, 0, 0};
     }
     for (size_t i = c0; i < k; i += P) {
         if (gm_grow((void **)&c->steps, &cap, c->nsteps + 1, sizeof *c->steps)) goto out;
-        c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[tgt(x, i)].birth, NO_SEQ, NO_SEQ, 0};
+        c->steps[c->nsteps++] = (gm_cat_step){number++, m->allocs[tgt(x, i)].birth, NO_SEQ, NO_SEQ, 0, 0, 0};
     }
+    x->steps_cap = cap;
     for (size_t j = 0; j + 1 < c->nsteps; j++)
         c->steps[j].end = c->steps[j + 1].start - 1;
+    *missed = missed_before(x, nfirst ? firsts[nfirst - 1] : c0, k);
     rc = c->nsteps >= 2 ? 1 : 0;
-    if (!rc) snprintf(c->why, sizeof c->why, "only one step repeats in the recording");
 out:
-    free(cost), free(ncost), free(q.h);
+    free(cost), free(ncost), free(lg), free(q.h);
     return rc;
+}
+
+/* Steps from the recording's own periodicity. 1 found, 0 none (c->why says why), -1 no memory.
+ * Every allocation is a token, in birth order (tokens_make: its size and what happened since the
+ * birth before it, else its size alone, else what happened alone: the first kind whose steps
+ * leave out less than half a step's allocations, missed_before; where none does, the steps of
+ * the one that leaves out fewest, and c->doubt says so). Steady steps allocate alike, so read
+ * from the end backwards the tokens repeat with the step's period P (period_before), and the
+ * repetition is then followed back through the whole recording. What the program does once after its loop (an evaluation, a
+ * checkpoint's copy) ends the tokens with some that do not repeat: where the repetition from
+ * the end does not hold over half the recording, the period is looked for before each of the
+ * last PERIOD_TAIL_MAX tokens too (period_find), and the place it covers most from (the latest
+ * of equals; a period not one token repeated) is where the loop ended: what is made from there
+ * on is after the steps (x->epilogue), as what is made after a "step N" range's last one. The
+ * first step makes what later steps reuse (gradients, optimizer state), so its tokens differ:
+ * it is found before the periodic part as the place from which a steady step's tokens are found
+ * most completely. */
+static int steps_from_period(ctx *x)
+{
+    gm_categories *c = x->c;
+    size_t k = x->nt;
+    x->epilogue = NO_SEQ;
+    if (k < 6) {
+        if (x->segments)
+            snprintf(c->why, sizeof c->why, "the device's allocations are PyTorch's segments (its cache, "
+                     "\"other\") and %zu beside them; PyTorch's tensors are categorised in its own view", k);
+        else
+            snprintf(c->why, sizeof c->why, "the recording has %zu device allocations: too few for steps to "
+                     "repeat", k);
+        return 0;
+    }
+    if (tokens_gaps(x)) return -1;
+    /* the first kind of token whose steps leave less than half a step's allocations out (made
+     * before the first step and freed in the loop); else the one that leaves fewest, and
+     * c->doubt says so */
+    size_t bP = 0, bcover = 0, be = 0, bmissed = SIZE_MAX;
+    int best = -1, some = 0;
+    for (int kd = 0; kd < TOK_KINDS; kd++) {
+        size_t P, cover, e, missed = 0;
+        tokens_make(x, kd);
+        if (period_find(x, kd == TOK_EVENTS ? 1 : 2, &P, &cover, &e)) return -1;
+        /* what happens between births alone, one token repeated, is any loop's */
+        if (!P || (kd == TOK_SHAPE && one_size(x, e - cover, e))) continue;
+        some = 1;
+        int rc = steps_at(x, kd, P, cover, e, &missed);
+        if (rc < 0) return -1;
+        if (rc && missed * 2 < P) return 1;
+        if (rc && missed < bmissed) best = kd, bP = P, bcover = cover, be = e, bmissed = missed;
+    }
+    if (best >= 0) {
+        tokens_make(x, best);
+        if (steps_at(x, best, bP, bcover, be, &bmissed) < 0) return -1;
+        snprintf(c->doubt, sizeof c->doubt, "%zu allocations made before the first step found are freed "
+                 "before the loop ends, as a step's (%zu in each): the steps found may be parts of steps "
+                 "(a step's layers), or a first step, unlike the others, not counted", bmissed, bP);
+        return 1;
+    }
+    c->nsteps = 0;
+    x->epilogue = NO_SEQ;
+    if (!some)
+        snprintf(c->why, sizeof c->why, "no repeating pattern of allocations: the last two steps of the "
+                 "recording differ (record at least 3 steps of a loop whose steps allocate alike)");
+    else
+        snprintf(c->why, sizeof c->why, "only one step repeats in the recording");
+    return 0;
 }
 
 /* What an allocation's stack says about the backward, in a Python program: PyTorch runs the
@@ -571,6 +777,64 @@ static void end_last_step(ctx *x)
     if (!ranged) ls->end = end;
 }
 
+/* A birth (delta > 0) or free of what a step makes and frees, its birth's seq beside. */
+typedef struct life_ev {
+    uint64_t seq;
+    int64_t delta;
+    uint64_t birth;
+} life_ev;
+
+/* The forward-backward passes of inferred step s (micro-batches: --accum K makes K forwards and
+ * backwards before one update), from e[0, ne), the births (delta > 0) and frees of what the step
+ * makes and frees, in order, the highest of whose sum is top. A pass rises to half of top or more
+ * from where nearly nothing it made is alive (low): it begins at the first birth
+ * at such a low after the pass before (the step's start for the first), its backward at its own
+ * highest point; a rise to less (the update's buffers) is the pass before's tail. Two or more:
+ * into x->c->passes, s->pass and s->npass, where as many as a steady step's sizes say
+ * (x->passes: the layers of a forward whose activations are offloaded rise and fall alike, but
+ * a step's sizes do not repeat from its start with them); else the step keeps its single
+ * backward. 0, or -1
+ * (no memory). */
+static int passes_of(ctx *x, gm_cat_step *s, const life_ev *e, size_t ne, int64_t top)
+{
+    gm_categories *c = x->c;
+    size_t n0 = c->npasses, cap = c->npasses;
+    /* low: the least alive at a birth once the step was high, what a step carries through its
+     * passes (its input, a loss), and a sixty-fourth of the top: gpt2's first layer's
+     * activations, alive to the end of its backward, are a sixteenth */
+    int64_t live = 0, low = -1, hi = -1;
+    for (size_t i = 0; i < ne; i++) {
+        if (hi * 2 >= top && e[i].delta > 0 && (low < 0 || live < low)) low = live;
+        live += e[i].delta;
+        if (live > hi) hi = live;
+    }
+    if (low < 0) return 0;
+    low += top / 64, live = 0, hi = -1;
+    uint64_t cand = s->start, hi_seq = NO_SEQ; /* the next pass's start; the current rise's top */
+    int have_cand = 1;
+    for (size_t i = 0; i <= ne; i++) {
+        /* a low (or the end) closes the rise since the last one: a pass where it was high */
+        if (i == ne || (e[i].delta > 0 && live <= low)) {
+            if (hi * 2 >= top && hi_seq != NO_SEQ) {
+                if (gm_grow((void **)&c->passes, &cap, c->npasses + 1, sizeof *c->passes)) return -1;
+                c->passes[c->npasses++] = (gm_cat_pass){cand, hi_seq};
+                have_cand = 0;
+            }
+            if (i == ne) break;
+            if (!have_cand) cand = e[i].seq, have_cand = 1;
+            hi = -1, hi_seq = NO_SEQ;
+        }
+        live += e[i].delta;
+        if (e[i].delta > 0 && live > hi) hi = live, hi_seq = e[i].seq;
+    }
+    if (c->npasses - n0 < 2 || c->npasses - n0 != x->passes) {
+        c->npasses = n0;
+        return 0;
+    }
+    s->pass = (uint32_t)n0, s->npass = (uint32_t)(c->npasses - n0);
+    return 0;
+}
+
 /* Forward, backward and update of each step from its own allocations (inference). The number
  * of steps that show a forward and a backward, or -1 (no memory): something made before the
  * step's highest point is freed after it, and something is made between the two (the backward
@@ -580,8 +844,7 @@ static long phases_from_lifetimes(ctx *x)
 {
     gm_categories *c = x->c;
     const gm_model *m = x->m;
-    typedef struct { uint64_t seq; int64_t delta; uint64_t birth; } ev;
-    ev *e = NULL;
+    life_ev *e = NULL;
     size_t cap = 0;
     size_t k0 = 0; /* first target born in the current step */
     long shaped = 0;
@@ -602,8 +865,8 @@ static long phases_from_lifetimes(ctx *x)
                 free(e);
                 return -1;
             }
-            e[ne++] = (ev){a->birth, (int64_t)a->size, a->birth};
-            e[ne++] = (ev){a->death, -(int64_t)a->size, a->birth};
+            e[ne++] = (life_ev){a->birth, (int64_t)a->size, a->birth};
+            e[ne++] = (life_ev){a->death, -(int64_t)a->size, a->birth};
         }
         /* seqs are distinct events: sorting by seq is the recorded order */
         if (ne) gm_sort(e, ne, sizeof *e, gm_cmp_u64); /* e is NULL when nothing was found */
@@ -613,24 +876,37 @@ static long phases_from_lifetimes(ctx *x)
             live += e[i].delta;
             if (e[i].delta > 0 && live > top) top = live, pivot = e[i].seq;
         }
-        /* a Python program's stacks can say where the backward began, before that point */
-        if (x->python && pivot != NO_SEQ)
-            for (size_t q = k0; q < x->nt && m->allocs[tgt(x, q)].birth < pivot; q++)
-                if (stack_says_backward(m, m->allocs[tgt(x, q)].stack)) {
-                    pivot = m->allocs[tgt(x, q)].birth;
-                    break;
-                }
         s->bwd = pivot;
         s->opt = NO_SEQ;
+        s->pass = s->npass = 0;
         if (pivot == NO_SEQ) continue;
+        if (passes_of(x, s, e, ne, top)) {
+            free(e);
+            return -1;
+        }
+        /* each pass's backward: from its highest point, or earlier where a Python program's
+         * stacks say so; the step's ends with the last free of what its last pass made before
+         * that point */
+        uint32_t np = s->npass ? s->npass : 1;
         uint64_t bwd_end = pivot;
-        for (size_t i = 0; i < ne; i++)
-            if (e[i].delta < 0 && e[i].birth < pivot && e[i].seq > bwd_end) bwd_end = e[i].seq;
-        for (size_t q = k0; bwd_end > pivot && q < x->nt && m->allocs[tgt(x, q)].birth < bwd_end; q++)
-            if (m->allocs[tgt(x, q)].birth > pivot) {
-                shaped++;
-                break;
-            }
+        int shows = 0;
+        for (uint32_t pi = 0; pi < np; pi++) {
+            gm_cat_pass one = {s->start, pivot}, *p = s->npass ? &c->passes[s->pass + pi] : &one;
+            if (x->python)
+                for (size_t q = k0; q < x->nt && m->allocs[tgt(x, q)].birth < p->bwd; q++)
+                    if (m->allocs[tgt(x, q)].birth >= p->start && stack_says_backward(m, m->allocs[tgt(x, q)].stack)) {
+                        p->bwd = m->allocs[tgt(x, q)].birth;
+                        break;
+                    }
+            uint64_t pend = p->bwd, pnext = pi + 1 < np ? p[1].start : next;
+            for (size_t i = 0; i < ne; i++)
+                if (e[i].delta < 0 && e[i].birth >= p->start && e[i].birth < p->bwd && e[i].seq > pend) pend = e[i].seq;
+            for (size_t q = k0; !shows && pend > p->bwd && q < x->nt && m->allocs[tgt(x, q)].birth < pend; q++)
+                if (m->allocs[tgt(x, q)].birth > p->bwd && m->allocs[tgt(x, q)].birth < pnext) shows = 1;
+            if (pi + 1 == np) bwd_end = pend;
+            if (!pi) s->bwd = p->bwd;
+        }
+        shaped += shows;
         /* the update: the first launch or allocation after the backward's last free */
         uint64_t opt = launch_after(x, bwd_end);
         for (size_t q = k0; q < x->nt && m->allocs[tgt(x, q)].birth < next; q++)
@@ -683,10 +959,25 @@ static inline size_t steps_started(const gm_categories *c, uint64_t seq, size_t 
     return lo;
 }
 
-/* The phase of seq in step s, seq at or after its start. */
-static inline int step_phase(const gm_cat_step *s, uint64_t seq)
+/* The pass of step s that seq falls in (the last one begun by seq), or NULL: none, or before
+ * the first. */
+static inline const gm_cat_pass *pass_at(const gm_categories *c, const gm_cat_step *s, uint64_t seq)
+{
+    const gm_cat_pass *p = NULL;
+    for (uint32_t i = 0; i < s->npass && c->passes[s->pass + i].start <= seq; i++)
+        p = &c->passes[s->pass + i];
+    return p;
+}
+
+/* The phase of seq in step s, seq at or after its start: in a step of several passes, the
+ * forward or backward of the pass it falls in. */
+static inline int step_phase(const gm_categories *c, const gm_cat_step *s, uint64_t seq)
 {
     if (s->opt != NO_SEQ && seq >= s->opt) return GM_CPH_OPT;
+    if (s->npass) {
+        const gm_cat_pass *p = pass_at(c, s, seq);
+        return p && seq >= p->bwd ? GM_CPH_BWD : GM_CPH_FWD;
+    }
     if (s->bwd != NO_SEQ && seq >= s->bwd) return GM_CPH_BWD;
     return GM_CPH_FWD;
 }
@@ -699,7 +990,7 @@ static inline int phase_in(const gm_categories *c, uint64_t seq, size_t lo, long
     const gm_cat_step *s = &c->steps[lo - 1];
     if (lo == c->nsteps && seq > s->end) return GM_CPH_POST;
     *step = (long)(lo - 1);
-    return step_phase(s, seq);
+    return step_phase(c, s, seq);
 }
 
 int gm_category_phase_at(const gm_categories *c, uint64_t seq, long *step)
@@ -757,8 +1048,15 @@ static inline __attribute__((always_inline)) int event_phase_memo(ctx *x, const 
     uint64_t lo = 0, hi = *from < c->nsteps ? c->steps[*from].start : NO_SEQ;
     if (*from) {
         const gm_cat_step *s = &c->steps[*from - 1];
-        uint64_t t[4] = {s->start, s->bwd, s->opt, s->end + 1};
-        for (int k = 0; k < 4; k++) {
+        /* in a step of passes, the pass seq is in: its start, backward and the next one's */
+        const gm_cat_pass *p = s->npass ? pass_at(c, s, seq) : NULL;
+        uint64_t np = 0; /* the next pass's start (the first's before it) */
+        if (s->npass) {
+            const gm_cat_pass *first = &c->passes[s->pass];
+            np = !p ? first->start : p + 1 < first + s->npass ? p[1].start : 0;
+        }
+        uint64_t t[7] = {s->start, s->bwd, s->opt, s->end + 1, p ? p->start : 0, p ? p->bwd : 0, np};
+        for (int k = 0; k < 7; k++) {
             if (t[k] <= seq && t[k] > lo) lo = t[k];
             if (t[k] > seq && t[k] < hi) hi = t[k];
         }
@@ -924,7 +1222,7 @@ static inline __attribute__((always_inline)) int categorise(ctx *x, const gm_cat
             /* made in the last step and freed after it closed, before the teardown: the step's
              * own free (end_last_step) */
             if (dp == GM_CPH_POST && a->death && bs >= 0 && bs + 1 == (long)cs->nsteps && a->death <= x->deaths_end)
-                ds = bs, dp = step_phase(&cs->steps[bs], a->death);
+                ds = bs, dp = step_phase(cs, &cs->steps[bs], a->death);
         }
         shape = shape_of(bp, dp, bs, ds, (long)cs->nsteps - 1);
         if (k == GM_NCATS && bp == GM_CPH_PRE && (dp == GM_CPH_POST || (ds >= 1 && is_cut(x, a))))
@@ -982,8 +1280,16 @@ static inline __attribute__((always_inline)) int category_decide(const ctx *x, c
             else if (bp == GM_CPH_BWD && u64map_get(&x->param_sizes, a->requested)) cat = GM_CAT_GRAD;
             else cat = GM_CAT_WORKSPACE;
         }
-    } else if (sh & SH_LATER_STEP) { /* into the next step: an input, a loss held until replaced */
-        cat = bp == GM_CPH_FWD ? GM_CAT_ACT : GM_CAT_OTHER;
+    } else if (sh & SH_LATER_STEP) {
+        /* into the next step: an input, a loss held until replaced; a parameter's gradient
+         * from the backward set to none at the next step's start (PyTorch's zero_grad after
+         * the next batch is made: the step begins before it, input_first) */
+        if (bp == GM_CPH_BWD && u64map_get(&x->param_sizes, a->requested)) {
+            cat = GM_CAT_GRAD;
+        } else {
+            if (bp == GM_CPH_BWD) *unsure = 1;
+            cat = bp == GM_CPH_FWD ? GM_CAT_ACT : GM_CAT_OTHER;
+        }
     } else if (bp == GM_CPH_FWD) {
         cat = dp == GM_CPH_FWD ? GM_CAT_TEMP : GM_CAT_ACT;
     } else if (bp == GM_CPH_BWD) {
@@ -1079,7 +1385,7 @@ static inline __attribute__((always_inline)) int timeline_as(ctx *x, int dies, i
     int decide = c->phases_from != GM_CSRC_NONE;
     /* categorise's: the steps event_phase reads, in a local the stores into the category bytes
      * cannot alias; the ranges of the last birth and death; the last birth's step */
-    const gm_categories cs = {.steps = c->steps, .nsteps = c->nsteps, .phases_from = c->phases_from};
+    const gm_categories cs = {.steps = c->steps, .nsteps = c->nsteps, .passes = c->passes, .phases_from = c->phases_from};
     range_memo births = {0}, deaths = {0};
     phase_memo pb = PHASE_MEMO_NONE, pd = PHASE_MEMO_NONE;
     size_t hb = 0;
@@ -1303,7 +1609,7 @@ int gm_category_source(const gm_categories *c, int cat)
 
 static void ctx_free(ctx *x)
 {
-    free(x->t), free(x->launches), free(x->late), free(x->unsure);
+    free(x->t), free(x->launches), free(x->late), free(x->unsure), free(x->tk), free(x->lgap), free(x->fgap);
     u64map_free(&x->ranges), bytemap_free(&x->params), u64map_free(&x->seen), u64map_free(&x->step_idx);
     u64map_free(&x->param_sizes), u64map_free(&x->repeats);
 }
@@ -1451,6 +1757,6 @@ nomem:
 
 void gm_categories_free(gm_categories *c)
 {
-    free(c->cat), free(c->src), free(c->steps), free(c->timeline);
+    free(c->cat), free(c->src), free(c->steps), free(c->passes), free(c->timeline);
     memset(c, 0, sizeof *c);
 }

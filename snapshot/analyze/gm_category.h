@@ -32,7 +32,15 @@ enum { GM_CPH_PRE, GM_CPH_FWD, GM_CPH_BWD, GM_CPH_OPT, GM_CPH_POST };
 typedef struct gm_cat_step {
     int64_t number; /* N of "step N", or 1, 2, ... for inferred steps */
     uint64_t start, bwd, opt, end;
+    /* inferred phases of a step of several forward-backward passes (micro-batches: bwd is the
+     * first one's): gm_categories.passes[pass, pass + npass), 0 where it has one */
+    uint32_t pass, npass;
 } gm_cat_step;
+
+/* One forward-backward pass of such a step: its forward begins at start, its backward at bwd. */
+typedef struct gm_cat_pass {
+    uint64_t start, bwd;
+} gm_cat_pass;
 
 /* The bytes of each category at one moment. */
 typedef struct gm_cat_point {
@@ -47,11 +55,14 @@ typedef struct gm_categories {
     uint8_t *cat, *src;  /* per allocation: GM_CAT_*, GM_CSRC_* */
     gm_cat_step *steps;  /* in order */
     size_t nsteps;
+    gm_cat_pass *passes; /* the steps' passes, where a step has several (gm_cat_step.pass) */
+    size_t npasses;
     int steps_from;      /* GM_CSRC_PHASES ("step N" ranges), GM_CSRC_INFERENCE, GM_CSRC_NONE */
     int phases_from;     /* the same for forward / backward / update */
     uint64_t period;     /* inference: allocations per step (those that do not outlive the run) */
     char why[320];       /* phases_from NONE: why they could not be decided, for a person */
     char hint[400];      /* ... and what would decide them (gm_phases_hint) */
+    char doubt[320];     /* steps_from INFERENCE: why the steps found may not be the loop's ("": sure) */
     int no_backward;     /* phases_from INFERENCE: no step shows a forward and a backward (a loop
                             that makes buffers and frees or keeps them): no activation */
     uint64_t stopped_at; /* the OOM the run stopped at (no step began after it; 0: none): what was

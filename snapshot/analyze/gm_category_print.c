@@ -67,6 +67,7 @@ void gm_categories_print_text(FILE *out, const gm_categories *c, const char *tit
     if (c->steps_from == GM_CSRC_INFERENCE)
         fprintf(out, " (%zu steps, %" PRIu64 " allocations each)", c->nsteps, c->period);
     fputc('\n', out);
+    if (c->steps_from == GM_CSRC_INFERENCE && c->doubt[0]) fprintf(out, "  steps uncertain: %s\n", c->doubt);
     if (c->phases_from == GM_CSRC_INFERENCE && c->no_backward)
         fputs("  no backward: no step makes something after its highest point while freeing what it made "
               "before (a loop that makes buffers and frees or keeps them): nothing is saved for a backward, "
@@ -136,6 +137,8 @@ void gm_categories_print_json(FILE *out, const gm_categories *c)
     fprintf(out, ",\"steps\":%zu,\"period\":", c->nsteps);
     if (c->steps_from == GM_CSRC_INFERENCE) fprintf(out, "%" PRIu64, c->period);
     else fputs("null", out);
+    fputs(",\"steps_uncertain\":", out); /* inferred steps: why the count may be wrong, or null */
+    gm_json_str(out, c->steps_from == GM_CSRC_INFERENCE && c->doubt[0] ? c->doubt : NULL);
     fputs(",\"why\":", out);
     gm_json_str(out, c->phases_from == GM_CSRC_NONE && c->why[0] ? c->why : NULL);
     fputs(",\"hint\":", out);

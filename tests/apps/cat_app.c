@@ -14,10 +14,14 @@
  *     optimizer-state buffers (Adam's) made and kept;
  *   - a planted growth: one small buffer kept per step ("other");
  *   - teardown: everything freed.
- *   - with a second argument "eval": after the loop, one evaluation forward on a larger batch
+ *   - with an argument "eval": after the loop, one evaluation forward on a larger batch
  *     (no backward: each layer's output freed by the next, the output kept to the teardown),
  *     what no step repeats and is made after the steps: temporaries;
- * Arguments: the number of steps (default 4), then "eval" or nothing. */
+ *   - with an argument "next": a PyTorch loop's order (`x = next batch`, then
+ *     `zero_grad(set_to_none=True)`): each step's input is made before the last step's is
+ *     dropped, then the gradients of the last backward are freed, and the backward makes them
+ *     anew; the last input and gradients are held after the loop (an activation, gradients).
+ * Arguments: the number of steps (default 4), then "eval", "next", both or nothing. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +56,12 @@ static void release(void *p)
 int main(int argc, char **argv)
 {
     int steps = argc > 1 ? atoi(argv[1]) : 4;
-    int eval = argc > 2 && !strcmp(argv[2], "eval");
+    int eval = 0, next = 0;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "eval")) eval = 1;
+        else if (!strcmp(argv[i], "next")) next = 1;
+        else return 2;
+    }
     if (steps < 1 || steps > 50) return 2;
     const size_t act = 256 << 10, tmp = 512 << 10, big = 4 << 20, batch = 16 << 10;
     size_t psize[L];
@@ -61,10 +70,16 @@ int main(int argc, char **argv)
         psize[l] = (size_t)(64 + 32 * l) << 10;
         param[l] = alloc(psize[l], "parameters");
     }
-    void *grown[64];
+    void *grown[64], *input = NULL;
     for (int s = 0; s < steps; s++) {
         /* forward */
-        void *input = alloc(batch, "activations");
+        void *last = input;
+        input = alloc(batch, "activations");
+        if (next) { /* the last input dropped, the gradients set to none */
+            if (last) release(last);
+            for (int l = 0; l < L; l++)
+                if (grad[l]) release(grad[l]), grad[l] = NULL;
+        }
         void *a[L];
         for (int l = 0; l < L; l++) {
             if (!work) work = alloc(3 << 20, "workspaces"); /* the library's, on its first call */
@@ -85,7 +100,7 @@ int main(int argc, char **argv)
             d = nd;
         }
         release(d);
-        release(input);
+        if (!next) release(input), input = NULL;
         /* update */
         for (int l = 0; l < L; l++) {
             if (!m[l]) {
@@ -115,6 +130,7 @@ int main(int argc, char **argv)
     }
     release(work);
     if (out) release(out);
+    if (input) release(input);
     printf("done %d allocations\n", nptr);
     return 0;
 }

@@ -7,6 +7,9 @@
       .peak.seq, or .torch.peak_allocated_seq for VIEW torch; the same allocations in the same
       order in both runs, so their k-th allocations are one, of the same size) whose category in
       TEST is the one REF gives; prints "agreement P%" and the largest disagreements
+  categories_lib.py same REF.dump TEST.dump
+      every allocation's category in TEST against REF's (the same allocations in the same order);
+      prints "N of M allocations in REF's category" and the largest differences, exits 1 on any
   categories_lib.py expect APP.out TEST.dump
       every allocation's category against the "expect INDEX CATEGORY" lines a program printed;
       exits 1 on the first difference"""
@@ -51,6 +54,25 @@ def agree(ref, test, report, view="device"):
     return 0
 
 
+def same(ref, test, view="device"):
+    r, t = rows(ref, view), rows(test, view)
+    if len(r) != len(t):
+        print("FAIL: %d allocations in the reference, %d in the test" % (len(r), len(t)))
+        return 1
+    off = collections.Counter()
+    for a, b in zip(r, t):
+        if a[4] != b[4]:
+            print("FAIL: allocation %s is %s bytes in the reference, %s in the test" % (a[1], a[4], b[4]))
+            return 1
+        if a[5] != b[5]:
+            off[(a[5], b[5])] += 1
+    n = sum(off.values())
+    print("%d of %d allocations in the reference's category" % (len(r) - n, len(r)))
+    for (x, y), k in off.most_common(8):
+        print("  %d allocations: %s by the reference, %s by the test" % (k, x, y))
+    return 1 if n else 0
+
+
 def expect(app_out, test):
     e = [l.split() for l in open(app_out) if l.startswith("expect ")]
     t = rows(test)
@@ -68,4 +90,6 @@ def expect(app_out, test):
 if __name__ == "__main__":
     if sys.argv[1] == "agree":
         sys.exit(agree(*sys.argv[2:]))
+    if sys.argv[1] == "same":
+        sys.exit(same(*sys.argv[2:]))
     sys.exit(expect(*sys.argv[2:]))

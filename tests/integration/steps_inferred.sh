@@ -12,15 +12,44 @@
 #         gradient): its buffers were "activations" (20.37 MiB at the peak), the frees after each
 #         step's highest point read as a backward. Now no step shows a backward (JSON
 #         categories.backward false), no allocation is an activation: temporaries.
+# Four more of 2026-12-07, against the truth of the same run with its NVTX ranges (a row NAME-nvtx):
+#   accum  the included trainer with --accum 2 (tiny, 6 steps, dry run): 12 steps of 58 for 6,
+#          each micro-batch a step (the update allocates nothing, so the sizes repeat with the
+#          micro-batch). Now a token is the size and the launches and frees since the birth
+#          before it: 6 steps of 116, each step's highest moment and the categories at the peak
+#          those of the NVTX ranges, and each step two forward-backward passes (one, the second
+#          micro-batch's 34 activations a step were temporaries): every allocation as the NVTX
+#          run has it. So too with --accum 4 (20 steps for 5; the step began at the update, not at
+#          one of the four micro-batches' alike lows) and gpt2 124M with --accum 2 (8 steps for 4;
+#          the first layer's activations are a sixteenth of the highest: no pass ends before
+#          they are freed);
+#   jitter the trainer with --seq-jitter (T drawn anew each step: the sizes differ from step to
+#          step): 5 steps of 7 allocations (one step's layers) where there were 7 steps. Now, the
+#          sizes repeating over less than half the recording, the launches and frees between
+#          births give the 7 steps of 58, as the ranges' (highest moments, categories at the
+#          peak); without launches recorded (GPUMEM_USES=0) the first step is not found, and
+#          categories.steps_uncertain says so instead of a silent count of 6;
+#   next   cat_app's loop in a PyTorch loop's order (cat_app N next: the next input made before
+#          the last one is dropped and the gradients set to none): the loop's last input, held
+#          after it, was "optimizer state", the others "other", the workspace "parameters" (the
+#          steps began after the input, where the fewest bytes are alive). Now each step begins
+#          with its input: every allocation in its category;
+#   churn1 churn_app 6 1 r (each step one buffer made and freed): 4 steps of 2 (a period held 2
+#          allocations at least, as sizes alone cannot tell 1 from 2). Now 6 steps of 1.
 # And what stays: frag_app's loop of one size (15 x 4 MiB, then an 8 MiB request) has no steps;
 # cat_app without an evaluation keeps its steps.
 # Table: NAME#COMMAND#jq filter over `report --json`#want (@NAME: what the filter gives on row NAME). A row whose NAME starts with "cat"
 # also checks every allocation against the categories cat_app prints (categories_lib.py expect).
+# Every row records an unannotated binary (GPUMEM_NAMES=0 GPUMEM_NVTX=0) but NAME-nvtx rows (the
+# truth) and NAME-nouses rows (GPUMEM_USES=0: no launch recorded).
 set -uo pipefail
 source "$(dirname "$0")/snapshot_common.bash"
 APPS=$BUILD/tests/apps
-need "$GPUMEM" "$APPS/cat_app" "$APPS/churn_app" "$APPS/frag_app"
+TRAIN=$BUILD/train_gpt2_sim
+need "$GPUMEM" "$APPS/cat_app" "$APPS/churn_app" "$APPS/frag_app" "$TRAIN"
 lib=tests/integration/categories_lib.py
+over='[.categories.over_time[].total / 1024 | tostring] | join(" ")'
+tiny="--model tiny -B 4 --dry-run"
 steps='[.categories.steps_from, .categories.phases_from, .categories.steps, .categories.period, .categories.backward] | map(tostring) | join(" ")'
 table="cat-eval3#$APPS/cat_app 3 eval#$steps#inference inference 3 21 true
 cat-eval4#$APPS/cat_app 4 eval#$steps#inference inference 4 21 true
@@ -28,13 +57,36 @@ cat4#$APPS/cat_app 4#$steps#inference inference 4 21 true
 cat-eval4#$APPS/cat_app 4 eval#[.categories.over_time[].total] | map(tostring) | join(\" \")#@cat4
 churn#$APPS/churn_app 6 8 r#$steps#inference inference 6 8 false
 churn#$APPS/churn_app 6 8 r#[.categories_at_peak.activations, ([.categories.over_time[].activations] | add), (.categories_at_peak.temporaries == .peak.live_bytes)] | map(tostring) | join(\" \")#0 0 true
-frag#$APPS/frag_app#$steps#null null 0 null null"
+frag#$APPS/frag_app#$steps#null null 0 null null
+accum-nvtx#$TRAIN $tiny -T 64 --steps 6 --accum 2#.categories.steps#6
+accum#$TRAIN $tiny -T 64 --steps 6 --accum 2#$steps#inference inference 6 116 true
+accum#$TRAIN $tiny -T 64 --steps 6 --accum 2#$over#@accum-nvtx
+accum#$TRAIN $tiny -T 64 --steps 6 --accum 2#.categories_at_peak | tojson#@accum-nvtx
+accum4-nvtx#$TRAIN $tiny -T 64 --steps 5 --accum 4#.categories.steps#5
+accum4#$TRAIN $tiny -T 64 --steps 5 --accum 4#$steps#inference inference 5 232 true
+accum4#$TRAIN $tiny -T 64 --steps 5 --accum 4#$over#@accum4-nvtx
+gpt2accum-nvtx#$TRAIN --model gpt2 -B 8 -T 1024 --dry-run --steps 4 --accum 2#.categories.steps#4
+gpt2accum#$TRAIN --model gpt2 -B 8 -T 1024 --dry-run --steps 4 --accum 2#$steps#inference inference 4 576 true
+gpt2accum#$TRAIN --model gpt2 -B 8 -T 1024 --dry-run --steps 4 --accum 2#$over#@gpt2accum-nvtx
+jitter-nvtx#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#.categories.steps#7
+jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$steps#inference inference 7 58 true
+jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$over#@jitter-nvtx
+jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#.categories_at_peak | tojson#@jitter-nvtx
+jitter-nouses#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#[.categories.steps, (.categories.steps_uncertain | test(\"first step\"))] | map(tostring) | join(\" \")#6 true
+jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#.categories.steps_uncertain#null
+cat-next#$APPS/cat_app 4 next#$steps#inference inference 4 25 true
+churn1-nvtx#$APPS/churn_app 6 1 rn#.categories.steps#6
+churn1#$APPS/churn_app 6 1 r#$steps#inference inference 6 1 false
+churn1#$APPS/churn_app 6 1 r#$over#@churn1-nvtx"
 bad=0
 while IFS='#' read -r name cmd filter want; do
   db=$TMP/$name.db
   if [[ ! -f $db ]]; then
     # shellcheck disable=SC2086 # the command's words
-    "$GPUMEM" record -q -o "$db" -- $cmd > "$TMP/$name.out" 2>&1
+    off=(GPUMEM_NAMES=0 GPUMEM_NVTX=0)
+    [[ $name == *-nvtx ]] && off=()
+    [[ $name == *-nouses ]] && off+=(GPUMEM_USES=0)
+    env "${off[@]}" "$GPUMEM" record -q -o "$db" -- $cmd > "$TMP/$name.out" 2>&1
     [[ -f $db ]] || { echo "FAIL: $name: recording $cmd: $(tail -3 "$TMP/$name.out")"; bad=1; continue; }
     rm -f "$TMP/$name.dump"
     GPUMEM_CATEGORY_DUMP=$TMP/$name.dump "$GPUMEM" report --json "$db" > "$TMP/$name.json" \
@@ -50,6 +102,12 @@ while IFS='#' read -r name cmd filter want; do
   if [[ $got == "$want" ]]; then echo "ok: $name: $filter = $want"
   else echo "FAIL: $name ($cmd): $filter = '$got', want '$want'"; bad=1; fi
 done <<< "$table"
+# every allocation where the same run's NVTX ranges put it: each micro-batch of an --accum 2 step
+# has its forward and backward (read as one, the second's activations were temporaries)
+for name in accum accum4 gpt2accum jitter churn1; do
+  if r=$(python3 "$lib" same "$TMP/$name-nvtx.dump" "$TMP/$name.dump"); then echo "ok: $name: $r"
+  else echo "FAIL: $name: $(paste -sd' ' <<< "$r")"; bad=1; fi
+done
 # the text says why nothing is an activation
 "$GPUMEM" report "$TMP/churn.db" | grepq '^  no backward: no step makes something after its highest point' \
   || { echo "FAIL: churn: the text does not say no backward was found"; bad=1; }

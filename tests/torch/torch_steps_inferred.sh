@@ -12,6 +12,12 @@
 #        on a side stream, no model, no backward): 6 steps of 1 allocation, and 32 MiB
 #        "activations" in steps 1-4. Now 3 steps of 2, no backward (categories.backward false),
 #        no activation anywhere.
+# And one of 2026-12-07 (tests/integration/steps_inferred.sh's cat-next on a C loop): evalhooks'
+# loop makes its next input before it drops the last one and zero_grad frees the gradients, and
+# the steps began after that input, where the fewest bytes are alive: the last input, held after
+# the loop, was "optimizer state" at the evaluation's peak (4728832 bytes of it, no activation),
+# the others "other", the gradients, once each step began with its input, "other". Now the
+# categories at the peak are the evalranged run's (its "step N" ranges).
 # Table: KIND#SCRIPT#RECORD FLAGS#jq filter over report --json's .torch.categories#want ($peaks:
 # the script's printed peaks, the last one the evaluation's).
 set -uo pipefail
@@ -20,6 +26,7 @@ steps='[.steps_from, .phases_from, .steps, .period, .backward] | map(tostring) |
 table=(
   "evalhooks#tests/torch/torch_truths.py#--no-torch-hooks#$steps#inference inference 4 23 true"
   "evalhooks#tests/torch/torch_truths.py#--no-torch-hooks#[.over_time[].total] == \$peaks[0:4]#true"
+  "evalhooks#tests/torch/torch_truths.py#--no-torch-hooks#[.sources_at_peak[] | add] | map(tostring) | join(\" \")#2102272 2102272 4204544 524288 150994944 67108864 0"
   "stream#tests/torch/torch_features.py#-#$steps#inference inference 3 2 false"
   "stream#tests/torch/torch_features.py#-#[([.over_time[].activations] | add), (.sources_at_peak.activations | add)] | map(tostring) | join(\" \")#0 0"
 )
