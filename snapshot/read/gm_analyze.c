@@ -448,6 +448,17 @@ static gm_step *step_entry(gm_model *m, u64map *idx, int64_t step, uint64_t seq,
     return step_in(&m->steps, &m->nsteps, idx, step, seq, cap);
 }
 
+/* An event in no step, after step st's last event (st NULL: none, or a range of no step came
+ * between): what it left allocated is st's end while it only gives back (the loop's
+ * optimizer.zero_grad(), its loss let go: what memory_allocated() says at the end of the
+ * iteration, the last one's too), until one raises it (the next batch's input, an evaluation
+ * after the loop: no longer the step's). *trail: 1 until then. */
+static inline void step_trail(gm_step *st, uint64_t *st_alloc, uint64_t allocated, int *trail) {
+    if (!st || !*trail) return;
+    if (allocated > *st_alloc) *trail = 0;
+    else *st_alloc = allocated;
+}
+
 int gm_model_load_tables(gm_db *d, gm_model *m, char *err, size_t errsz) {
     memset(m, 0, sizeof *m);
     return load_small(d, m, err, errsz);
@@ -490,6 +501,12 @@ typedef struct sweep {
     uint32_t last_range;
     int64_t last_step;
     gm_step *last_st; /* the entry of last_step (NULL: none) */
+    /* a step ends after its last event and the frees outside every step that follow it, until
+     * something outside a step raises the allocated bytes again (step_trail): trail is 1 while
+     * that has not happened since last_st's last event; the torch view's the same, its step by
+     * index (tlast_st, -1: none) */
+    int trail, ttrail;
+    long tlast_st;
     size_t oi;        /* ooms are sorted by seq, like the events */
     size_t last_death; /* the last allocation to die, index + 1 (0: none yet) */
 } sweep;
@@ -572,6 +589,10 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
         const gm_range *r = gm_range_of(m, range);
         gm_step *st = r && r->step >= 0 ? step_in(&v->steps, &v->nsteps, &w->tstep_idx, r->step, seq, &w->tstep_cap) : NULL;
         if (st) st->end_allocated = v->allocated, st->end_seq = seq;
+        w->tlast_st = st ? st - v->steps : -1;
+        w->ttrail = 1;
+    } else if (kind <= REC_TORCH_FREE_COMPLETED && w->tlast_st >= 0) {
+        step_trail(&v->steps[w->tlast_st], &v->steps[w->tlast_st].end_allocated, v->allocated, &w->ttrail);
     }
     return 0;
 }
@@ -819,6 +840,9 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
             w->last_st->end_allocated = m->allocated;
             w->last_st->end_seq = seq;
         }
+        w->trail = 1;
+    } else if (w->last_st) {
+        step_trail(w->last_st, &w->last_st->end_allocated, m->allocated, &w->trail);
     }
     if (w->progress && (m->events & ((1u << 20) - 1)) == 0)
         fprintf(stderr, "\rgpumem: reading events... %.1fM", (double)m->events / 1e6);
@@ -856,13 +880,13 @@ static void count_rows(sweep *w, size_t k) {
     HOT_SUMS(HOT_STORE)                                                                            \
     m->nallocs = nallocs, w->last_death = last_death, m->deaths_linked = linked;                   \
     m->ndeaths = ndeaths;                                                                          \
-    w->last_range = last_range, w->last_st = last_st;                                              \
+    w->last_range = last_range, w->last_st = last_st, w->trail = trail;                            \
     if (last_st) last_st->end_allocated = st_alloc, last_st->end_seq = st_seq;
 #define SWEEP_LOAD                                                                                 \
     HOT_SUMS(HOT_LOAD)                                                                             \
     allocs = m->allocs, nallocs = m->nallocs;                                                      \
     last_death = w->last_death, linked = m->deaths_linked, ndeaths = m->ndeaths;                   \
-    last_range = w->last_range, last_st = w->last_st;                                              \
+    last_range = w->last_range, last_st = w->last_st, trail = w->trail;                            \
     st_alloc = last_st ? last_st->end_allocated : 0, st_seq = last_st ? last_st->end_seq : 0;      \
     name_seq = w->ni < w->nnames ? w->names[w->ni].seq : UINT64_MAX;
 
@@ -914,6 +938,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     uint32_t last_range;
     gm_step *last_st;
     uint64_t st_alloc, st_seq, name_seq;
+    int trail;
     SWEEP_LOAD
     const unsigned slow_flags = REC_F_FRAMEWORK | REC_F_PRIVATE_POOL | GM_OWN_SEGMENT_FLAGS;
     /* an event outside every push/pop range of its thread is in the start/end range open at its
@@ -1011,6 +1036,9 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
                 last_st = w->last_step >= 0 ? step_entry(m, &w->step_idx, w->last_step, seq, &w->step_cap) : NULL;
             }
             st_alloc = allocated, st_seq = seq;
+            trail = 1;
+        } else {
+            step_trail(last_st, &st_alloc, allocated, &trail);
         }
     }
     if (n && rows_max_seq(rows, n) > max_seq) max_seq = rows_max_seq(rows, n);
@@ -1396,7 +1424,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     memset(m, 0, sizeof *m);
     if (load_small(d, m, err, errsz) != 0) return -1;
     sweep w = {.m = m, .d = d, .err = err, .errsz = errsz, .progress = progress && isatty(2),
-               .last_step = -1};
+               .last_step = -1, .tlast_st = -1};
     /* figures per device (gm_dev_figs): without memory for them the report has only the sums */
     m->devs = calloc(GM_DEVICES, sizeof *m->devs);
     m->torch.devs = calloc(GM_DEVICES, sizeof *m->torch.devs);

@@ -16,7 +16,12 @@
 #   empty  a 256 MiB tensor freed, torch.cuda.empty_cache(), then a 64 MiB one: PyTorch's
 #         reserve at the end is the 64 MiB segment (memory_reserved, printed), and so is what
 #         the process holds of the device beyond its context.
+#   stepend  a small MLP trained 3 steps on one input made before the loop, its gradients set to
+#         None after each update (optimizer.zero_grad()) and its loss let go: memory_allocated()
+#         at the end of each iteration (printed, step_allocated) is what is allocated from there
+#         until the next step's forward, without the gradients.
 import contextlib
+import os
 import sys
 import torch
 import torch.nn as nn
@@ -24,6 +29,7 @@ from torch.utils.checkpoint import checkpoint
 
 torch.manual_seed(0)
 kind = sys.argv[1]
+gpumem_allocator = os.environ.get("GPUMEM_TORCH_ALLOCATOR") == "gpumem"  # gpumem record --allocator gpumem
 if kind == "stream":
     side = torch.cuda.Stream()
     kept = []
@@ -82,7 +88,20 @@ elif kind == "empty":
     del x
     torch.cuda.empty_cache()
     y = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+elif kind == "stepend":
+    model = nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 512)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(256, 512, device="cuda")  # made once: nothing is made between two steps
+    for step in range(3):
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()  # after the update: the step ends without its gradients
+        del loss
+        if not gpumem_allocator:
+            print("step_allocated", torch.cuda.memory_allocated())
 torch.cuda.synchronize()
-print("memory_allocated", torch.cuda.memory_allocated())
-print("max_memory_reserved", torch.cuda.max_memory_reserved())
-print("memory_reserved", torch.cuda.memory_reserved())
+if not gpumem_allocator:  # PyTorch keeps no statistics for a pluggable allocator
+    print("memory_allocated", torch.cuda.memory_allocated())
+    print("max_memory_reserved", torch.cuda.max_memory_reserved())
+    print("memory_reserved", torch.cuda.memory_reserved())

@@ -21,8 +21,14 @@
 #        (device used at exit 682 MiB, reserved by gpumem 256 MiB, where the program alone used
 #        490 MiB and PyTorch reserved 64 MiB), with PyTorch's history on and off; the replay of
 #        the device's trace empties there too (its `e`).
-# Table: KIND#ENV#COMMAND#jq filter#want ($mem, $res: the recording's printed memory_allocated,
-# max_memory_reserved).
+#   stepend  leaks' "allocated at its end" of each step is what memory_allocated() says at the end
+#        of the loop's iteration (optimizer.zero_grad() and the loss let go, after the step's last
+#        event and outside every step), in PyTorch's view and in the device's (--allocator
+#        gpumem: what is held at exit, the loop's last state): it was the allocated at the
+#        update's last event, the gradients still in it (each step 8.01 MiB over PyTorch's
+#        figure), in both views (gm_analyze.c, step_trail).
+# Table: KIND#ENV (or gpumem record's options, "--...")#COMMAND#jq filter#want ($mem, $res: the
+# recording's printed memory_allocated, max_memory_reserved; $steps: its step_allocated lines).
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 script=tests/torch/torch_features.py
@@ -34,21 +40,28 @@ table=(
   "ckpt#-#advise --json#[.not_predicted[] | select(.technique == \"bf16\") | .why | test(\"may run under autocast already\")] | map(tostring) | join(\",\")#true"
   "empty#-#report --json#.device_used.devices[0].exit.reserved_by_gpumem == \$resnow#true"
   "expand#PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True#report --json#.torch.device_peak | (.reserved == \$res), (.torch_reserved == \$res), .other_vmm, .torch_less_than_its_peak#true true 0 0"
+  "stepend#-#leaks --json#([.steps[].allocated_at_end] == \$steps), (\$steps | length)#true 3"
+  "stepend#--allocator gpumem#leaks --json#.leaked_held_bytes as \$h | [.steps[].allocated_at_end | . == \$h] | map(tostring) | join(\",\")#true,true,true"
 )
 for row in "${table[@]}"; do
   IFS='#' read -r kind env cmd filter want <<< "$row"
-  [[ $env == - ]] && env=GPUMEM_SIM_BACKING=memory
   db=$tmp/$kind.db
+  [[ $env == - ]] || db=$tmp/$kind-${env//[^a-zA-Z0-9]/_}.db
+  opts=()
+  [[ $env == --* ]] && read -ra opts <<< "$env" && env=-
+  [[ $env == - ]] && env=GPUMEM_SIM_BACKING=memory
   if [[ ! -f $db ]]; then
-    env GPUMEM_SIM_BACKING=memory "$env" "$G" record -q -o "$db" -- "$torch_py" "$script" "$kind" > "$db.out" 2>&1
+    env GPUMEM_SIM_BACKING=memory "$env" "$G" record -q "${opts[@]}" -o "$db" -- "$torch_py" "$script" "$kind" > "$db.out" 2>&1
     [[ -f $db ]] || { bad "$kind: the recording failed: $(tail -3 "$db.out")"; continue; }
   fi
   mem=$(awk '$1 == "memory_allocated" { print $2 }' "$db.out")
   res=$(awk '$1 == "max_memory_reserved" { print $2 }' "$db.out")
   resnow=$(awk '$1 == "memory_reserved" { print $2 }' "$db.out")
+  steps=[$(awk '$1 == "step_allocated" { print $2 }' "$db.out" | paste -sd,)]
   # shellcheck disable=SC2086
   "$G" $cmd "$db" > "$tmp/out" 2> "$tmp/err"
-  got=$(jq -r --argjson mem "${mem:-null}" --argjson res "${res:-null}" --argjson resnow "${resnow:-null}" "$filter" "$tmp/out" 2>&1 | paste -sd' ')
+  got=$(jq -r --argjson mem "${mem:-null}" --argjson res "${res:-null}" --argjson resnow "${resnow:-null}" \
+        --argjson steps "$steps" "$filter" "$tmp/out" 2>&1 | paste -sd' ')
   [[ $got == "$want" ]] && ok "$kind $cmd: $filter = $want" || bad "$kind $cmd: $filter = '$got', want '$want'"
 done
 # empty: with PyTorch's history off the same (the give-back does not ride on the history's
