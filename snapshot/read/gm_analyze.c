@@ -449,13 +449,15 @@ static gm_step *step_entry(gm_model *m, u64map *idx, int64_t step, uint64_t seq,
 }
 
 /* An event in no step, after step st's last event (st NULL: none, or a range of no step came
- * between): what it left allocated is st's end while it only gives back (the loop's
- * optimizer.zero_grad(), its loss let go: what memory_allocated() says at the end of the
- * iteration, the last one's too), until one raises it (the next batch's input, an evaluation
- * after the loop: no longer the step's). *trail: 1 until then. */
-static inline void step_trail(gm_step *st, uint64_t *st_alloc, uint64_t allocated, int *trail) {
+ * between): what it left allocated is st's end (*st_alloc) while it gives back what the step
+ * made (the loop's optimizer.zero_grad(), its loss let go: what memory_allocated() says at the
+ * end of the iteration, the last one's too), until one raises it (the next batch's input, an
+ * evaluation after the loop) or gives back what was made before the step (the loop's input
+ * rebound, the program's teardown after its last step): no longer the step's. born: the birth
+ * of the allocation the event freed (UINT64_MAX: it freed none). *trail: 1 until then. */
+static inline void step_trail(const gm_step *st, uint64_t *st_alloc, uint64_t allocated, uint64_t born, int *trail) {
     if (!st || !*trail) return;
-    if (allocated > *st_alloc) *trail = 0;
+    if (allocated > *st_alloc || born < st->start_seq) *trail = 0;
     else *st_alloc = allocated;
 }
 
@@ -527,6 +529,7 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
     v->present = 1;
     /* PyTorch's statistics are per device (memory_stats(d)): the same counts on its own figures */
     gm_dev_figs *f = v->devs && dev >= 0 && dev < GM_DEVICES ? &v->devs[dev] : NULL;
+    uint64_t born = UINT64_MAX; /* a free's tensor's birth (step_trail) */
     if (kind == REC_TORCH_ALLOC) {
         uint64_t old;
         if (u64map_del(&w->tlive, addr, &old)) v->allocs[old].death = seq; /* its free was not in the history */
@@ -547,6 +550,7 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
         uint64_t *ai = u64map_get(&w->tlive, addr);
         if (!ai) return 0;
         gm_alloc *a = &v->allocs[*ai];
+        born = a->birth;
         if (kind == REC_TORCH_FREE) {
             /* the statistics drop when the tensor is freed; the block stays the tensor's until
              * its free completes */
@@ -592,7 +596,7 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
         w->tlast_st = st ? st - v->steps : -1;
         w->ttrail = 1;
     } else if (kind <= REC_TORCH_FREE_COMPLETED && w->tlast_st >= 0) {
-        step_trail(&v->steps[w->tlast_st], &v->steps[w->tlast_st].end_allocated, v->allocated, &w->ttrail);
+        step_trail(&v->steps[w->tlast_st], &v->steps[w->tlast_st].end_allocated, v->allocated, born, &w->ttrail);
     }
     return 0;
 }
@@ -733,6 +737,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
                                                            uint32_t range, int dev, uint64_t requested) {
     gm_model *m = w->m;
     int device = is_alloc(kind) && dev > 0 ? dev : 0;
+    uint64_t born = UINT64_MAX; /* a free's allocation's birth (step_trail) */
     if (!is_alloc(kind) && kind != REC_TORCH_ALLOC) requested = 0;
     m->events++;
     if (seq > m->max_seq) m->max_seq = seq;
@@ -764,6 +769,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
         uint64_t ai;
         if (addr_map_del(&w->live, addr, &ai)) {
             gm_alloc *a = &m->allocs[ai];
+            born = a->birth;
             a->death = seq;
             a->death_range = range;
             death_note(w, ai);
@@ -842,7 +848,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
         }
         w->trail = 1;
     } else if (w->last_st) {
-        step_trail(w->last_st, &w->last_st->end_allocated, m->allocated, &w->trail);
+        step_trail(w->last_st, &w->last_st->end_allocated, m->allocated, born, &w->trail);
     }
     if (w->progress && (m->events & ((1u << 20) - 1)) == 0)
         fprintf(stderr, "\rgpumem: reading events... %.1fM", (double)m->events / 1e6);
@@ -949,6 +955,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     const gm_event_row *const rows = r, *const end = r + n, *counted = r;
     for (; r < end; r++) {
         uint64_t seq = (uint64_t)r->seq, addr = (uint64_t)r->addr;
+        uint64_t born = UINT64_MAX; /* a free's allocation's birth (step_trail) */
         unsigned kind = (unsigned)(int)r->kind, flags = (unsigned)(int)r->flags;
         /* NULL (none) reads as -1 from the pages, 0 through SQLite */
         uint32_t range = r->range > 0 ? (uint32_t)r->range : 0;
@@ -1018,6 +1025,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             uint64_t ai;
             if (addr_map_del(&w->live, addr, &ai)) {
                 gm_alloc *a = &allocs[ai];
+                born = a->birth;
                 a->death = seq;
                 a->death_range = range;
                 link_death(m, allocs, &linked, &last_death, &ndeaths, ai);
@@ -1038,7 +1046,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             st_alloc = allocated, st_seq = seq;
             trail = 1;
         } else {
-            step_trail(last_st, &st_alloc, allocated, &trail);
+            step_trail(last_st, &st_alloc, allocated, born, &trail);
         }
     }
     if (n && rows_max_seq(rows, n) > max_seq) max_seq = rows_max_seq(rows, n);
