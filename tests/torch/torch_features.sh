@@ -27,6 +27,11 @@
 #        gpumem: what is held at exit, the loop's last state): it was the allocated at the
 #        update's last event, the gradients still in it (each step 8.01 MiB over PyTorch's
 #        figure), in both views (gm_analyze.c, step_trail).
+#   gc   under garbage_collection_threshold:0.5 and a memory fraction, advise's and tune's replays
+#        of the recorded configuration reach max_memory_reserved (274 MiB): they read 276 MiB,
+#        every segment PyTorch's garbage collection gave back replayed as a release of the whole
+#        cache; and tune's preset:pytorch, without the threshold, predicts what the program
+#        measures without it (320 MiB: it read 276 MiB) (gm_advise.c, adv_torch_cache_row).
 # Table: KIND#ENV (or gpumem record's options, "--...")#COMMAND#jq filter#want ($mem, $res: the
 # recording's printed memory_allocated, max_memory_reserved; $steps: its step_allocated lines).
 set -uo pipefail
@@ -40,6 +45,8 @@ table=(
   "ckpt#-#advise --json#[.not_predicted[] | select(.technique == \"bf16\") | .why | test(\"may run under autocast already\")] | map(tostring) | join(\",\")#true"
   "empty#-#report --json#.device_used.devices[0].exit.reserved_by_gpumem == \$resnow#true"
   "expand#PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True#report --json#.torch.device_peak | (.reserved == \$res), (.torch_reserved == \$res), .other_vmm, .torch_less_than_its_peak#true true 0 0"
+  "gc#PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.5#advise --json#.baseline.peak_reserved == \$res#true"
+  "gc#PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.5#tune --json#[.results[] | select(.conf == \"preset:pytorch,garbage_collection_threshold:0.5\") | .peak_reserved == \$res] | map(tostring) | join(\",\")#true"
   "stepend#-#leaks --json#([.steps[].allocated_at_end] == \$steps), (\$steps | length)#true 3"
   "stepend#--allocator gpumem#leaks --json#.leaked_held_bytes as \$h | [.steps[].allocated_at_end | . == \$h] | map(tostring) | join(\",\")#true,true,true"
 )
@@ -90,5 +97,15 @@ if [[ -f $db ]]; then
         '[.recommendations[] | select(.target == "saved activations") | select(.predicted.peak_reserved != $m) | .predicted.peak_reserved] | map(tostring) | join(",")')
   [[ -n $measured && -z $got ]] && ok "ckpt: no offload of saved activations predicted off what save_on_cpu measures ($measured; without it $base)" \
     || bad "ckpt: offload of saved activations predicted peak reserved '$got', save_on_cpu measured '$measured' (without it $base)"
+fi
+# gc: tune's replay of PyTorch's allocator without the threshold is what the program reserves
+# without it
+db=$tmp/gc-PYTORCH_CUDA_ALLOC_CONF_garbage_collection_threshold_0_5.db
+if [[ -f $db ]]; then
+  GPUMEM_SIM_BACKING=memory torch_run -- "$script" gc > "$tmp/nogc.out" 2>&1
+  measured=$(awk '$1 == "max_memory_reserved" { print $2 }' "$tmp/nogc.out")
+  got=$("$G" tune --json "$db" | jq -r '.results[] | select(.conf == "preset:pytorch") | .peak_reserved')
+  [[ -n $measured && $got == "$measured" ]] && ok "gc: tune's preset:pytorch predicts $got, what the program reserves without the threshold" \
+    || bad "gc: tune's preset:pytorch predicts '$got', the program reserves '$measured' without the threshold"
 fi
 exit $fail
