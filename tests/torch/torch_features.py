@@ -25,6 +25,11 @@
 #         growing tensors freed and an 8 MiB one kept: PyTorch's garbage collection gives back
 #         cached segments as reserved memory passes half the fraction (max_memory_reserved,
 #         printed: 274 MiB; 320 MiB without the threshold).
+#   split  (under PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:40) the same fraction, 10 rounds of two
+#         growing tensors freed and a 6 MiB one kept: at the cap PyTorch gives back some of its
+#         blocks over max_split_size (release_available_cached_blocks), not its cache, and
+#         retries (max_memory_reserved, printed: 320 MiB; 308 MiB without the key).
+#   mempool  a torch.cuda.MemPool, no CUDA graph: a 20 MiB tensor made under use_mem_pool, kept.
 import contextlib
 import os
 import sys
@@ -113,6 +118,18 @@ elif kind == "gc":
         b = torch.empty((12 + 3 * i) << 20, dtype=torch.uint8, device="cuda")
         kept.append(torch.empty(8 << 20, dtype=torch.uint8, device="cuda"))
         del a, b
+elif kind == "split":
+    torch.cuda.set_per_process_memory_fraction(0.004)
+    kept = []
+    for i in range(10):
+        a = torch.empty((40 + 9 * i) << 20, dtype=torch.uint8, device="cuda")
+        b = torch.empty((20 + 5 * i) << 20, dtype=torch.uint8, device="cuda")
+        kept.append(torch.empty(6 << 20, dtype=torch.uint8, device="cuda"))
+        del a, b
+elif kind == "mempool":
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        x = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
 torch.cuda.synchronize()
 if not gpumem_allocator:  # PyTorch keeps no statistics for a pluggable allocator
     print("memory_allocated", torch.cuda.memory_allocated())

@@ -32,6 +32,13 @@
 #        every segment PyTorch's garbage collection gave back replayed as a release of the whole
 #        cache; and tune's preset:pytorch, without the threshold, predicts what the program
 #        measures without it (320 MiB: it read 276 MiB) (gm_advise.c, adv_torch_cache_row).
+#   split  the same class under max_split_size_mb:40: the blocks PyTorch gave back at its cap
+#        (release_available_cached_blocks, some of them) were a release of the whole cache in
+#        the replays: the recorded configuration replayed to 312 MiB for 320 MiB, and tune's
+#        preset:pytorch to 268 MiB where the program reserves 308 MiB without the key.
+#   mempool  report's block of private pools, of a program with a MemPool and no CUDA graph, does
+#        not call them graph captures (it read "CUDA graphs: the memory of graph captures" and "the
+#        graphs' static tensors").
 # Table: KIND#ENV (or gpumem record's options, "--...")#COMMAND#jq filter#want ($mem, $res: the
 # recording's printed memory_allocated, max_memory_reserved; $steps: its step_allocated lines).
 set -uo pipefail
@@ -47,6 +54,8 @@ table=(
   "expand#PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True#report --json#.torch.device_peak | (.reserved == \$res), (.torch_reserved == \$res), .other_vmm, .torch_less_than_its_peak#true true 0 0"
   "gc#PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.5#advise --json#.baseline.peak_reserved == \$res#true"
   "gc#PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.5#tune --json#[.results[] | select(.conf == \"preset:pytorch,garbage_collection_threshold:0.5\") | .peak_reserved == \$res] | map(tostring) | join(\",\")#true"
+  "split#PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:40#advise --json#.baseline.peak_reserved == \$res#true"
+  "split#PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:40#tune --json#[.results[] | select(.conf == \"preset:pytorch,max_split_size_mb:40\") | .peak_reserved == \$res] | map(tostring) | join(\",\")#true"
   "stepend#-#leaks --json#([.steps[].allocated_at_end] == \$steps), (\$steps | length)#true 3"
   "stepend#--allocator gpumem#leaks --json#.leaked_held_bytes as \$h | [.steps[].allocated_at_end | . == \$h] | map(tostring) | join(\",\")#true,true,true"
 )
@@ -98,14 +107,21 @@ if [[ -f $db ]]; then
   [[ -n $measured && -z $got ]] && ok "ckpt: no offload of saved activations predicted off what save_on_cpu measures ($measured; without it $base)" \
     || bad "ckpt: offload of saved activations predicted peak reserved '$got', save_on_cpu measured '$measured' (without it $base)"
 fi
-# gc: tune's replay of PyTorch's allocator without the threshold is what the program reserves
-# without it
-db=$tmp/gc-PYTORCH_CUDA_ALLOC_CONF_garbage_collection_threshold_0_5.db
-if [[ -f $db ]]; then
-  GPUMEM_SIM_BACKING=memory torch_run -- "$script" gc > "$tmp/nogc.out" 2>&1
-  measured=$(awk '$1 == "max_memory_reserved" { print $2 }' "$tmp/nogc.out")
+# mempool: the private pools' words name MemPools too (the text: no JSON key changed)
+db=$tmp/mempool.db
+GPUMEM_SIM_BACKING=memory "$G" record -q -o "$db" -- "$torch_py" "$script" mempool > "$db.out" 2>&1
+"$G" report "$db" > "$tmp/mempool.txt" 2>&1
+got="$(grep -c "graph captures\|the graphs' static tensors" "$tmp/mempool.txt") $(grep -c '^CUDA graphs and MemPools: the memory of private pools$' "$tmp/mempool.txt")"
+[[ $got == "0 1" ]] && ok "mempool: report's private pools block names graphs and MemPools, no graph captures" \
+  || bad "mempool: report's private pools block: graph captures, MemPools headings '$got', want '0 1'"
+# gc, split: tune's replay of PyTorch's allocator without the recorded key is what the program
+# reserves without it
+for kind in gc split; do
+  db=$(compgen -G "$tmp/$kind-PYTORCH_CUDA_ALLOC_CONF_*.db") || continue
+  GPUMEM_SIM_BACKING=memory torch_run -- "$script" $kind > "$tmp/nokey.out" 2>&1
+  measured=$(awk '$1 == "max_memory_reserved" { print $2 }' "$tmp/nokey.out")
   got=$("$G" tune --json "$db" | jq -r '.results[] | select(.conf == "preset:pytorch") | .peak_reserved')
-  [[ -n $measured && $got == "$measured" ]] && ok "gc: tune's preset:pytorch predicts $got, what the program reserves without the threshold" \
-    || bad "gc: tune's preset:pytorch predicts '$got', the program reserves '$measured' without the threshold"
-fi
+  [[ -n $measured && $got == "$measured" ]] && ok "$kind: tune's preset:pytorch predicts $got, what the program reserves without the key" \
+    || bad "$kind: tune's preset:pytorch predicts '$got', the program reserves '$measured' without the key"
+done
 exit $fail
