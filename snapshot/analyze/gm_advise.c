@@ -124,13 +124,23 @@ int adv_torch_cache_row(adv_model *m, int kind, uint64_t flags, uint64_t alloc_i
     case REC_TORCH_SEG_UNMAP: /* a private pool's: the graph or MemPool is gone, its pool ends here */
         if ((flags & REC_F_PRIVATE_POOL) && adv_add_pool_release(m, kind, alloc_id, stream, t, evcap, ids) < 0)
             return -1;
-        /* PyTorch gave memory back: the replay gives back its cache there too */
+        /* PyTorch gave memory back: the replay gives back its cache there too, but where a
+         * memory fraction below 1 was in force: there PyTorch gives back what its cap makes it
+         * (its garbage collection under a garbage_collection_threshold, the blocks over
+         * max_split_size_mb at the cap, its cache before an OOM's retry), some segments, not
+         * always the cache, and every replay under that cap does what its own configuration
+         * does there (a release of the cache read 2 MiB over max_memory_reserved() replaying
+         * the recorded configuration and 44 MiB under it for one without the threshold;
+         * under max_split_size_mb:40, 8 MiB under it and 40 MiB: torch_features.sh gc, split).
+         * The program's empty_cache is its own row (36). */
+        if (!(flags & REC_F_PRIVATE_POOL) && m->fraction_in_force) return 1;
         return adv_add_release(m, t, evcap) < 0 ? -1 : 1;
     case REC_TORCH_EMPTY_CACHE:
         return adv_add_release(m, t, evcap) < 0 ? -1 : 1;
     case REC_TORCH_MEMORY_FRACTION:
         /* the key's fraction at the start is the configuration's, no cap the program set: advise
          * drops it with the key (adv_cfg_uncapped), frag and tune apply the key themselves */
+        m->fraction_in_force = requested < 1000000; /* the fraction in millionths */
         if (flags & REC_F_FRACTION_START) return 1;
         return adv_add_limit(m, t, size, requested, evcap) < 0 ? -1 : 1;
     default:

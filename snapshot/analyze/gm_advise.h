@@ -213,6 +213,9 @@ typedef struct adv_model {
      * max_memory_reserved); rec_peak_* are then its recorded peaks, and device_* the device's */
     int torch;
     char torch_conf[512];
+    /* while PyTorch's history loads (adv_torch_cache_row): a per-process memory fraction below 1
+     * is in force, the key's or a call's (PyTorch then gives segments back for its cap) */
+    int fraction_in_force;
     /* the dtypes of the torch.autocast regions the program entered on CUDA ("float16",
      * "bfloat16,float16"), meta torch_autocast; "" none seen, or not recorded (an older gpumem,
      * or no dump: --no-torch-history with PyTorch's own allocator) */
@@ -297,7 +300,9 @@ int adv_add_pool_release(adv_model *m, int kind, uint64_t alloc_id, uint32_t str
  * a recording decodes it (advise's, and gm_replay.c's for frag and tune, whose models differ in
  * the rest: ADVISE.md, "PyTorch's history"): torch_segment_unmap (35), a segment given back (a
  * private pool's ends that pool first, adv_add_pool_release; then the cache is released,
- * adv_add_release: once per run of them); torch_empty_cache (36), the program's own call (the
+ * adv_add_release: once per run of them; not while a fraction below 1 is in force: PyTorch gave it
+ * back for its cap, as each replay under that cap does by its own configuration's rules);
+ * torch_empty_cache (36), the program's own call (the
  * cache released, also where it gave nothing back when recorded); torch_memory_fraction (37), its
  * per-process memory fraction (adv_add_limit: size the cap, requested the fraction in
  * millionths), except the key's at the start (REC_F_FRACTION_START: no event; the configuration's

@@ -1122,8 +1122,9 @@ static void print_pools_json(FILE *out, const char *key, const char *count_key, 
             p->peak_reserved, p->reserved, p->reserved_at_peak);
 }
 
+/* whose: what the pools' live allocations are (a capture's static tensors; a MemPool's too) */
 static void print_pools_text(FILE *out, const char *title, const char *what, int64_t count,
-                             const char *peak_of, const gm_pools *p) {
+                             const char *peak_of, const char *whose, const gm_pools *p) {
     char ab[32], pa[32], ea[32], pr[32], er[32], rp[32];
     gm_fmt_bytes(p->alloc_bytes, ab, sizeof ab);
     gm_fmt_bytes(p->peak_allocated, pa, sizeof pa);
@@ -1135,8 +1136,7 @@ static void print_pools_text(FILE *out, const char *title, const char *what, int
             p->allocs, ab);
     fprintf(out, "  %-24s reserved %s at most, %s at %s peak reserved, %s at the end (%" PRIu64 " segments)\n",
             "", pr, rp, peak_of, er, p->segments);
-    fprintf(out, "  %-24s allocated %s at most, %s at the end (the graphs' static tensors, while they live)\n",
-            "", pa, ea);
+    fprintf(out, "  %-24s allocated %s at most, %s at the end (%s, while they live)\n", "", pa, ea, whose);
 }
 
 /* "CUDA graphs": the memory of graph captures, when the recording has any (JSON key "graphs",
@@ -1181,15 +1181,19 @@ static void print_graphs(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         return;
     }
     if (!any) return;
-    fprintf(out, "\nCUDA graphs: the memory of graph captures\n");
+    /* PyTorch's history does not say whether a private pool was a graph's or a MemPool's (both
+     * ids are (0, N)): the words are both's where PyTorch's pools are there (a MemPool alone read
+     * "the memory of graph captures", "the graphs' static tensors") */
+    fprintf(out, pools_used(tp) ? "\nCUDA graphs and MemPools: the memory of private pools\n"
+                                : "\nCUDA graphs: the memory of graph captures\n");
     if (pools_used(gp))
         print_pools_text(out, "gpumem's capture pools", captures == 1 ? "capture (PyTorch through gpumem)"
                                                                        : "captures (PyTorch through gpumem)",
-                         captures, "the device's", gp);
+                         captures, "the device's", "the graphs' static tensors", gp);
     if (pools_used(tp))
         print_pools_text(out, "PyTorch's private pools", tpools == 1 ? "pool (CUDA graphs, MemPool)"
                                                                      : "pools (CUDA graphs, MemPool)",
-                         tpools, "PyTorch's", tp);
+                         tpools, "PyTorch's", "a graph's static tensors, a MemPool's tensors", tp);
     if (m->graph_nodes) {
         char b[32];
         gm_fmt_bytes(m->graph_node_bytes, b, sizeof b);

@@ -336,7 +336,8 @@ typedef struct gm_dev_figs {
 
 typedef struct gm_step {
     int64_t step;
-    uint64_t end_allocated; /* allocated bytes after the step's last event */
+    uint64_t end_allocated; /* allocated bytes at the step's end: after its last event and the frees
+                               of its own that follow it outside every step (step_trail) */
     uint64_t start_seq;     /* seq of the step's first event (of any kind: a step whose ranges
                                hold no allocation still spans its launches, marks, tensors) */
     uint64_t end_seq;       /* seq of the step's last event */

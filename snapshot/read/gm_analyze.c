@@ -448,6 +448,19 @@ static gm_step *step_entry(gm_model *m, u64map *idx, int64_t step, uint64_t seq,
     return step_in(&m->steps, &m->nsteps, idx, step, seq, cap);
 }
 
+/* An event in no step, after step st's last event (st NULL: none, or a range of no step came
+ * between): what it left allocated is st's end (*st_alloc) while it gives back what the step
+ * made (the loop's optimizer.zero_grad(), its loss let go: what memory_allocated() says at the
+ * end of the iteration, the last one's too), until one raises it (the next batch's input, an
+ * evaluation after the loop) or gives back what was made before the step (the loop's input
+ * rebound, the program's teardown after its last step): no longer the step's. born: the birth
+ * of the allocation the event freed (UINT64_MAX: it freed none). *trail: 1 until then. */
+static inline void step_trail(const gm_step *st, uint64_t *st_alloc, uint64_t allocated, uint64_t born, int *trail) {
+    if (!st || !*trail) return;
+    if (allocated > *st_alloc || born < st->start_seq) *trail = 0;
+    else *st_alloc = allocated;
+}
+
 int gm_model_load_tables(gm_db *d, gm_model *m, char *err, size_t errsz) {
     memset(m, 0, sizeof *m);
     return load_small(d, m, err, errsz);
@@ -490,6 +503,12 @@ typedef struct sweep {
     uint32_t last_range;
     int64_t last_step;
     gm_step *last_st; /* the entry of last_step (NULL: none) */
+    /* a step ends after its last event and the frees outside every step that follow it, until
+     * something outside a step raises the allocated bytes again (step_trail): trail is 1 while
+     * that has not happened since last_st's last event; the torch view's the same, its step by
+     * index (tlast_st, -1: none) */
+    int trail, ttrail;
+    long tlast_st;
     size_t oi;        /* ooms are sorted by seq, like the events */
     size_t last_death; /* the last allocation to die, index + 1 (0: none yet) */
 } sweep;
@@ -510,6 +529,7 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
     v->present = 1;
     /* PyTorch's statistics are per device (memory_stats(d)): the same counts on its own figures */
     gm_dev_figs *f = v->devs && dev >= 0 && dev < GM_DEVICES ? &v->devs[dev] : NULL;
+    uint64_t born = UINT64_MAX; /* a free's tensor's birth (step_trail) */
     if (kind == REC_TORCH_ALLOC) {
         uint64_t old;
         if (u64map_del(&w->tlive, addr, &old)) v->allocs[old].death = seq; /* its free was not in the history */
@@ -530,6 +550,7 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
         uint64_t *ai = u64map_get(&w->tlive, addr);
         if (!ai) return 0;
         gm_alloc *a = &v->allocs[*ai];
+        born = a->birth;
         if (kind == REC_TORCH_FREE) {
             /* the statistics drop when the tensor is freed; the block stays the tensor's until
              * its free completes */
@@ -572,6 +593,10 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
         const gm_range *r = gm_range_of(m, range);
         gm_step *st = r && r->step >= 0 ? step_in(&v->steps, &v->nsteps, &w->tstep_idx, r->step, seq, &w->tstep_cap) : NULL;
         if (st) st->end_allocated = v->allocated, st->end_seq = seq;
+        w->tlast_st = st ? st - v->steps : -1;
+        w->ttrail = 1;
+    } else if (kind <= REC_TORCH_FREE_COMPLETED && w->tlast_st >= 0) {
+        step_trail(&v->steps[w->tlast_st], &v->steps[w->tlast_st].end_allocated, v->allocated, born, &w->ttrail);
     }
     return 0;
 }
@@ -712,6 +737,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
                                                            uint32_t range, int dev, uint64_t requested) {
     gm_model *m = w->m;
     int device = is_alloc(kind) && dev > 0 ? dev : 0;
+    uint64_t born = UINT64_MAX; /* a free's allocation's birth (step_trail) */
     if (!is_alloc(kind) && kind != REC_TORCH_ALLOC) requested = 0;
     m->events++;
     if (seq > m->max_seq) m->max_seq = seq;
@@ -743,6 +769,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
         uint64_t ai;
         if (addr_map_del(&w->live, addr, &ai)) {
             gm_alloc *a = &m->allocs[ai];
+            born = a->birth;
             a->death = seq;
             a->death_range = range;
             death_note(w, ai);
@@ -819,6 +846,9 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
             w->last_st->end_allocated = m->allocated;
             w->last_st->end_seq = seq;
         }
+        w->trail = 1;
+    } else if (w->last_st) {
+        step_trail(w->last_st, &w->last_st->end_allocated, m->allocated, born, &w->trail);
     }
     if (w->progress && (m->events & ((1u << 20) - 1)) == 0)
         fprintf(stderr, "\rgpumem: reading events... %.1fM", (double)m->events / 1e6);
@@ -856,13 +886,13 @@ static void count_rows(sweep *w, size_t k) {
     HOT_SUMS(HOT_STORE)                                                                            \
     m->nallocs = nallocs, w->last_death = last_death, m->deaths_linked = linked;                   \
     m->ndeaths = ndeaths;                                                                          \
-    w->last_range = last_range, w->last_st = last_st;                                              \
+    w->last_range = last_range, w->last_st = last_st, w->trail = trail;                            \
     if (last_st) last_st->end_allocated = st_alloc, last_st->end_seq = st_seq;
 #define SWEEP_LOAD                                                                                 \
     HOT_SUMS(HOT_LOAD)                                                                             \
     allocs = m->allocs, nallocs = m->nallocs;                                                      \
     last_death = w->last_death, linked = m->deaths_linked, ndeaths = m->ndeaths;                   \
-    last_range = w->last_range, last_st = w->last_st;                                              \
+    last_range = w->last_range, last_st = w->last_st, trail = w->trail;                            \
     st_alloc = last_st ? last_st->end_allocated : 0, st_seq = last_st ? last_st->end_seq : 0;      \
     name_seq = w->ni < w->nnames ? w->names[w->ni].seq : UINT64_MAX;
 
@@ -914,6 +944,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     uint32_t last_range;
     gm_step *last_st;
     uint64_t st_alloc, st_seq, name_seq;
+    int trail;
     SWEEP_LOAD
     const unsigned slow_flags = REC_F_FRAMEWORK | REC_F_PRIVATE_POOL | GM_OWN_SEGMENT_FLAGS;
     /* an event outside every push/pop range of its thread is in the start/end range open at its
@@ -924,6 +955,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
     const gm_event_row *const rows = r, *const end = r + n, *counted = r;
     for (; r < end; r++) {
         uint64_t seq = (uint64_t)r->seq, addr = (uint64_t)r->addr;
+        uint64_t born = UINT64_MAX; /* a free's allocation's birth (step_trail) */
         unsigned kind = (unsigned)(int)r->kind, flags = (unsigned)(int)r->flags;
         /* NULL (none) reads as -1 from the pages, 0 through SQLite */
         uint32_t range = r->range > 0 ? (uint32_t)r->range : 0;
@@ -993,6 +1025,7 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
             uint64_t ai;
             if (addr_map_del(&w->live, addr, &ai)) {
                 gm_alloc *a = &allocs[ai];
+                born = a->birth;
                 a->death = seq;
                 a->death_range = range;
                 link_death(m, allocs, &linked, &last_death, &ndeaths, ai);
@@ -1011,6 +1044,9 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
                 last_st = w->last_step >= 0 ? step_entry(m, &w->step_idx, w->last_step, seq, &w->step_cap) : NULL;
             }
             st_alloc = allocated, st_seq = seq;
+            trail = 1;
+        } else {
+            step_trail(last_st, &st_alloc, allocated, born, &trail);
         }
     }
     if (n && rows_max_seq(rows, n) > max_seq) max_seq = rows_max_seq(rows, n);
@@ -1396,7 +1432,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     memset(m, 0, sizeof *m);
     if (load_small(d, m, err, errsz) != 0) return -1;
     sweep w = {.m = m, .d = d, .err = err, .errsz = errsz, .progress = progress && isatty(2),
-               .last_step = -1};
+               .last_step = -1, .tlast_st = -1};
     /* figures per device (gm_dev_figs): without memory for them the report has only the sums */
     m->devs = calloc(GM_DEVICES, sizeof *m->devs);
     m->torch.devs = calloc(GM_DEVICES, sizeof *m->torch.devs);

@@ -77,7 +77,10 @@ SCRIPT_TESTS += tests/torch/torch_steps.sh
 SCRIPT_TESTS += tests/torch/torch_truths.sh
 # gpumem's outputs on PyTorch features no other test covers, against the program's own figures: a
 # tensor freed after record_stream, its free pending at the end, is no leak; checkpointing's
-# recompute is no forward pass and its tensors no saved activations (torch_features.sh, .py)
+# recompute is no forward pass and its tensors no saved activations; each step's end is
+# memory_allocated() at the end of the iteration; the replays reach max_memory_reserved() under a
+# memory fraction with garbage_collection_threshold or max_split_size_mb; a MemPool is not called a
+# graph capture (torch_features.sh, .py)
 SCRIPT_TESTS += tests/torch/torch_features.sh
 # a script with no module and no optimizer, with pinned host memory: report and advise say the
 # hooks were on and what the script lacked for them (no "record with the hooks"), and the pinned

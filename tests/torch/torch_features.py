@@ -16,7 +16,22 @@
 #   empty  a 256 MiB tensor freed, torch.cuda.empty_cache(), then a 64 MiB one: PyTorch's
 #         reserve at the end is the 64 MiB segment (memory_reserved, printed), and so is what
 #         the process holds of the device beyond its context.
+#   stepend  a small MLP trained 3 steps on one input made before the loop, its gradients set to
+#         None after each update (optimizer.zero_grad()) and its loss let go: memory_allocated()
+#         at the end of each iteration (printed, step_allocated) is what is allocated from there
+#         until the next step's forward, without the gradients.
+#   gc    (under PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.5, or without it) a memory
+#         fraction of 0.004 (324 MiB of the virtual GPU's 79.11 GiB), then 12 rounds of two
+#         growing tensors freed and an 8 MiB one kept: PyTorch's garbage collection gives back
+#         cached segments as reserved memory passes half the fraction (max_memory_reserved,
+#         printed: 274 MiB; 320 MiB without the threshold).
+#   split  (under PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:40) the same fraction, 10 rounds of two
+#         growing tensors freed and a 6 MiB one kept: at the cap PyTorch gives back some of its
+#         blocks over max_split_size (release_available_cached_blocks), not its cache, and
+#         retries (max_memory_reserved, printed: 320 MiB; 308 MiB without the key).
+#   mempool  a torch.cuda.MemPool, no CUDA graph: a 20 MiB tensor made under use_mem_pool, kept.
 import contextlib
+import os
 import sys
 import torch
 import torch.nn as nn
@@ -24,6 +39,7 @@ from torch.utils.checkpoint import checkpoint
 
 torch.manual_seed(0)
 kind = sys.argv[1]
+gpumem_allocator = os.environ.get("GPUMEM_TORCH_ALLOCATOR") == "gpumem"  # gpumem record --allocator gpumem
 if kind == "stream":
     side = torch.cuda.Stream()
     kept = []
@@ -82,7 +98,40 @@ elif kind == "empty":
     del x
     torch.cuda.empty_cache()
     y = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+elif kind == "stepend":
+    model = nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 512)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(256, 512, device="cuda")  # made once: nothing is made between two steps
+    for step in range(3):
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()  # after the update: the step ends without its gradients
+        del loss
+        if not gpumem_allocator:
+            print("step_allocated", torch.cuda.memory_allocated())
+elif kind == "gc":
+    torch.cuda.set_per_process_memory_fraction(0.004)
+    kept = []
+    for i in range(12):
+        a = torch.empty((30 + 7 * i) << 20, dtype=torch.uint8, device="cuda")
+        b = torch.empty((12 + 3 * i) << 20, dtype=torch.uint8, device="cuda")
+        kept.append(torch.empty(8 << 20, dtype=torch.uint8, device="cuda"))
+        del a, b
+elif kind == "split":
+    torch.cuda.set_per_process_memory_fraction(0.004)
+    kept = []
+    for i in range(10):
+        a = torch.empty((40 + 9 * i) << 20, dtype=torch.uint8, device="cuda")
+        b = torch.empty((20 + 5 * i) << 20, dtype=torch.uint8, device="cuda")
+        kept.append(torch.empty(6 << 20, dtype=torch.uint8, device="cuda"))
+        del a, b
+elif kind == "mempool":
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        x = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
 torch.cuda.synchronize()
-print("memory_allocated", torch.cuda.memory_allocated())
-print("max_memory_reserved", torch.cuda.max_memory_reserved())
-print("memory_reserved", torch.cuda.memory_reserved())
+if not gpumem_allocator:  # PyTorch keeps no statistics for a pluggable allocator
+    print("memory_allocated", torch.cuda.memory_allocated())
+    print("max_memory_reserved", torch.cuda.max_memory_reserved())
+    print("memory_reserved", torch.cuda.memory_reserved())

@@ -21,8 +21,26 @@
 #        (device used at exit 682 MiB, reserved by gpumem 256 MiB, where the program alone used
 #        490 MiB and PyTorch reserved 64 MiB), with PyTorch's history on and off; the replay of
 #        the device's trace empties there too (its `e`).
-# Table: KIND#ENV#COMMAND#jq filter#want ($mem, $res: the recording's printed memory_allocated,
-# max_memory_reserved).
+#   stepend  leaks' "allocated at its end" of each step is what memory_allocated() says at the end
+#        of the loop's iteration (optimizer.zero_grad() and the loss let go, after the step's last
+#        event and outside every step), in PyTorch's view and in the device's (--allocator
+#        gpumem: what is held at exit, the loop's last state): it was the allocated at the
+#        update's last event, the gradients still in it (each step 8.01 MiB over PyTorch's
+#        figure), in both views (gm_analyze.c, step_trail).
+#   gc   under garbage_collection_threshold:0.5 and a memory fraction, advise's and tune's replays
+#        of the recorded configuration reach max_memory_reserved (274 MiB): they read 276 MiB,
+#        every segment PyTorch's garbage collection gave back replayed as a release of the whole
+#        cache; and tune's preset:pytorch, without the threshold, predicts what the program
+#        measures without it (320 MiB: it read 276 MiB) (gm_advise.c, adv_torch_cache_row).
+#   split  the same class under max_split_size_mb:40: the blocks PyTorch gave back at its cap
+#        (release_available_cached_blocks, some of them) were a release of the whole cache in
+#        the replays: the recorded configuration replayed to 312 MiB for 320 MiB, and tune's
+#        preset:pytorch to 268 MiB where the program reserves 308 MiB without the key.
+#   mempool  report's block of private pools, of a program with a MemPool and no CUDA graph, does
+#        not call them graph captures (it read "CUDA graphs: the memory of graph captures" and "the
+#        graphs' static tensors").
+# Table: KIND#ENV (or gpumem record's options, "--...")#COMMAND#jq filter#want ($mem, $res: the
+# recording's printed memory_allocated, max_memory_reserved; $steps: its step_allocated lines).
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 script=tests/torch/torch_features.py
@@ -34,21 +52,32 @@ table=(
   "ckpt#-#advise --json#[.not_predicted[] | select(.technique == \"bf16\") | .why | test(\"may run under autocast already\")] | map(tostring) | join(\",\")#true"
   "empty#-#report --json#.device_used.devices[0].exit.reserved_by_gpumem == \$resnow#true"
   "expand#PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True#report --json#.torch.device_peak | (.reserved == \$res), (.torch_reserved == \$res), .other_vmm, .torch_less_than_its_peak#true true 0 0"
+  "gc#PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.5#advise --json#.baseline.peak_reserved == \$res#true"
+  "gc#PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.5#tune --json#[.results[] | select(.conf == \"preset:pytorch,garbage_collection_threshold:0.5\") | .peak_reserved == \$res] | map(tostring) | join(\",\")#true"
+  "split#PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:40#advise --json#.baseline.peak_reserved == \$res#true"
+  "split#PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:40#tune --json#[.results[] | select(.conf == \"preset:pytorch,max_split_size_mb:40\") | .peak_reserved == \$res] | map(tostring) | join(\",\")#true"
+  "stepend#-#leaks --json#([.steps[].allocated_at_end] == \$steps), (\$steps | length)#true 3"
+  "stepend#--allocator gpumem#leaks --json#.leaked_held_bytes as \$h | [.steps[].allocated_at_end | . == \$h] | map(tostring) | join(\",\")#true,true,true"
 )
 for row in "${table[@]}"; do
   IFS='#' read -r kind env cmd filter want <<< "$row"
-  [[ $env == - ]] && env=GPUMEM_SIM_BACKING=memory
   db=$tmp/$kind.db
+  [[ $env == - ]] || db=$tmp/$kind-${env//[^a-zA-Z0-9]/_}.db
+  opts=()
+  [[ $env == --* ]] && read -ra opts <<< "$env" && env=-
+  [[ $env == - ]] && env=GPUMEM_SIM_BACKING=memory
   if [[ ! -f $db ]]; then
-    env GPUMEM_SIM_BACKING=memory "$env" "$G" record -q -o "$db" -- "$torch_py" "$script" "$kind" > "$db.out" 2>&1
+    env GPUMEM_SIM_BACKING=memory "$env" "$G" record -q "${opts[@]}" -o "$db" -- "$torch_py" "$script" "$kind" > "$db.out" 2>&1
     [[ -f $db ]] || { bad "$kind: the recording failed: $(tail -3 "$db.out")"; continue; }
   fi
   mem=$(awk '$1 == "memory_allocated" { print $2 }' "$db.out")
   res=$(awk '$1 == "max_memory_reserved" { print $2 }' "$db.out")
   resnow=$(awk '$1 == "memory_reserved" { print $2 }' "$db.out")
+  steps=[$(awk '$1 == "step_allocated" { print $2 }' "$db.out" | paste -sd,)]
   # shellcheck disable=SC2086
   "$G" $cmd "$db" > "$tmp/out" 2> "$tmp/err"
-  got=$(jq -r --argjson mem "${mem:-null}" --argjson res "${res:-null}" --argjson resnow "${resnow:-null}" "$filter" "$tmp/out" 2>&1 | paste -sd' ')
+  got=$(jq -r --argjson mem "${mem:-null}" --argjson res "${res:-null}" --argjson resnow "${resnow:-null}" \
+        --argjson steps "$steps" "$filter" "$tmp/out" 2>&1 | paste -sd' ')
   [[ $got == "$want" ]] && ok "$kind $cmd: $filter = $want" || bad "$kind $cmd: $filter = '$got', want '$want'"
 done
 # empty: with PyTorch's history off the same (the give-back does not ride on the history's
@@ -78,4 +107,21 @@ if [[ -f $db ]]; then
   [[ -n $measured && -z $got ]] && ok "ckpt: no offload of saved activations predicted off what save_on_cpu measures ($measured; without it $base)" \
     || bad "ckpt: offload of saved activations predicted peak reserved '$got', save_on_cpu measured '$measured' (without it $base)"
 fi
+# mempool: the private pools' words name MemPools too (the text: no JSON key changed)
+db=$tmp/mempool.db
+GPUMEM_SIM_BACKING=memory "$G" record -q -o "$db" -- "$torch_py" "$script" mempool > "$db.out" 2>&1
+"$G" report "$db" > "$tmp/mempool.txt" 2>&1
+got="$(grep -c "graph captures\|the graphs' static tensors" "$tmp/mempool.txt") $(grep -c '^CUDA graphs and MemPools: the memory of private pools$' "$tmp/mempool.txt")"
+[[ $got == "0 1" ]] && ok "mempool: report's private pools block names graphs and MemPools, no graph captures" \
+  || bad "mempool: report's private pools block: graph captures, MemPools headings '$got', want '0 1'"
+# gc, split: tune's replay of PyTorch's allocator without the recorded key is what the program
+# reserves without it
+for kind in gc split; do
+  db=$(compgen -G "$tmp/$kind-PYTORCH_CUDA_ALLOC_CONF_*.db") || continue
+  GPUMEM_SIM_BACKING=memory torch_run -- "$script" $kind > "$tmp/nokey.out" 2>&1
+  measured=$(awk '$1 == "max_memory_reserved" { print $2 }' "$tmp/nokey.out")
+  got=$("$G" tune --json "$db" | jq -r '.results[] | select(.conf == "preset:pytorch") | .peak_reserved')
+  [[ -n $measured && $got == "$measured" ]] && ok "$kind: tune's preset:pytorch predicts $got, what the program reserves without the key" \
+    || bad "$kind: tune's preset:pytorch predicts '$got', the program reserves '$measured' without the key"
+done
 exit $fail
