@@ -1842,6 +1842,9 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     int nomem = L.nomem;
     if (!nomem && fc_finish(&L.fc, m) != 0) nomem = 1;
     fc_reader_free(&L.fc);
+    /* the history's freed blocks and the pools' names: the pass's alone (m keeps m->pools) */
+    u64map_free(&L.torch_freed);
+    adv_pool_ids_free(&L.pools);
     if (m->oom.ev == SIZE_MAX) m->oom.ev = m->nevs;
     for (; rc == SQLITE_DONE && ni < nnames; ni++) name_apply(m, &live, births, &names[ni]);
     u64map_free(&live);

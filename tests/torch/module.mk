@@ -89,3 +89,6 @@ SCRIPT_TESTS += tests/torch/torch_extras.sh
 # the steps inferred from a PyTorch recording's periodicity: a loop followed by an evaluation
 # (--no-torch-hooks), a loop with no backward (torch_steps_inferred.sh)
 SCRIPT_TESTS += tests/torch/torch_steps_inferred.sh
+# gpumem's commands on PyTorch recordings (its history and hooks; gpumem as its allocator with the
+# op log) under valgrind's memcheck, where the sanitizer stages skip tests/torch (torch_memcheck.sh)
+SCRIPT_TESTS += tests/torch/torch_memcheck.sh
