@@ -166,7 +166,13 @@ int adv_add_limit(adv_model *m, uint64_t t, uint64_t cap, uint64_t millionths, s
 
 int adv_add_marker(adv_model *m, uint64_t t, uint32_t stream, int what, uint32_t at, size_t *evcap)
 {
-    uint32_t a = new_alloc(m, 0, stream, 0, 0, (uint32_t)m->nallocs);
+    return adv_add_marker_sized(m, t, stream, what, at, 0, evcap);
+}
+
+int adv_add_marker_sized(adv_model *m, uint64_t t, uint32_t stream, int what, uint32_t at, uint64_t size,
+                         size_t *evcap)
+{
+    uint32_t a = new_alloc(m, size, stream, 0, 0, (uint32_t)m->nallocs);
     if (a == UINT32_MAX || gm_grow_fast((void **)&m->evs, evcap, m->nevs + 1, sizeof *m->evs)) return -1;
     m->evs[m->nevs++] =
         (adv_ev){.a = a, .kind = ADV_EV_MARKER, .pad = (uint16_t)what, .stream = at, .step = -1, .t = t};
@@ -1501,7 +1507,8 @@ int adv_add_pool_release(adv_model *m, int kind, uint64_t alloc_id, uint32_t str
 enum { OWN_NONE = 0, OWN_POOL_END, OWN_EMPTY_CACHE, OWN_FRACTION, OWN_MARKER };
 static inline int own_event_kept(int64_t kind, uint64_t flags)
 {
-    if (kind == REC_MARKER_RECORD || kind == REC_MARKER_DONE || kind == REC_ALLOC_SYNC || kind == REC_STREAM_FORGET)
+    if (kind == REC_MARKER_RECORD || kind == REC_MARKER_DONE || kind == REC_ALLOC_SYNC || kind == REC_STREAM_FORGET ||
+        kind == REC_ALLOC_WAIT)
         return OWN_MARKER;
     if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) return flags & REC_F_PRIVATE_POOL ? OWN_POOL_END : OWN_NONE;
     if (!(flags & REC_F_FRAMEWORK)) return OWN_NONE;
@@ -1530,6 +1537,17 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
              * the program destroyed is every replay's, advise's too: its allocator forgets it
              * there (the trace's `sf`), as the run's did */
             if (!L->markers && kind != REC_STREAM_FORGET) return 0;
+            /* a wait's start (its number, the allocation's request) and end (its number, in the
+             * marker's 0-byte allocation's size): the trace's `sw` and `sy <step> <wait>` */
+            if (kind == REC_ALLOC_WAIT)
+                return load_added(L, adv_add_marker_sized(m, t, stream, ADV_MK_WAIT, (uint32_t)addr, requested, &L->evcap),
+                                  had_evs, had_allocs, seq);
+            if (kind == REC_ALLOC_SYNC && addr)
+                return load_added(L,
+                                  adv_add_marker_sized(m, t, stream,
+                                                       flags & REC_F_SYNC_RESTART ? ADV_MK_RESTART : ADV_MK_SYNC,
+                                                       (uint32_t)size, addr, &L->evcap),
+                                  had_evs, had_allocs, seq);
             return load_added(L,
                               adv_add_marker(m, t, stream,
                                              kind == REC_MARKER_RECORD   ? ADV_MK_RECORD
@@ -2335,6 +2353,7 @@ static void trace_event(const adv_model *m, const adv_ev *e, alloc_trace_event_t
                                                   : e->pad == ADV_MK_DONE    ? ALLOC_TR_MARKER_DONE
                                                   : e->pad == ADV_MK_SYNC    ? ALLOC_TR_SYNC
                                                   : e->pad == ADV_MK_RESTART ? ALLOC_TR_SYNC_RESTART
+                                                  : e->pad == ADV_MK_WAIT    ? ALLOC_TR_WAIT
                                                                              : ALLOC_TR_STREAM_FORGET)
                                               : ALLOC_TR_FREE_ASYNC;
     if (t->kind == ALLOC_TR_FREE && (e->stream & ADV_FREE_SYNCED)) t->kind = ALLOC_TR_FREE_SYNCED;
@@ -2345,6 +2364,9 @@ static void trace_event(const adv_model *m, const adv_ev *e, alloc_trace_event_t
     t->stream = e->kind == ADV_EV_ALLOC || e->kind == ADV_EV_MARKER ? a->stream
                 : e->kind == ADV_EV_FREE_ASYNC                          ? e->stream
                                                                         : 0;
+    /* a wait's start: its number and the allocation's request; its end: its number */
+    if (e->kind == ADV_EV_MARKER && e->pad == ADV_MK_WAIT) t->id = e->stream, t->size = a->size;
+    if (e->kind == ADV_EV_MARKER && (e->pad == ADV_MK_SYNC || e->pad == ADV_MK_RESTART)) t->id = a->size;
     /* in a private pool: the pool's key, one per (pool, stream) as PyTorch keys a pool's
      * blocks by stream too; above every stream id (those are 32-bit) */
     uint32_t pool = (e->kind == ADV_EV_ALLOC || e->kind == ADV_EV_POOL_RELEASE) && a->orig < m->npools
