@@ -1243,7 +1243,7 @@ static int fc_index(fc_reader *r) {
     return 0;
 }
 
-static int fc_add(fc_reader *r, uint64_t a, uint64_t t) {
+static int fc_add(fc_reader *r, uint64_t a, uint64_t t, int synced) {
     if (r->nfc == r->cap) {
         size_t nc = r->cap ? 2 * r->cap : 64;
         adv_ev *n = realloc(r->fc, nc * sizeof *n);
@@ -1251,7 +1251,8 @@ static int fc_add(fc_reader *r, uint64_t a, uint64_t t) {
         r->fc = n, r->cap = nc;
     }
     /* a beyond the model's allocations is dropped at the merge */
-    r->fc[r->nfc++] = (adv_ev){.a = (uint32_t)a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = t};
+    /* stream: landed by a synchronization (REC_F_LANDED_SYNCED) */
+    r->fc[r->nfc++] = (adv_ev){.a = (uint32_t)a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = t, .stream = (uint32_t)synced};
     return 0;
 }
 
@@ -1284,7 +1285,7 @@ static int fc_rows(void *ctx, const gm_event_row *rows, size_t n) {
         }
         if (fc_index(r) != 0) return -1;
         const uint64_t *a = u64map_get(&r->idx, key);
-        if (a && fc_add(r, *a, (uint64_t)e->t) != 0) return -1;
+        if (a && fc_add(r, *a, (uint64_t)e->t, ((uint64_t)e->flags & REC_F_LANDED_SYNCED) != 0) != 0) return -1;
     }
     return 0;
 }
@@ -1292,14 +1293,20 @@ static int fc_rows(void *ctx, const gm_event_row *rows, size_t n) {
 /* After the pass: frees still waiting when the recording stopped (held to the end), then each
  * landing written on its free (adv_ev.pad): the model's events between them, counted forward
  * from the free to the first event recorded after the landing. 0, or -1 out of memory. */
-static int fc_finish(fc_reader *r, adv_model *m) {
+static int cmp_u32(const void *x, const void *y)
+{
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    return (a > b) - (a < b);
+}
+
+static int fc_finish(fc_reader *r, adv_model *m, int markers) {
     if (!r->any) return 0;
     if (r->bad_key) return -1; /* the map refuses that key (as it did when it held them all) */
     if (r->pend.count && fc_index(r) != 0) return -1;
     for (uint64_t i = 0; r->pend.keys && i <= r->pend.mask; i++) {
         if (r->pend.keys[i] == U64MAP_EMPTY) continue;
         const uint64_t *a = u64map_get(&r->idx, r->pend.keys[i]);
-        if (a && fc_add(r, *a, UINT64_MAX) != 0) return -1;
+        if (a && fc_add(r, *a, UINT64_MAX, 0) != 0) return -1;
     }
     if (!r->nfc) return 0;
     /* each allocation's free: the last one of its index (an index is one allocation); and the
@@ -1328,9 +1335,33 @@ static int fc_finish(fc_reader *r, adv_model *m) {
         while (k < m->nevs && m->evs[k].t <= f->t && k - at - 1 < ADV_FC_END - 2)
             k++;
         m->evs[at].pad = (uint16_t)(k - at); /* k - at - 1 events between, + 1 */
+        if (markers && f->stream) { /* the recorded configuration's replay lands it settled */
+            uint32_t *nv = realloc(m->fy_frees, (m->nfy_frees + 1) * sizeof *nv);
+            if (!nv) {
+                free(free_at), free(of_rank);
+                return -1;
+            }
+            m->fy_frees = nv;
+            m->fy_frees[m->nfy_frees++] = (uint32_t)at;
+        }
     }
     free(free_at), free(of_rank);
+    if (m->nfy_frees > 1) qsort(m->fy_frees, m->nfy_frees, sizeof *m->fy_frees, cmp_u32);
     return 0;
+}
+
+/* Whether the free at event index i landed by a synchronization (adv_model.fy_frees) */
+static int fy_free(const adv_model *m, size_t i)
+{
+    size_t lo = 0, hi = m->nfy_frees;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->fy_frees[mid] < i)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < m->nfy_frees && m->fy_frees[lo] == i;
 }
 
 /* The events' read of adv_model_load_as, one row at a time (through SQLite or from the table's
@@ -1848,7 +1879,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     uint64_t *births = L.births, *evseq = L.evseq;
     size_t *nstreams = L.nstreams, ni = L.ni;
     int nomem = L.nomem;
-    if (!nomem && fc_finish(&L.fc, m) != 0) nomem = 1;
+    if (!nomem && fc_finish(&L.fc, m, L.markers) != 0) nomem = 1;
     fc_reader_free(&L.fc);
     if (m->oom.ev == SIZE_MAX) m->oom.ev = m->nevs;
     for (; rc == SQLITE_DONE && ni < nnames; ni++) name_apply(m, &live, births, &names[ni]);
@@ -2045,6 +2076,8 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
 
 void adv_model_free(adv_model *m)
 {
+    free(m->fy_frees);
+    m->fy_frees = NULL, m->nfy_frees = 0;
     if (!(m->borrows & ADV_BORROWS_STRS)) {
         for (size_t i = 0; i < m->nstrs; i++)
             free(m->strs[i]);
@@ -2089,6 +2122,7 @@ int adv_model_copy(const adv_model *src, adv_model *dst)
 {
     *dst = *src;
     dst->borrows = 0;
+    dst->fy_frees = NULL, dst->nfy_frees = 0; /* the loaded model's event indices only */
     dst->allocs = dup_mem(src->allocs, src->nallocs * sizeof *src->allocs);
     dst->allocs_cap = src->nallocs;
     dst->evs = dup_mem(src->evs, src->nevs * sizeof *src->evs);
@@ -2132,6 +2166,7 @@ void adv_model_view(const adv_model *src, adv_model *dst)
     *dst = *src;
     if (!dst->rec_allocs) dst->rec_allocs = src->allocs;
     dst->borrows = ADV_BORROWS_EVS | ADV_BORROWS_ALLOCS | ADV_BORROWS_STRS | ADV_BORROWS_TIMES;
+    dst->fy_frees = NULL, dst->nfy_frees = 0; /* a rewrite moves the events they index */
     dst->owns_uses = 0; /* the uses stay the original's */
     dst->owns_tops = 0; /* so does the op log */
     dst->owns_pools = 0; /* and the private pools */
@@ -2358,6 +2393,7 @@ static void trace_event(const adv_model *m, const adv_ev *e, alloc_trace_event_t
                                               : ALLOC_TR_FREE_ASYNC;
     if (t->kind == ALLOC_TR_FREE && (e->stream & ADV_FREE_SYNCED)) t->kind = ALLOC_TR_FREE_SYNCED;
     t->size = e->kind == ADV_EV_ALLOC    ? a->size
+              : e->kind == ADV_EV_FREE_DONE ? e->stream /* 1: `fy`, landed by a synchronization */
               : e->kind == ADV_EV_LIMIT  ? adv_ev_limit(e)
               : e->kind == ADV_EV_MARKER ? e->stream /* its step */
                                          : 0;
@@ -2385,19 +2421,20 @@ static void trace_event(const adv_model *m, const adv_ev *e, alloc_trace_event_t
 typedef struct fc_due {
     uint64_t due;
     uint32_t a;
+    uint32_t synced; /* the free's landing was the allocator's synchronization's (`fy`) */
 } fc_due;
 typedef struct fc_heap {
     fc_due *v;
     size_t n, cap;
 } fc_heap;
 
-static int fc_push(fc_heap *h, uint64_t due, uint32_t a)
+static int fc_push(fc_heap *h, uint64_t due, uint32_t a, uint32_t synced)
 {
     if (gm_grow_fast((void **)&h->v, &h->cap, h->n + 1, sizeof *h->v)) return -1;
     size_t i = h->n++;
     for (; i && h->v[(i - 1) / 2].due > due; i = (i - 1) / 2)
         h->v[i] = h->v[(i - 1) / 2];
-    h->v[i] = (fc_due){due, a};
+    h->v[i] = (fc_due){due, a, synced};
     return 0;
 }
 
@@ -2431,14 +2468,16 @@ static int trace_walk(const adv_model *m, void (*emit)(void *ctx, const adv_ev *
         while (h.n && (i == m->nevs || h.v[0].due <= i)) {
             fc_due d = fc_pop(&h);
             /* its time: the event it follows (what is put in by time later goes after it) */
-            adv_ev done = {.a = d.a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = i ? m->evs[i - 1].t : 0};
+            adv_ev done = {.a = d.a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = i ? m->evs[i - 1].t : 0,
+                           .stream = d.synced};
             emit(ctx, &done, SIZE_MAX);
         }
         if (i == m->nevs) break;
         const adv_ev *e = &m->evs[i];
         emit(ctx, e, i);
         if (has_landing(e) &&
-            fc_push(&h, e->pad == ADV_FC_END ? UINT64_MAX : (uint64_t)i + e->pad, e->a) != 0) {
+            fc_push(&h, e->pad == ADV_FC_END ? UINT64_MAX : (uint64_t)i + e->pad, e->a,
+                    m->nfy_frees && fy_free(m, i)) != 0) {
             free(h.v);
             return -1;
         }

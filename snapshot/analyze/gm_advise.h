@@ -262,6 +262,10 @@ typedef struct adv_model {
     /* ADV_BORROWS_*: the arrays that are another model's (adv_model_view), not this one's to
      * write or free; 0 for a loaded model or a deep copy */
     unsigned borrows;
+    /* ADV_LOAD_MARKERS only: the indices (in evs, rising) of the frees whose landing the
+     * allocator's synchronization made (kind 29 flagged 256): the trace's `fy`, settled there */
+    uint32_t *fy_frees;
+    size_t nfy_frees;
 } adv_model;
 enum { ADV_HOOKED_UNKNOWN = 0, ADV_HOOKED_NONE = 1, ADV_HOOKED_SOME = 2 };
 enum {

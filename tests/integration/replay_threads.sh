@@ -161,7 +161,7 @@ for app in oom fraction; do
         rout=$("$REPLAY" --top-down --markers --continue-after-oom --conf "$conf" "$TMP/x.trace") && fail "$row: gpumem-replay said no OOM"
         [[ $rout =~ \ events=$lines\  ]] || fail "$row: gpumem-replay --continue-after-oom: want events=$lines: $rout"
         read -r ro rp rh rm < <(sed -E 's/.* peak_reserved=([0-9]+) .* cache_hits=([0-9]+) cache_misses=([0-9]+) .* ooms=([0-9]+).*/\4 \1 \2 \3/' <<<"$rout")
-        read -r hits misses < <(sqlite3 "$TMP/x.db" "SELECT sum((flags & 256) != 0), sum((flags & 512) != 0) + $n FROM events WHERE kind IN (1, 3)")
+        read -r hits misses < <(sqlite3 "$TMP/x.db" "SELECT sum((flags & 256) != 0), sum((flags & 512) != 0) + $n FROM events WHERE kind IN (1, 3)" | tr "|" " ")
         peak=$(run_peak "$TMP/x.db")
         echo "$row: $waits waits; OOMs, peak reserved, hits, misses: run $n $peak $hits $misses, gpumem-replay $ro $rp $rh $rm"
         [[ "$ro $rp $rh $rm" == "$n $peak $hits $misses" ]] || fail "$row: gpumem-replay --markers --continue-after-oom finds OOMs, peak reserved, hits and misses $ro $rp $rh $rm, the run $n $peak $hits $misses"
