@@ -111,8 +111,9 @@ static const char *parse_num(const char *p, const char *end, uint64_t *v, bool *
 #define TRACE_LINE_FORMS                                                                                  \
     "'a <id> <size> [stream]', 'ax <id> <size> [stream]', 'ag <id> <size> [stream]', 'ao <id> <size> "    \
     "[stream]', 'ap <id> <size> <pool>', 'pr <pool>', 'cb <pool>', 'ce <pool>', 'f <id>', 'fa <id> "      \
-    "<stream>', 'rs <id> <stream>', 'fc <id>', 'fs <id>', 'mr <stream> [step]', 'md <stream> [step]', "   \
-    "'sy [step]', 'sr', 'sf <stream>', 'e' or 'l <bytes>'"
+    "<stream>', 'rs <id> <stream>', 'fc <id>', 'fy <id>', 'fs <id>', 'mr <stream> [step]', 'md <stream> " \
+    "[step]', 'sw <wait> [<size> <stream>]', 'sy [step [wait]]', 'sr [wait]', 'sf <stream>', 'e' or "      \
+    "'l <bytes>'"
 
 int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events, size_t *n,
                       char *err, size_t errlen)
@@ -254,7 +255,7 @@ int alloc_trace_load(const char *path, alloc_trace_event_t **events, size_t *n, 
         free(buf);
         return perr(err, errlen, "%s: read error", path);
     }
-    char inner[640] = ""; /* the longest message lists every line form (TRACE_LINE_FORMS) */
+    char inner[768] = ""; /* the longest message lists every line form (TRACE_LINE_FORMS) */
     int rc = alloc_trace_parse(buf, len, events, n, inner, sizeof(inner));
     free(buf);
     if (rc) return perr(err, errlen, "%s: %s", path, inner);

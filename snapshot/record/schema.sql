@@ -290,4 +290,6 @@ INSERT INTO kinds VALUES (42,'stream_forget');
 -- synchronization landed only what was fenced and freed before the 43. `gpumem export --format
 -- trace` writes it as "sw <wait> [<requested> <stream>]", and the 41 then as
 -- "sy <step> <wait>" / "sr <wait>". A 41 with addr 0 (older files) settles every free before it.
+-- A free_completed (29) flagged 256 was landed by such a synchronization (settled there): the
+-- trace's "fy <id>" where "fc <id>" is one whose stream events completed.
 INSERT INTO kinds VALUES (43,'alloc_wait');
