@@ -1435,7 +1435,9 @@ static void fence_land(alloc_t *a, fence_t *f, bool synced)
     blk_t *b = f->blk;
     a->pending_bytes -= b->size;
     fence_put(a, f);
-    if (a->hooks.on_free_landed)
+    if (synced && a->hooks.on_free_synced)
+        a->hooks.on_free_synced(a->hooks.user, b->addr, b->size, b->stream, b->stamp);
+    else if (a->hooks.on_free_landed)
         a->hooks.on_free_landed(a->hooks.user, b->addr, b->size, b->stream, b->stamp);
     make_free(a, b, synced);
 }
@@ -1522,7 +1524,8 @@ static size_t sync_land(alloc_t *a, const uint64_t *restart_epoch)
 {
     mk_point(a);
     if (a->captures) return 0; /* synchronizing would invalidate the capture */
-    uint64_t fs = a->fence_seq, frs = a->free_seq, ep = a->epoch;
+    uint64_t fs = a->fence_seq, frs = a->free_seq, ep = a->epoch, wid = 0;
+    int scripted = -1; /* the replay's wait (wait_script): 1 the run started over after it */
     a->st.num_syncs++;
     if (a->be.synchronize) {
         be_count(a, ALLOC_BE_CALL_SYNCHRONIZE);
@@ -1530,22 +1533,38 @@ static size_t sync_land(alloc_t *a, const uint64_t *restart_epoch)
          * while the lock is dropped */
         bool in = a->mk_in_malloc;
         unsigned step = a->mk_step, cur = a->mk_cur;
+        size_t msz = a->mk_size;
+        uintptr_t mst = a->mk_stream;
+        /* the wait's start, still under the lock (trace `sw`): what it lands is what was fenced
+         * and freed so far; other threads' events written from here on are made during it */
+        wid = ++a->wait_seq;
+        if (a->hooks.on_wait) a->hooks.on_wait(a->hooks.user, wid, in ? msz : 0, in ? mst : 0, cur);
+        /* while the lock is dropped no allocation is in progress for the others: a release or
+         * synchronization another thread makes outside an allocation (a stream forgotten, a
+         * free's release, empty_cache) is numbered step 0, not a step of this one's (it took
+         * this allocation's next step, and the replay held its lines for it) */
+        a->mk_in_malloc = false, a->mk_step = 0, a->mk_cur = 0;
         UNLOCK(a);
+        if (a->wait_script) scripted = a->wait_script(a->wait_user);
         int rc = a->be.synchronize(a->be.ctx);
         LOCK(a);
-        a->mk_in_malloc = in, a->mk_step = step, a->mk_cur = cur;
+        a->mk_in_malloc = in, a->mk_step = step, a->mk_cur = cur, a->mk_size = msz, a->mk_stream = mst;
         be_rc(a, rc);
     }
     bool back = restart_epoch && a->epoch == ep;
     if (back) a->epoch = *restart_epoch;
     size_t landed = land_upto(a, fs);
+    if (scripted >= 0 && a->wait_land) landed += a->wait_land(a->wait_user);
+    /* the replay's frees (no events) land at the trace's lines: the trace's `sr` says whether
+     * the run's landed some */
+    if (scripted == 1 && !landed) landed = 1;
     if (back && !landed) a->epoch = ep;
     if (frs > a->synced_free_seq) a->synced_free_seq = frs;
     a->broken_event = false;
     /* for the replay, which must settle here too (trace `sy` / `sr`): a malloc's slow path starts
      * over when frees landed (alloc_malloc_ex), and the replay's allocation is that new start */
     if (a->hooks.on_marker)
-        a->hooks.on_marker(a->hooks.user, restart_epoch && landed ? ALLOC_MARKER_RESTART : ALLOC_MARKER_SYNC, 0,
+        a->hooks.on_marker(a->hooks.user, restart_epoch && landed ? ALLOC_MARKER_RESTART : ALLOC_MARKER_SYNC, wid,
                            a->mk_cur);
     return landed;
 }
@@ -1827,7 +1846,17 @@ static void markers_poll(alloc_t *a)
 
 void a_sync_scripted(alloc_t *a)
 {
-    if (a->free_seq > a->synced_free_seq) a->synced_free_seq = a->free_seq;
+    a_sync_scripted_upto(a, a->free_seq);
+}
+
+void a_sync_scripted_upto(alloc_t *a, uint64_t free_seq)
+{
+    if (free_seq > a->synced_free_seq) a->synced_free_seq = free_seq;
+}
+
+uint64_t a_free_seq(const alloc_t *a)
+{
+    return a->free_seq;
 }
 
 void a_marker_scripted(alloc_t *a, uintptr_t stream, bool done)
@@ -2392,6 +2421,7 @@ int alloc_malloc_notify(alloc_t *a, size_t size, uintptr_t stream, uintptr_t cap
     if (a->broken_event) sync_and_land(a);
     a->mk_in_malloc = true; /* its settle points are numbered from here (mk_point) */
     a->mk_step = 0;
+    a->mk_size = size, a->mk_stream = stream; /* for a wait's start (on_wait) */
     /* A synchronization in the slow path (release before growth, garbage collection, the OOM
      * path) may land pending frees after the request has looked at the cache and decided on
      * what it saw. A recording can only put those frees' free_completed events before the
@@ -2407,14 +2437,17 @@ int alloc_malloc_notify(alloc_t *a, size_t size, uintptr_t stream, uintptr_t cap
     pool_t *p;
     blk_t *b;
     int rc;
-    uint64_t hits;
+    /* this call's own cache hit: the counter also moves with other threads' hits while a
+     * synchronization of this one has dropped the lock (they made such an allocation look
+     * served from the cache in a recording, and its replay) */
+    bool hit = false;
     for (int restarts = 0;; restarts++) {
         if (a->fence_head) process_fences(a);
         if (a->cached_free < a->release_floor) a->release_floor = a->cached_free;
         size_t floor1 = a->release_floor;
         p = pool_for(a, st, rs);
         b = NULL;
-        hits = a->st.cache_hits;
+        hit = false;
         if (a->guard) {
             rc = guard_malloc(a, p, rs, &b);
         } else if (a->cfg.policy == ALLOC_POLICY_NOCACHE) {
@@ -2433,6 +2466,7 @@ int alloc_malloc_notify(alloc_t *a, size_t size, uintptr_t stream, uintptr_t cap
                     __builtin_prefetch(b->prev);
                 free_remove_fast(a, p, b);
                 a->st.cache_hits++;
+                hit = true;
                 rc = GROW_OK;
             } else {
                 if (a->cfg.policy != ALLOC_POLICY_PYTORCH) a->epoch++;
@@ -2507,7 +2541,7 @@ int alloc_malloc_notify(alloc_t *a, size_t size, uintptr_t stream, uintptr_t cap
     a->st.num_mallocs++;
     *ptr = b->addr;
     alloc_malloc_info_t got = {.alloc_id = b->stamp, .size = b->size,
-                               .cache_hit = a->st.cache_hits != hits};
+                               .cache_hit = hit};
     if (info) *info = got;
     /* still under the lock: a recorder's event comes before any later call's (fn's comment) */
     if (fn) fn(arg, b->addr, &got);
@@ -2848,11 +2882,18 @@ static int uses_add(alloc_t *a, blk_t *b, uintptr_t stream, bool named)
 
 int alloc_record_stream(alloc_t *a, uint64_t ptr, uintptr_t stream)
 {
+    return alloc_record_stream_notify(a, ptr, stream, NULL, NULL);
+}
+
+int alloc_record_stream_notify(alloc_t *a, uint64_t ptr, uintptr_t stream, alloc_locked_fn fn,
+                               void *arg)
+{
     if (!a) return ALLOC_ERR_INVALID;
     int rc;
     LOCK(a);
     blk_t *b = live_block(a, ptr, &rc);
     if (b) rc = uses_add(a, b, stream, true);
+    if (rc == ALLOC_OK && fn) fn(arg); /* the recorder's event, in the allocator's order */
     UNLOCK(a);
     return rc;
 }

@@ -280,7 +280,8 @@ typedef struct alloc_hooks {
      * without synchronizing"): a release that does not synchronize (release before growth,
      * garbage collection) recorded a marker event on stream (ALLOC_MARKER_RECORD) or found that
      * stream's oldest marker complete (ALLOC_MARKER_DONE); the allocator synchronized the device
-     * (ALLOC_MARKER_SYNC, stream 0: every free made before it is settled; ALLOC_MARKER_RESTART:
+     * (ALLOC_MARKER_SYNC, stream: the number on_wait gave its wait, 0 where it did not wait:
+     * every free made before the wait began is settled; ALLOC_MARKER_RESTART:
      * the same, and the allocation in progress starts over on what it landed). `step`: inside
      * an allocation, which of its settle points (1, 2...: its releases' event queries and its
      * synchronizations, counted from the allocation's start or its last new start) made it; 0
@@ -295,6 +296,20 @@ typedef struct alloc_hooks {
      * after the unlock, frees other threads made meanwhile came before it in the recording, and
      * the replay served the allocation the run failed (tests/integration/replay_threads.sh). */
     void (*on_oom_locked)(void *user, const alloc_oom_info_t *info);
+    /* A synchronization is about to drop the lock and wait for the device (trace `sw`): called
+     * with the lock held, before other threads may run. `wait` numbers it (1, 2...: the same
+     * number is on_marker's `stream` at its ALLOC_MARKER_SYNC / ALLOC_MARKER_RESTART, when the
+     * wait is over); size and stream are the allocation's in progress (0 and 0 outside one),
+     * step its settle point. What the synchronization lands is what was fenced and freed before
+     * this call: the events other threads make during the wait come after it, and a replay that
+     * knows both ends lands only what the run did (README, "Releasing without synchronizing"). */
+    void (*on_wait)(void *user, uint64_t wait, size_t size, uintptr_t stream, unsigned step);
+    /* A free that waited for stream events landed at a synchronization (the end of a wait): as
+     * on_free_landed, which is called instead where this is not set. The block is settled (no
+     * marker needed before its pages are unmapped), where one landed by its events is not: the
+     * replay lands it the same way (trace `fy`). */
+    void (*on_free_synced)(void *user, uint64_t addr, size_t size, uintptr_t stream,
+                           uint64_t alloc_id);
 } alloc_hooks_t;
 enum {
     ALLOC_MARKER_RECORD = 0,
@@ -439,6 +454,12 @@ int alloc_empty_cache(alloc_t *a);
  * synchronization drops the lock): README, "Releasing without synchronizing". */
 typedef void (*alloc_locked_fn)(void *arg);
 int alloc_empty_cache_notify(alloc_t *a, alloc_locked_fn fn, void *arg);
+/* alloc_record_stream that calls fn(arg) with the lock held once the use is added (ALLOC_OK
+ * only): a recorder writes the record_stream there, in the allocator's order among the other
+ * threads' allocations and frees (trace `rs`). Written after the call, a free of the block by
+ * another thread could come before it. */
+int alloc_record_stream_notify(alloc_t *a, uint64_t ptr, uintptr_t stream, alloc_locked_fn fn,
+                               void *arg);
 
 /* PyTorch's torch.cuda.set_per_process_memory_fraction while the program runs: reserved memory
  * is capped at limit bytes from now on (ALLOC_NO_LIMIT: no cap), what is reserved already stays reserved
@@ -685,7 +706,9 @@ typedef enum alloc_trace_kind {
      * completed (PyTorch: stream_uses and events); see alloc_replay_opts.stream_lag. */
     ALLOC_TR_RECORD_STREAM = 5,
     /* fc <id>: the free of id completed (PyTorch snapshots' free_completed): a block held back
-     * by record_stream becomes reusable here. */
+     * by record_stream becomes reusable here. fy <id> (size 1): landed by the recording's
+     * allocator's synchronization (gpumem's kind 29 flagged 256, on_free_synced): settled there,
+     * as `fs`; the replay frees it so. */
     ALLOC_TR_FREE_DONE = 6,
     /* l <bytes>: PyTorch's per-process memory fraction set (torch.cuda.
      * set_per_process_memory_fraction): under every preset reserved memory is capped at size
@@ -765,7 +788,9 @@ typedef enum alloc_trace_kind {
      * empty_cache, a stream forgotten, a failed event): every free made before it was settled
      * (gpumem's event kind 41). sr: the same inside an allocation, which then started over on
      * the frees it landed (kind 41 flagged 256; those frees' `fc` lines come before it). Taken
-     * as marker lines are. */
+     * as marker lines are. `sy <step> <wait>` / `sr <wait>` (id: the wait's number): the end of
+     * the wait its `sw` began, which settled only what was freed before the `sw`
+     * (ALLOC_TR_WAIT). */
     ALLOC_TR_SYNC = 17,
     ALLOC_TR_SYNC_RESTART = 18,
     /* fs <id>: a cudaFree after the program's device synchronization (free_sync:device, the
@@ -778,15 +803,27 @@ typedef enum alloc_trace_kind {
      * they hold nothing in use. Every replay forgets the stream there: the recorded
      * configuration's (markers) as the run did, any other as its own allocator would. */
     ALLOC_TR_STREAM_FORGET = 20,
+    /* sw <wait> [<size> <stream>]: the recording's allocator dropped its lock to synchronize
+     * (gpumem's event kind 43, its on_wait hook): id the wait's number, size and stream the
+     * allocation in progress (0: none). The `sy <step> <wait>` / `sr <wait>` with the same number
+     * (id) ends it; the lines between are other threads' events made during the wait. A replay
+     * with alloc_replay_opts_t.markers runs the allocation's part before the wait here, the
+     * lines between while it waits, and the rest where the run did (after its `sy`, at its own
+     * line), and its synchronization settles only what was freed before this line, as the run's
+     * did; an `e` followed by `sw` empties the cache after its `sy` the same way. A `sy` / `sr`
+     * without a wait number (older traces) settles every free before it. */
+    ALLOC_TR_WAIT = 21,
 } alloc_trace_kind_t;
 
 typedef struct alloc_trace_event {
-    uint64_t id;     /* allocation id, any 64-bit value; unique among live allocations */
+    uint64_t id;     /* allocation id, any 64-bit value; unique among live allocations;
+                      * WAIT, SYNC, SYNC_RESTART: the wait's number (0: none) */
     uint64_t size;   /* ALLOC, ALLOC_OTHER, ALLOC_SERVED, ALLOC_FAILED, ALLOC_DRIVER; LIMIT: the cap;
                       * MARKER_RECORD, MARKER_DONE, SYNC: the step within the allocation that
-                      * follows (alloc_hooks_t.on_marker; 0: none, take it where it comes) */
+                      * follows (alloc_hooks_t.on_marker; 0: none, take it where it comes);
+                      * WAIT: the allocation's request in progress (0: none) */
     uint64_t stream; /* the allocations', FREE_ASYNC, RECORD_STREAM, MARKER_RECORD, MARKER_DONE,
-                      * STREAM_FORGET;
+                      * STREAM_FORGET, WAIT;
                       * POOL_RELEASE, CAPTURE_BEGIN, CAPTURE_END: the pool's key */
     uint32_t kind;   /* alloc_trace_kind_t */
 } alloc_trace_event_t;

@@ -343,6 +343,21 @@ struct alloc {
      * the points so far since its start or last new start, mk_cur the point underway (0: none) */
     bool mk_in_malloc;
     unsigned mk_step, mk_cur;
+    /* the allocation in progress's request (mk_in_malloc), for a wait's start (on_wait) */
+    size_t mk_size;
+    uintptr_t mk_stream;
+    uint64_t wait_seq; /* synchronizations that dropped the lock so far: a wait's number */
+    /* a replay of a trace with wait lines (`sw`): called where sync_land has dropped the lock,
+     * before it synchronizes. The replay may run other events of the trace meanwhile (those the
+     * run's other threads made during the wait) and returns 1 where the trace says the run
+     * started over after the wait (`sr`), 0 where not, -1 where it waited for nothing (the
+     * synchronization is made in place, the trace's `sy` settling as before) */
+    int (*wait_script)(void *user);
+    /* then, where the run's synchronization landed its frees (after the gc clock went back for
+     * a new start): the replay frees those the trace says it landed (`fy`), settled; returns
+     * how many */
+    size_t (*wait_land)(void *user);
+    void *wait_user;
     /* mk_scripted: called at each settle point of an allocation with its step, before the point
      * looks at what is settled: the replay applies the trace's lines made at that point or
      * before (a_marker_scripted, a_sync_scripted) */
@@ -393,6 +408,10 @@ void a_marker_scripted(alloc_t *a, uintptr_t stream, bool done);
 /* A trace's sync line (mk_scripted): the recording's allocator synchronized; every free so far
  * is settled. */
 void a_sync_scripted(alloc_t *a);
+/* The same for a synchronization whose wait began when the free sequence was free_seq (the
+ * trace's `sw` outside an allocation): only what was freed before it is settled. */
+void a_sync_scripted_upto(alloc_t *a, uint64_t free_seq);
+uint64_t a_free_seq(const alloc_t *a);
 /* A trace's forget line (mk_scripted): the program destroyed stream, which held memory; the
  * recording's allocator forgot it and released what the forgotten streams' pools held, as
  * alloc_forget_stream does after its synchronization (the trace's `sy` and `md` came first). */

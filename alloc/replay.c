@@ -19,6 +19,8 @@
  *   fc <id>                   the free of id completed (its block is reusable from here)
  *   mr <stream> / md <stream>  the recording's allocator recorded a marker on stream / found its
  *                             oldest marker complete (alloc.h, ALLOC_TR_MARKER_RECORD)
+ *   sy / sr / sw / sf / fs    synchronizations, a wait's start, a stream forgotten, a synced free
+ *                             (alloc.h, ALLOC_TR_SYNC, ALLOC_TR_WAIT)
  *   e                         empty_cache
  *
  * Replay keeps the allocator's own event model ("work completes at issue") and models the two
@@ -32,6 +34,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,8 +111,9 @@ static const char *parse_num(const char *p, const char *end, uint64_t *v, bool *
 #define TRACE_LINE_FORMS                                                                                  \
     "'a <id> <size> [stream]', 'ax <id> <size> [stream]', 'ag <id> <size> [stream]', 'ao <id> <size> "    \
     "[stream]', 'ap <id> <size> <pool>', 'pr <pool>', 'cb <pool>', 'ce <pool>', 'f <id>', 'fa <id> "      \
-    "<stream>', 'rs <id> <stream>', 'fc <id>', 'fs <id>', 'mr <stream> [step]', 'md <stream> [step]', "   \
-    "'sy [step]', 'sr', 'sf <stream>', 'e' or 'l <bytes>'"
+    "<stream>', 'rs <id> <stream>', 'fc <id>', 'fy <id>', 'fs <id>', 'mr <stream> [step]', 'md <stream> " \
+    "[step]', 'sw <wait> [<size> <stream>]', 'sy [step [wait]]', 'sr [wait]', 'sf <stream>', 'e' or "      \
+    "'l <bytes>'"
 
 int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events, size_t *n,
                       char *err, size_t errlen)
@@ -147,15 +151,28 @@ int alloc_trace_parse(const char *text, size_t len, alloc_trace_event_t **events
             e.kind = q[1] == 'y' ? ALLOC_TR_SYNC : ALLOC_TR_SYNC_RESTART;
             q += 2;
             const char *r = skip_ws(q, eol);
+            /* sy [step [wait]], sr [wait] */
             if (e.kind == ALLOC_TR_SYNC && r < eol && *r != '#') q = parse_num(r, eol, &e.size, &ok);
+            r = skip_ws(q, eol);
+            if (ok && r < eol && *r != '#') q = parse_num(r, eol, &e.id, &ok);
+        } else if (WORD("sw")) { /* sw <wait> [<size> <stream>] */
+            e.kind = ALLOC_TR_WAIT;
+            q = parse_num(q + 2, eol, &e.id, &ok);
+            const char *r = skip_ws(q, eol);
+            if (ok && r < eol && *r != '#') {
+                q = parse_num(r, eol, &e.size, &ok);
+                q = parse_num(q, eol, &e.stream, &ok2);
+                ok = ok && ok2;
+            }
         } else if (WORD("sf")) {
             e.kind = ALLOC_TR_STREAM_FORGET;
             q = parse_num(q + 2, eol, &e.stream, &ok);
         } else if (WORD("fs")) {
             e.kind = ALLOC_TR_FREE_SYNCED;
             q = parse_num(q + 2, eol, &e.id, &ok);
-        } else if (WORD("fc")) {
+        } else if (WORD("fc") || WORD("fy")) {
             e.kind = ALLOC_TR_FREE_DONE;
+            e.size = q[1] == 'y'; /* landed by a synchronization: settled */
             q = parse_num(q + 2, eol, &e.id, &ok);
         } else if (WORD("a") || WORD("ax") || WORD("ag") || WORD("ao") || WORD("ap") || WORD("ad")) {
             e.kind = wl == 1         ? ALLOC_TR_ALLOC
@@ -238,7 +255,7 @@ int alloc_trace_load(const char *path, alloc_trace_event_t **events, size_t *n, 
         free(buf);
         return perr(err, errlen, "%s: read error", path);
     }
-    char inner[640] = ""; /* the longest message lists every line form (TRACE_LINE_FORMS) */
+    char inner[768] = ""; /* the longest message lists every line form (TRACE_LINE_FORMS) */
     int rc = alloc_trace_parse(buf, len, events, n, inner, sizeof(inner));
     free(buf);
     if (rc) return perr(err, errlen, "%s: %s", path, inner);
@@ -276,7 +293,7 @@ int alloc_trace_write(const char *path, const alloc_trace_event_t *ev, size_t n)
                     (unsigned long long)ev[i].stream);
             break;
         case ALLOC_TR_FREE_DONE:
-            fprintf(f, "fc %llu\n", (unsigned long long)ev[i].id);
+            fprintf(f, "%s %llu\n", ev[i].size ? "fy" : "fc", (unsigned long long)ev[i].id);
             break;
         case ALLOC_TR_MARKER_RECORD:
         case ALLOC_TR_MARKER_DONE:
@@ -286,13 +303,25 @@ int alloc_trace_write(const char *path, const alloc_trace_event_t *ev, size_t n)
             fputc('\n', f);
             break;
         case ALLOC_TR_SYNC:
-            if (ev[i].size)
+            if (ev[i].id)
+                fprintf(f, "sy %llu %llu\n", (unsigned long long)ev[i].size, (unsigned long long)ev[i].id);
+            else if (ev[i].size)
                 fprintf(f, "sy %llu\n", (unsigned long long)ev[i].size);
             else
                 fputs("sy\n", f);
             break;
         case ALLOC_TR_SYNC_RESTART:
-            fputs("sr\n", f);
+            if (ev[i].id)
+                fprintf(f, "sr %llu\n", (unsigned long long)ev[i].id);
+            else
+                fputs("sr\n", f);
+            break;
+        case ALLOC_TR_WAIT:
+            if (ev[i].size)
+                fprintf(f, "sw %llu %llu %llu\n", (unsigned long long)ev[i].id, (unsigned long long)ev[i].size,
+                        (unsigned long long)ev[i].stream);
+            else
+                fprintf(f, "sw %llu\n", (unsigned long long)ev[i].id);
             break;
         case ALLOC_TR_STREAM_FORGET:
             fprintf(f, "sf %llu\n", (unsigned long long)ev[i].stream);
@@ -750,6 +779,15 @@ static void held_land(heldv_t *h, size_t i)
     h->v[i] = h->v[--h->n];
 }
 
+/* A held free the recording's synchronization landed (`fy`): settled, as the run's was */
+static void fy_land(alloc_t *a, const held_t *x);
+static void held_land_synced(heldv_t *h, size_t i)
+{
+    held_t x = h->v[i];
+    fy_land(h->a, &x);
+    h->v[i] = h->v[--h->n];
+}
+
 static void held_land_all(heldv_t *h)
 {
     while (h->n)
@@ -817,7 +855,300 @@ struct alloc_replay_run {
      * set), held until the replay's allocation reaches their step (script_step) */
     alloc_trace_event_t *mq;
     size_t mqn, mqcap;
+    /* waits (`sw`, mk_scripted): the operations waiting as the run's did, each on a thread of its
+     * own that runs only while the replay's thread waits for it (wmu, wcv: one runs at a time) */
+    struct waiter *wl;
+    struct waiter *wcur;    /* the one running now (NULL: the replay's thread) */
+    struct waiter *armed;   /* its `sy` / `sr` came: it goes on at the end of its part (its line) */
+    struct waiter *unkeyed; /* an `e` waiting for the `sw` that numbers its wait */
+    bool wready;
+    /* a `sw` came: the trace says where each synchronization of the run's landed frees (`fy`),
+     * so an OOM or an `e` lands no held free of its own (PyTorch's model, for older traces) */
+    bool saw_wait;
+    /* `fy` lines not landed yet: the frees the synchronization whose `sy` / `sr` follows them
+     * landed, landed by the replay's where it waits for that line (wait_land) */
+    held_t *fy;
+    size_t nfy, capfy;
+    /* waits begun outside an allocation (`sw <wait>`: a stream forgotten, a free's release),
+     * which the replay makes in place at their line: the wait's number and the free sequence
+     * at its start, what their `sy` settles */
+    uint64_t (*w0)[2];
+    size_t nw0, capw0;
+    pthread_mutex_t wmu;
+    pthread_cond_t wcv;
 };
+
+/* ---- waits: an operation whose synchronization dropped the lock in the run (`sw` .. `sy`)
+ *
+ * In the run the allocation ran up to its synchronization under the lock, other threads ran
+ * while it waited, and it went on after. A replay that made it whole at its line lands at its
+ * synchronization the frees other threads made during the wait, and they allocate from a cache
+ * the allocation's first part had not released yet. So the replay runs the part before the wait
+ * at the `sw` line, the lines of the wait while it is suspended in its synchronization (on a
+ * thread of its own, which waits there: alloc_t.wait_script), and the rest where the run's ended
+ * (the first allocation line or `sw` after its `sy`: the run held the lock from its `sy` on). */
+enum { W_RUN, W_WAIT, W_DONE };
+typedef struct waiter {
+    alloc_replay_run_t *r;
+    pthread_t th;
+    bool started, empty; /* empty: an empty_cache, else an allocation of size on stream */
+    bool in_place;       /* no more suspensions: a synchronization is made where it comes */
+    int state;           /* W_* */
+    int restart;         /* what its end said: 1 `sr`, 0 `sy` */
+    uint64_t wid;        /* the wait it is in (0: not numbered yet) */
+    held_t *fy;          /* the frees its synchronization lands (`fy` before its end) */
+    size_t nfy;
+    /* the frees its new start landed by their events (`fc` after its `sr`): the run's landed
+     * them with the gc clock back at the allocation's start, so they carry that stamp */
+    held_t *fc;
+    size_t nfc, capfc;
+    size_t size;
+    uint64_t stream;
+    int rc;
+    uint64_t ptr;
+    alloc_malloc_info_t info;
+    alloc_oom_info_t oom;
+    struct waiter *next;
+} waiter_t;
+
+/* A free the recording's synchronization landed (`fy`): settled, as the run's was */
+static void fy_land(alloc_t *a, const held_t *x)
+{
+    if (x->async) alloc_note_stream(a, (uintptr_t)x->stream); /* the stream the free named */
+    alloc_free_ex(a, x->ptr, false, ALLOC_FREE_SYNCED, NULL);
+}
+
+/* The `fy` lines gathered so far, landed where they come (no wait of the replay's ends at the
+ * line after them). */
+static void fy_flush(alloc_replay_run_t *r)
+{
+    for (size_t k = 0; k < r->nfy; k++)
+        fy_land(r->a, &r->fy[k]);
+    r->nfy = 0;
+}
+
+/* alloc_t.wait_land: the running waiter's synchronization lands what the run's did, after the gc
+ * clock went back to the allocation's start, so that those blocks carry its stamp as the run's */
+static size_t w_land(void *user)
+{
+    alloc_replay_run_t *r = user;
+    struct waiter *w = r->wcur;
+    if (!w) return 0;
+    size_t n = w->nfy;
+    for (size_t k = 0; k < n; k++)
+        fy_land(r->a, &w->fy[k]);
+    free(w->fy);
+    w->fy = NULL, w->nfy = 0;
+    for (size_t k = 0; k < w->nfc; k++) { /* after: the run's new start landed them */
+        if (w->fc[k].async)
+            alloc_free_async(r->a, w->fc[k].ptr, w->fc[k].stream);
+        else
+            alloc_free(r->a, w->fc[k].ptr);
+    }
+    w->nfc = 0;
+    return n;
+}
+
+static void w_op(waiter_t *w)
+{
+    alloc_t *a = w->r->a;
+    if (w->empty) {
+        alloc_empty_cache(a);
+        return;
+    }
+    w->rc = alloc_malloc_ex(a, w->size, (uintptr_t)w->stream, &w->ptr, &w->info);
+    if (w->rc == ALLOC_ERR_OOM) alloc_last_oom(a, &w->oom);
+}
+
+static void *w_main(void *arg)
+{
+    waiter_t *w = arg;
+    alloc_replay_run_t *r = w->r;
+    pthread_mutex_lock(&r->wmu);
+    while (w->state != W_RUN)
+        pthread_cond_wait(&r->wcv, &r->wmu);
+    pthread_mutex_unlock(&r->wmu);
+    w_op(w);
+    pthread_mutex_lock(&r->wmu);
+    w->state = W_DONE;
+    pthread_cond_broadcast(&r->wcv);
+    pthread_mutex_unlock(&r->wmu);
+    return NULL;
+}
+
+/* Let w run (start it, or resume it in its synchronization) until it waits again or is done.
+ * Without a thread it runs here, every synchronization in place. */
+static void w_run(alloc_replay_run_t *r, waiter_t *w)
+{
+    pthread_mutex_lock(&r->wmu);
+    r->wcur = w;
+    w->state = W_RUN;
+    if (!w->started) {
+        w->started = true;
+        if (pthread_create(&w->th, NULL, w_main, w)) {
+            w->started = false, w->in_place = true;
+            pthread_mutex_unlock(&r->wmu);
+            w_op(w);
+            pthread_mutex_lock(&r->wmu);
+            w->state = W_DONE;
+        }
+    } else {
+        pthread_cond_broadcast(&r->wcv);
+    }
+    while (w->state == W_RUN)
+        pthread_cond_wait(&r->wcv, &r->wmu);
+    r->wcur = NULL;
+    pthread_mutex_unlock(&r->wmu);
+    if (w->state == W_DONE && w->started) {
+        pthread_join(w->th, NULL);
+        w->started = false;
+    }
+}
+
+/* Run w to its end, synchronizing in place from here. */
+static void w_finish(alloc_replay_run_t *r, waiter_t *w)
+{
+    w->in_place = true;
+    while (w->state != W_DONE)
+        w_run(r, w);
+}
+
+/* alloc_t.wait_script: a synchronization of the replay's allocator dropped its lock. On a
+ * waiter's thread it suspends until the replay reaches the end of the run's wait. */
+static int w_script(void *user)
+{
+    alloc_replay_run_t *r = user;
+    pthread_mutex_lock(&r->wmu);
+    waiter_t *w = r->wcur;
+    if (!w || w->in_place) {
+        pthread_mutex_unlock(&r->wmu);
+        return -1;
+    }
+    w->state = W_WAIT;
+    w->wid = 0, w->restart = 0;
+    pthread_cond_broadcast(&r->wcv);
+    while (w->state != W_RUN)
+        pthread_cond_wait(&r->wcv, &r->wmu);
+    int restart = w->restart;
+    pthread_mutex_unlock(&r->wmu);
+    return restart;
+}
+
+static waiter_t *w_new(alloc_replay_run_t *r)
+{
+    waiter_t *w = calloc(1, sizeof(*w));
+    if (!w) return NULL;
+    w->r = r;
+    w->next = r->wl;
+    r->wl = w;
+    return w;
+}
+
+static void w_drop(alloc_replay_run_t *r, waiter_t *w)
+{
+    for (waiter_t **p = &r->wl; *p; p = &(*p)->next)
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    if (r->armed == w) r->armed = NULL;
+    if (r->unkeyed == w) r->unkeyed = NULL;
+    free(w->fy);
+    free(w->fc);
+    free(w);
+}
+
+/* An `sw` line: the wait of the allocation whose part before it ends here. */
+static void w_line_wait(alloc_replay_run_t *r, const alloc_trace_event_t *e)
+{
+    r->saw_wait = true;
+    waiter_t *w = r->armed;
+    if (w) { /* its next wait: the run held the lock from its last `sy` to here */
+        r->armed = NULL;
+        w_run(r, w);
+    } else if (r->unkeyed) { /* the `e` just started */
+        w = r->unkeyed;
+        r->unkeyed = NULL;
+    } else if (e->size) { /* an allocation's first wait: its part before it, now */
+        if (!(w = w_new(r))) return; /* out of host memory: it is made whole at its line */
+        w->size = (size_t)e->size, w->stream = e->stream;
+        w_run(r, w);
+    } else { /* outside an allocation (a forget, a free's release): made at its own line; its
+              * `sy` settles only what was freed before this line */
+        if (r->nw0 == r->capw0) {
+            size_t nc = r->capw0 ? r->capw0 * 2 : 8;
+            uint64_t(*nv)[2] = realloc(r->w0, nc * sizeof(*nv));
+            if (!nv) return; /* out of host memory: its `sy` settles every free before it */
+            r->w0 = nv, r->capw0 = nc;
+        }
+        r->w0[r->nw0][0] = e->id, r->w0[r->nw0][1] = a_free_seq(r->a);
+        r->nw0++;
+        return;
+    }
+    if (w->state == W_WAIT) w->wid = e->id;
+}
+
+/* A `sy <step> <wait>` / `sr <wait>`: the end of a wait. false: no operation of the replay's
+ * waits in it (the line settles as an older trace's does). */
+static bool w_line_end(alloc_replay_run_t *r, const alloc_trace_event_t *e)
+{
+    for (size_t k = 0; k < r->nw0; k++)
+        if (r->w0[k][0] == e->id) { /* a wait outside an allocation */
+            fy_flush(r);
+            a_sync_scripted_upto(r->a, r->w0[k][1]);
+            r->w0[k][0] = r->w0[r->nw0 - 1][0], r->w0[k][1] = r->w0[r->nw0 - 1][1];
+            r->nw0--;
+            return true;
+        }
+    waiter_t *w = r->wl;
+    while (w && !(w->state == W_WAIT && w->wid == e->id))
+        w = w->next;
+    if (!w) return false;
+    w->restart = e->kind == ALLOC_TR_SYNC_RESTART;
+    free(w->fy); /* its synchronization lands the `fy` lines just before (w_land) */
+    w->fy = r->fy, w->nfy = r->nfy;
+    r->fy = NULL, r->nfy = r->capfy = 0;
+    if (w->empty) { /* empty_cache's release follows its synchronization at once */
+        w_finish(r, w);
+        w_drop(r, w);
+    } else {
+        r->armed = w;
+    }
+    return true;
+}
+
+/* An allocation line: the waiting allocation it ends, run to its end (true, its result in w's
+ * fields; the caller drops w), or NULL: none, the line allocates itself. */
+static waiter_t *w_claim(alloc_replay_run_t *r, const alloc_trace_event_t *e)
+{
+    waiter_t *w = r->armed;
+    if (w) {
+        r->armed = NULL;
+        w_finish(r, w);
+        return w;
+    }
+    /* one that did not wait where the run did: done at its `sw`, taken at its own line */
+    for (w = r->wl; w; w = w->next)
+        if (!w->empty && w->state == W_DONE && w->size == e->size && w->stream == e->stream) return w;
+    return NULL;
+}
+
+/* The end of the replay: whatever still waits goes on to its end. */
+static void w_end(alloc_replay_run_t *r)
+{
+    while (r->wl) {
+        waiter_t *w = r->wl;
+        if (w->state != W_DONE) w_finish(r, w);
+        w_drop(r, w);
+    }
+    fy_flush(r);
+    free(r->fy);
+    free(r->w0);
+    if (r->wready) {
+        pthread_mutex_destroy(&r->wmu);
+        pthread_cond_destroy(&r->wcv);
+    }
+}
 
 /* A marker or sync line, taken now for what the recording's allocator learnt (mk_scripted). */
 static void script_apply(alloc_t *a, const alloc_trace_event_t *e)
@@ -930,6 +1261,14 @@ static int run_begin(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
     r->bypass = cfg && cfg->policy == ALLOC_POLICY_PYTORCH;
     r->a->mk_scripted = r->o.markers; /* the trace's `mr` / `md` lines answer the queries */
     r->a->mk_script = script_step, r->a->mk_script_user = r;
+    if (r->o.markers && !r->bypass && !pthread_mutex_init(&r->wmu, NULL)) {
+        if (pthread_cond_init(&r->wcv, NULL)) {
+            pthread_mutex_destroy(&r->wmu);
+        } else { /* the trace's `sw` lines: its waits as the run's */
+            r->wready = true;
+            r->a->wait_script = w_script, r->a->wait_land = w_land, r->a->wait_user = r;
+        }
+    }
     r->held.a = r->a;
     *runp = r;
     return ALLOC_OK;
@@ -991,6 +1330,16 @@ bool alloc_replay_feed(alloc_replay_run_t *run, const alloc_trace_event_t *ev, s
             if (ids.slot) __builtin_prefetch(&ids.slot[i + 16]);
         }
         live_t l = {0};
+        /* `fy` lines the next line does not end a wait of the replay's after: landed now */
+        if (run->nfy && !(e->kind == ALLOC_TR_FREE_DONE && e->size) &&
+            !((e->kind == ALLOC_TR_SYNC || e->kind == ALLOC_TR_SYNC_RESTART) && e->id))
+            fy_flush(run);
+        /* an `e` whose synchronization no `sw` numbers (a trace without them): in place */
+        if (run->unkeyed && e->kind != ALLOC_TR_WAIT) {
+            waiter_t *w = run->unkeyed;
+            w_finish(run, w);
+            w_drop(run, w);
+        }
         switch (e->kind) {
         case ALLOC_TR_ALLOC:
         case ALLOC_TR_ALLOC_OTHER:
@@ -1036,10 +1385,21 @@ bool alloc_replay_feed(alloc_replay_run_t *run, const alloc_trace_event_t *ev, s
                 alloc_malloc_info_t info = {0};
                 bool priv = e->kind == ALLOC_TR_ALLOC_PRIVATE;
                 if (priv) l.flags = RL_PRIVATE;
-                r = priv ? alloc_malloc_captured(a, e->size, e->stream, &l.ptr, &info)
-                         : alloc_malloc_ex(a, e->size, e->stream, &l.ptr, &info);
-                if (r == ALLOC_ERR_OOM && held.n) {
-                    /* PyTorch synchronizes and lands every pending free before giving up */
+                /* an allocation that waited in the run: started at its `sw` */
+                waiter_t *w = !priv && run->wl ? w_claim(run, e) : NULL;
+                bool w_oom = false;
+                if (w) {
+                    r = w->rc, l.ptr = w->ptr, info = w->info;
+                    w_oom = r == ALLOC_ERR_OOM && out->oom_index < 0;
+                    if (w_oom) out->oom = w->oom;
+                    w_drop(run, w);
+                } else {
+                    r = priv ? alloc_malloc_captured(a, e->size, e->stream, &l.ptr, &info)
+                             : alloc_malloc_ex(a, e->size, e->stream, &l.ptr, &info);
+                }
+                if (r == ALLOC_ERR_OOM && held.n && !run->saw_wait) {
+                    /* PyTorch synchronizes and lands every pending free before giving up (a
+                     * trace with waits says which the run's synchronization landed: `fy`) */
                     held_land_all(&held);
                     r = priv ? alloc_malloc_captured(a, e->size, e->stream, &l.ptr, &info)
                              : alloc_malloc_ex(a, e->size, e->stream, &l.ptr, &info);
@@ -1049,7 +1409,7 @@ bool alloc_replay_feed(alloc_replay_run_t *run, const alloc_trace_event_t *ev, s
                 info_hit = info.cache_hit;
                 if (r == ALLOC_ERR_OOM && out->oom_index < 0) {
                     out->oom_index = (int64_t)gi;
-                    alloc_last_oom(a, &out->oom);
+                    if (!w_oom) alloc_last_oom(a, &out->oom);
                 }
             }
             /* lines held for steps the replay's allocation did not reach */
@@ -1151,15 +1511,50 @@ bool alloc_replay_feed(alloc_replay_run_t *run, const alloc_trace_event_t *ev, s
         case ALLOC_TR_FREE_DONE:
             for (size_t k = 0; k < held.n; k++)
                 if (held.v[k].id == e->id) {
-                    held_land(&held, k);
+                    waiter_t *aw = run->armed;
+                    if (!e->size && aw && aw->restart) { /* landed by its new start */
+                        if (aw->nfc == aw->capfc) {
+                            size_t nc = aw->capfc ? aw->capfc * 2 : 8;
+                            held_t *nv = realloc(aw->fc, nc * sizeof(*nv));
+                            if (!nv) {
+                                held_land(&held, k);
+                                break;
+                            }
+                            aw->fc = nv, aw->capfc = nc;
+                        }
+                        aw->fc[aw->nfc++] = held.v[k];
+                        held.v[k] = held.v[--held.n];
+                    } else if (!e->size) {
+                        held_land(&held, k);
+                    } else if (run->wready && run->wl) { /* for the wait whose end follows */
+                        if (run->nfy == run->capfy) {
+                            size_t nc = run->capfy ? run->capfy * 2 : 16;
+                            held_t *nv = realloc(run->fy, nc * sizeof(*nv));
+                            if (!nv) {
+                                held_land_synced(&held, k);
+                                break;
+                            }
+                            run->fy = nv, run->capfy = nc;
+                        }
+                        run->fy[run->nfy++] = held.v[k];
+                        held.v[k] = held.v[--held.n];
+                    } else {
+                        held_land_synced(&held, k);
+                    }
                     break;
                 }
             break;
-        case ALLOC_TR_MARKER_RECORD:
-        case ALLOC_TR_MARKER_DONE:
         case ALLOC_TR_SYNC:
         case ALLOC_TR_SYNC_RESTART:
+        case ALLOC_TR_MARKER_RECORD:
+        case ALLOC_TR_MARKER_DONE:
+            /* the end of a wait the replay's operation waits in; any other line (a
+             * synchronization the replay made in place, an older trace's) settles as before */
+            if (e->kind >= ALLOC_TR_SYNC && e->id && run->wready && w_line_end(run, e)) break;
             if (a->mk_scripted) script_line(run, e);
+            break;
+        case ALLOC_TR_WAIT:
+            if (run->wready) w_line_wait(run, e);
             break;
         case ALLOC_TR_STREAM_FORGET:
             /* the recorded configuration's replay does what the run did (its `sy` and `md` lines
@@ -1197,10 +1592,23 @@ bool alloc_replay_feed(alloc_replay_run_t *run, const alloc_trace_event_t *ev, s
         case ALLOC_TR_CAPTURE_END:
             alloc_capture_end(a); /* the frees made during the captures record their events */
             break;
-        case ALLOC_TR_EMPTY_CACHE:
-            held_land_all(&held); /* PyTorch's empty_cache synchronizes first */
-            alloc_empty_cache(a);
+        case ALLOC_TR_EMPTY_CACHE: {
+            /* PyTorch's empty_cache synchronizes first; gpumem's lands at its `sy` (`fy`) */
+            if (!run->saw_wait) held_land_all(&held);
+            waiter_t *w = run->wready ? w_new(run) : NULL;
+            if (!w) {
+                alloc_empty_cache(a);
+                break;
+            }
+            /* its synchronization waits for the `sw` after it, which numbers it */
+            w->empty = true;
+            w_run(run, w);
+            if (w->state == W_WAIT)
+                run->unkeyed = w;
+            else
+                w_drop(run, w);
             break;
+        }
         case ALLOC_TR_LIMIT:
             /* the program's per-process memory fraction caps whichever allocator is PyTorch's:
              * its own, or gpumem's (gpumem_torch_memory_fraction) */
@@ -1235,6 +1643,7 @@ int alloc_replay_end(alloc_replay_run_t *run, alloc_replay_result_t *out, char *
 {
     if (!run) return ALLOC_ERR_INVALID;
     alloc_t *a = run->a;
+    w_end(run); /* what still waits goes on to its end first */
     int rc = run->rc;
     if (rc && err && errlen) snprintf(err, errlen, "%s", run->err);
     alloc_replay_result_t *r = &run->out;
@@ -1291,7 +1700,8 @@ int alloc_replay(const alloc_config_t *cfg, const alloc_replay_opts_t *opts,
     if (opts) o = *opts;
     bool marks = false;
     for (size_t i = 0; o.markers && i < n && !marks; i++)
-        marks = ev[i].kind == ALLOC_TR_MARKER_RECORD || ev[i].kind == ALLOC_TR_MARKER_DONE;
+        marks = ev[i].kind == ALLOC_TR_MARKER_RECORD || ev[i].kind == ALLOC_TR_MARKER_DONE ||
+                ev[i].kind == ALLOC_TR_WAIT;
     o.markers = marks;
     alloc_replay_run_t *run;
     int rc = run_begin(cfg, &o, fcv, nfc, &run, err, errlen);

@@ -259,6 +259,17 @@ static void hk_free_landed(void *user, uint64_t addr, size_t size, uintptr_t str
 #endif
 }
 
+/* a fenced free landed by a synchronization of the allocator's: settled there (trace `fy`) */
+static void hk_free_synced(void *user, uint64_t addr, size_t size, uintptr_t stream,
+                           uint64_t alloc_id)
+{
+#ifdef GM_HAVE_REC
+    gm_event_raw(REC_FREE_COMPLETED | REC_F_LANDED_SYNCED, (int)(intptr_t)user, stream, addr, size, 0, alloc_id);
+#else
+    (void)user, (void)addr, (void)size, (void)stream, (void)alloc_id;
+#endif
+}
+
 /* a release's marker recorded on stream or found complete, a synchronization of the allocator's,
  * a stream it forgot: for the replay (trace `mr` / `md` / `sy` / `sr` / `sf`); size holds the step
  * within the allocation */
@@ -270,9 +281,23 @@ static void hk_marker(void *user, unsigned what, uintptr_t stream, unsigned step
                     : what == ALLOC_MARKER_SYNC          ? REC_ALLOC_SYNC
                     : what == ALLOC_MARKER_RESTART       ? REC_ALLOC_SYNC | REC_F_SYNC_RESTART
                                                          : REC_STREAM_FORGET;
-    gm_event_raw(kind, (int)(intptr_t)user, stream, 0, step, 0, 0);
+    /* a synchronization's wait number (on_wait's) is in addr: stream stays the device's 0 */
+    bool sync = what == ALLOC_MARKER_SYNC || what == ALLOC_MARKER_RESTART;
+    gm_event_raw(kind, (int)(intptr_t)user, sync ? 0 : stream, sync ? stream : 0, step, 0, 0);
 #else
     (void)user, (void)what, (void)stream, (void)step;
+#endif
+}
+
+/* a synchronization of the allocator's is about to drop its lock and wait (kind 43, the trace's
+ * `sw`): written under the lock, so that the events other threads make during the wait come after
+ * it, and the replay lands at the wait's `sy` only what was freed before it began */
+static void hk_wait(void *user, uint64_t wait, size_t size, uintptr_t stream, unsigned step)
+{
+#ifdef GM_HAVE_REC
+    gm_event_raw(REC_ALLOC_WAIT, (int)(intptr_t)user, stream, wait, step, size, 0);
+#else
+    (void)user, (void)wait, (void)size, (void)stream, (void)step;
 #endif
 }
 
@@ -461,7 +486,7 @@ static alloc_t *dev_get(CUdevice dev)
             be.mem_info = be_mem_info;
         if (alloc_create(&be, &gm_alloc_config, &a) == ALLOC_OK) {
             alloc_hooks_t hk = {(void *)(intptr_t)dev, hk_map, hk_unmap, NULL, hk_free_landed,
-                                hk_streams_change, hk_marker, hk_oom};
+                                hk_streams_change, hk_marker, hk_oom, hk_wait, hk_free_synced};
             alloc_set_hooks(a, &hk);
             alloc_config_t cfg;
             alloc_get_config(a, &cfg);
@@ -797,15 +822,33 @@ int gm_heap_memory_fraction(int dev, double fraction)
 
 /* gpumem_record_stream: the block holding ptr is used on stream too; its free waits for that
  * stream's work. The device, or -1 when no allocator owns a live block at ptr. */
+struct heap_rs_note {
+    int dev;
+    uintptr_t key;
+    CUdeviceptr ptr;
+};
+/* Under the allocator's lock: the record_stream's event among the other threads' allocations
+ * and frees where the allocator took it (after the call, another thread's free of the block
+ * could come first, and the replay dropped the use) */
+static void heap_rs_recorded(void *arg)
+{
+    const struct heap_rs_note *n = arg;
+    gm_event(GM_EV_RECORD_STREAM, n->dev, (CUstream)n->key, n->ptr, 0, 0);
+}
+
 int gm_heap_record_stream(CUdeviceptr ptr, CUstream stream)
 {
     uintptr_t key = gm_stream_key(stream);
-    for (int i = 0; i < GM_MAX_DEVICES; i++) {
+    int held = gm_rec_stack_hold(); /* the stack is walked before the lock, not under it */
+    int dev = -1;
+    for (int i = 0; i < GM_MAX_DEVICES && dev < 0; i++) {
         alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
-        if (a && alloc_record_stream(a, ptr, key) == ALLOC_OK)
-            return i;
+        struct heap_rs_note note = {i, key, ptr};
+        if (a && alloc_record_stream_notify(a, ptr, key, heap_rs_recorded, &note) == ALLOC_OK)
+            dev = i;
     }
-    return -1;
+    gm_rec_stack_release(held);
+    return dev;
 }
 
 void gm_heap_use_streams(int dev, CUstream s, const uint64_t *words, size_t n)

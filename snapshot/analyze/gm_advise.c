@@ -176,7 +176,13 @@ int adv_add_limit(adv_model *m, uint64_t t, uint64_t cap, uint64_t millionths, s
 
 int adv_add_marker(adv_model *m, uint64_t t, uint32_t stream, int what, uint32_t at, size_t *evcap)
 {
-    uint32_t a = new_alloc(m, 0, stream, 0, 0, (uint32_t)m->nallocs);
+    return adv_add_marker_sized(m, t, stream, what, at, 0, evcap);
+}
+
+int adv_add_marker_sized(adv_model *m, uint64_t t, uint32_t stream, int what, uint32_t at, uint64_t size,
+                         size_t *evcap)
+{
+    uint32_t a = new_alloc(m, size, stream, 0, 0, (uint32_t)m->nallocs);
     if (a == UINT32_MAX || gm_grow_fast((void **)&m->evs, evcap, m->nevs + 1, sizeof *m->evs)) return -1;
     m->evs[m->nevs++] =
         (adv_ev){.a = a, .kind = ADV_EV_MARKER, .pad = (uint16_t)what, .stream = at, .step = -1, .t = t};
@@ -1247,7 +1253,7 @@ static int fc_index(fc_reader *r) {
     return 0;
 }
 
-static int fc_add(fc_reader *r, uint64_t a, uint64_t t) {
+static int fc_add(fc_reader *r, uint64_t a, uint64_t t, int synced) {
     if (r->nfc == r->cap) {
         size_t nc = r->cap ? 2 * r->cap : 64;
         adv_ev *n = realloc(r->fc, nc * sizeof *n);
@@ -1255,7 +1261,8 @@ static int fc_add(fc_reader *r, uint64_t a, uint64_t t) {
         r->fc = n, r->cap = nc;
     }
     /* a beyond the model's allocations is dropped at the merge */
-    r->fc[r->nfc++] = (adv_ev){.a = (uint32_t)a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = t};
+    /* stream: landed by a synchronization (REC_F_LANDED_SYNCED) */
+    r->fc[r->nfc++] = (adv_ev){.a = (uint32_t)a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = t, .stream = (uint32_t)synced};
     return 0;
 }
 
@@ -1288,7 +1295,7 @@ static int fc_rows(void *ctx, const gm_event_row *rows, size_t n) {
         }
         if (fc_index(r) != 0) return -1;
         const uint64_t *a = u64map_get(&r->idx, key);
-        if (a && fc_add(r, *a, (uint64_t)e->t) != 0) return -1;
+        if (a && fc_add(r, *a, (uint64_t)e->t, ((uint64_t)e->flags & REC_F_LANDED_SYNCED) != 0) != 0) return -1;
     }
     return 0;
 }
@@ -1296,14 +1303,20 @@ static int fc_rows(void *ctx, const gm_event_row *rows, size_t n) {
 /* After the pass: frees still waiting when the recording stopped (held to the end), then each
  * landing written on its free (adv_ev.pad): the model's events between them, counted forward
  * from the free to the first event recorded after the landing. 0, or -1 out of memory. */
-static int fc_finish(fc_reader *r, adv_model *m) {
+static int cmp_u32(const void *x, const void *y)
+{
+    uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+    return (a > b) - (a < b);
+}
+
+static int fc_finish(fc_reader *r, adv_model *m, int markers) {
     if (!r->any) return 0;
     if (r->bad_key) return -1; /* the map refuses that key (as it did when it held them all) */
     if (r->pend.count && fc_index(r) != 0) return -1;
     for (uint64_t i = 0; r->pend.keys && i <= r->pend.mask; i++) {
         if (r->pend.keys[i] == U64MAP_EMPTY) continue;
         const uint64_t *a = u64map_get(&r->idx, r->pend.keys[i]);
-        if (a && fc_add(r, *a, UINT64_MAX) != 0) return -1;
+        if (a && fc_add(r, *a, UINT64_MAX, 0) != 0) return -1;
     }
     if (!r->nfc) return 0;
     /* each allocation's free: the last one of its index (an index is one allocation); and the
@@ -1332,9 +1345,33 @@ static int fc_finish(fc_reader *r, adv_model *m) {
         while (k < m->nevs && m->evs[k].t <= f->t && k - at - 1 < ADV_FC_END - 2)
             k++;
         m->evs[at].pad = (uint16_t)(k - at); /* k - at - 1 events between, + 1 */
+        if (markers && f->stream) { /* the recorded configuration's replay lands it settled */
+            uint32_t *nv = realloc(m->fy_frees, (m->nfy_frees + 1) * sizeof *nv);
+            if (!nv) {
+                free(free_at), free(of_rank);
+                return -1;
+            }
+            m->fy_frees = nv;
+            m->fy_frees[m->nfy_frees++] = (uint32_t)at;
+        }
     }
     free(free_at), free(of_rank);
+    if (m->nfy_frees > 1) qsort(m->fy_frees, m->nfy_frees, sizeof *m->fy_frees, cmp_u32);
     return 0;
+}
+
+/* Whether the free at event index i landed by a synchronization (adv_model.fy_frees) */
+static int fy_free(const adv_model *m, size_t i)
+{
+    size_t lo = 0, hi = m->nfy_frees;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->fy_frees[mid] < i)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < m->nfy_frees && m->fy_frees[lo] == i;
 }
 
 /* The events' read of adv_model_load_as, one row at a time (through SQLite or from the table's
@@ -1511,7 +1548,8 @@ int adv_add_pool_release(adv_model *m, int kind, uint64_t alloc_id, uint32_t str
 enum { OWN_NONE = 0, OWN_POOL_END, OWN_EMPTY_CACHE, OWN_FRACTION, OWN_MARKER };
 static inline int own_event_kept(int64_t kind, uint64_t flags)
 {
-    if (kind == REC_MARKER_RECORD || kind == REC_MARKER_DONE || kind == REC_ALLOC_SYNC || kind == REC_STREAM_FORGET)
+    if (kind == REC_MARKER_RECORD || kind == REC_MARKER_DONE || kind == REC_ALLOC_SYNC || kind == REC_STREAM_FORGET ||
+        kind == REC_ALLOC_WAIT)
         return OWN_MARKER;
     if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) return flags & REC_F_PRIVATE_POOL ? OWN_POOL_END : OWN_NONE;
     if (!(flags & REC_F_FRAMEWORK)) return OWN_NONE;
@@ -1540,6 +1578,17 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
              * the program destroyed is every replay's, advise's too: its allocator forgets it
              * there (the trace's `sf`), as the run's did */
             if (!L->markers && kind != REC_STREAM_FORGET) return 0;
+            /* a wait's start (its number, the allocation's request) and end (its number, in the
+             * marker's 0-byte allocation's size): the trace's `sw` and `sy <step> <wait>` */
+            if (kind == REC_ALLOC_WAIT)
+                return load_added(L, adv_add_marker_sized(m, t, stream, ADV_MK_WAIT, (uint32_t)addr, requested, &L->evcap),
+                                  had_evs, had_allocs, seq);
+            if (kind == REC_ALLOC_SYNC && addr)
+                return load_added(L,
+                                  adv_add_marker_sized(m, t, stream,
+                                                       flags & REC_F_SYNC_RESTART ? ADV_MK_RESTART : ADV_MK_SYNC,
+                                                       (uint32_t)size, addr, &L->evcap),
+                                  had_evs, had_allocs, seq);
             return load_added(L,
                               adv_add_marker(m, t, stream,
                                              kind == REC_MARKER_RECORD   ? ADV_MK_RECORD
@@ -1840,7 +1889,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     uint64_t *births = L.births, *evseq = L.evseq;
     size_t *nstreams = L.nstreams, ni = L.ni;
     int nomem = L.nomem;
-    if (!nomem && fc_finish(&L.fc, m) != 0) nomem = 1;
+    if (!nomem && fc_finish(&L.fc, m, L.markers) != 0) nomem = 1;
     fc_reader_free(&L.fc);
     /* the history's freed blocks and the pools' names: the pass's alone (m keeps m->pools) */
     u64map_free(&L.torch_freed);
@@ -2040,6 +2089,8 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
 
 void adv_model_free(adv_model *m)
 {
+    free(m->fy_frees);
+    m->fy_frees = NULL, m->nfy_frees = 0;
     if (!(m->borrows & ADV_BORROWS_STRS)) {
         for (size_t i = 0; i < m->nstrs; i++)
             free(m->strs[i]);
@@ -2084,6 +2135,7 @@ int adv_model_copy(const adv_model *src, adv_model *dst)
 {
     *dst = *src;
     dst->borrows = 0;
+    dst->fy_frees = NULL, dst->nfy_frees = 0; /* the loaded model's event indices only */
     dst->allocs = dup_mem(src->allocs, src->nallocs * sizeof *src->allocs);
     dst->allocs_cap = src->nallocs;
     dst->evs = dup_mem(src->evs, src->nevs * sizeof *src->evs);
@@ -2127,6 +2179,7 @@ void adv_model_view(const adv_model *src, adv_model *dst)
     *dst = *src;
     if (!dst->rec_allocs) dst->rec_allocs = src->allocs;
     dst->borrows = ADV_BORROWS_EVS | ADV_BORROWS_ALLOCS | ADV_BORROWS_STRS | ADV_BORROWS_TIMES;
+    dst->fy_frees = NULL, dst->nfy_frees = 0; /* a rewrite moves the events they index */
     dst->owns_uses = 0; /* the uses stay the original's */
     dst->owns_tops = 0; /* so does the op log */
     dst->owns_pools = 0; /* and the private pools */
@@ -2348,16 +2401,21 @@ static void trace_event(const adv_model *m, const adv_ev *e, alloc_trace_event_t
                                                   : e->pad == ADV_MK_DONE    ? ALLOC_TR_MARKER_DONE
                                                   : e->pad == ADV_MK_SYNC    ? ALLOC_TR_SYNC
                                                   : e->pad == ADV_MK_RESTART ? ALLOC_TR_SYNC_RESTART
+                                                  : e->pad == ADV_MK_WAIT    ? ALLOC_TR_WAIT
                                                                              : ALLOC_TR_STREAM_FORGET)
                                               : ALLOC_TR_FREE_ASYNC;
     if (t->kind == ALLOC_TR_FREE && (e->stream & ADV_FREE_SYNCED)) t->kind = ALLOC_TR_FREE_SYNCED;
     t->size = e->kind == ADV_EV_ALLOC    ? a->size
+              : e->kind == ADV_EV_FREE_DONE ? e->stream /* 1: `fy`, landed by a synchronization */
               : e->kind == ADV_EV_LIMIT  ? adv_ev_limit(e)
               : e->kind == ADV_EV_MARKER ? e->stream /* its step */
                                          : 0;
     t->stream = e->kind == ADV_EV_ALLOC || e->kind == ADV_EV_MARKER ? a->stream
                 : e->kind == ADV_EV_FREE_ASYNC                          ? e->stream
                                                                         : 0;
+    /* a wait's start: its number and the allocation's request; its end: its number */
+    if (e->kind == ADV_EV_MARKER && e->pad == ADV_MK_WAIT) t->id = e->stream, t->size = a->size;
+    if (e->kind == ADV_EV_MARKER && (e->pad == ADV_MK_SYNC || e->pad == ADV_MK_RESTART)) t->id = a->size;
     /* in a private pool: the pool's key, one per (pool, stream) as PyTorch keys a pool's
      * blocks by stream too; above every stream id (those are 32-bit) */
     uint32_t pool = (e->kind == ADV_EV_ALLOC || e->kind == ADV_EV_POOL_RELEASE) && a->orig < m->npools
@@ -2376,19 +2434,20 @@ static void trace_event(const adv_model *m, const adv_ev *e, alloc_trace_event_t
 typedef struct fc_due {
     uint64_t due;
     uint32_t a;
+    uint32_t synced; /* the free's landing was the allocator's synchronization's (`fy`) */
 } fc_due;
 typedef struct fc_heap {
     fc_due *v;
     size_t n, cap;
 } fc_heap;
 
-static int fc_push(fc_heap *h, uint64_t due, uint32_t a)
+static int fc_push(fc_heap *h, uint64_t due, uint32_t a, uint32_t synced)
 {
     if (gm_grow_fast((void **)&h->v, &h->cap, h->n + 1, sizeof *h->v)) return -1;
     size_t i = h->n++;
     for (; i && h->v[(i - 1) / 2].due > due; i = (i - 1) / 2)
         h->v[i] = h->v[(i - 1) / 2];
-    h->v[i] = (fc_due){due, a};
+    h->v[i] = (fc_due){due, a, synced};
     return 0;
 }
 
@@ -2422,14 +2481,16 @@ static int trace_walk(const adv_model *m, void (*emit)(void *ctx, const adv_ev *
         while (h.n && (i == m->nevs || h.v[0].due <= i)) {
             fc_due d = fc_pop(&h);
             /* its time: the event it follows (what is put in by time later goes after it) */
-            adv_ev done = {.a = d.a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = i ? m->evs[i - 1].t : 0};
+            adv_ev done = {.a = d.a, .kind = ADV_EV_FREE_DONE, .step = -1, .t = i ? m->evs[i - 1].t : 0,
+                           .stream = d.synced};
             emit(ctx, &done, SIZE_MAX);
         }
         if (i == m->nevs) break;
         const adv_ev *e = &m->evs[i];
         emit(ctx, e, i);
         if (has_landing(e) &&
-            fc_push(&h, e->pad == ADV_FC_END ? UINT64_MAX : (uint64_t)i + e->pad, e->a) != 0) {
+            fc_push(&h, e->pad == ADV_FC_END ? UINT64_MAX : (uint64_t)i + e->pad, e->a,
+                    m->nfy_frees && fy_free(m, i)) != 0) {
             free(h.v);
             return -1;
         }

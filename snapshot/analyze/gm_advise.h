@@ -48,7 +48,11 @@ enum { ADV_EV_MARKER = 7 };
 /* ADV_MK_FORGET: the program destroyed the marker's stream, which held memory, and gpumem's
  * allocator forgot it (kind 42): the trace's `sf <stream>`, which every replay takes (advise's
  * model loads it without ADV_LOAD_MARKERS) */
-enum { ADV_MK_RECORD = 0, ADV_MK_DONE = 1, ADV_MK_SYNC = 2, ADV_MK_RESTART = 3, ADV_MK_FORGET = 4 };
+/* ADV_MK_WAIT: a synchronization of gpumem's allocator dropped its lock to wait (kind 43): the
+ * trace's `sw`; stream holds the wait's number, the marker's allocation the request in progress
+ * (its size and stream; 0 bytes outside an allocation). An ADV_MK_SYNC / ADV_MK_RESTART that
+ * ended such a wait has the wait's number as its allocation's size (0: none, older files). */
+enum { ADV_MK_RECORD = 0, ADV_MK_DONE = 1, ADV_MK_SYNC = 2, ADV_MK_RESTART = 3, ADV_MK_FORGET = 4, ADV_MK_WAIT = 5 };
 /* On an ADV_EV_FREE's stream: a cudaFree after free_sync's synchronization of the device (kind 2
  * flagged REC_F_FREE_SYNCED), settled at once: the trace's `fs`. Database stream ids are small. */
 #define ADV_FREE_SYNCED 0x80000000u
@@ -261,6 +265,10 @@ typedef struct adv_model {
     /* ADV_BORROWS_*: the arrays that are another model's (adv_model_view), not this one's to
      * write or free; 0 for a loaded model or a deep copy */
     unsigned borrows;
+    /* ADV_LOAD_MARKERS only: the indices (in evs, rising) of the frees whose landing the
+     * allocator's synchronization made (kind 29 flagged 256): the trace's `fy`, settled there */
+    uint32_t *fy_frees;
+    size_t nfy_frees;
 } adv_model;
 enum { ADV_HOOKED_UNKNOWN = 0, ADV_HOOKED_NONE = 1, ADV_HOOKED_SOME = 2 };
 enum {
@@ -411,6 +419,9 @@ int adv_add_limit(adv_model *m, uint64_t t, uint64_t cap, uint64_t millionths, s
 /* ADV_EV_MARKER at time t on stream (done: found complete) appended as adv_append_release appends
  * its event. 1 added, -1 out of memory. */
 int adv_add_marker(adv_model *m, uint64_t t, uint32_t stream, int what, uint32_t at, size_t *evcap);
+/* The same with a size on the marker's allocation (ADV_MK_WAIT's request, a wait's number) */
+int adv_add_marker_sized(adv_model *m, uint64_t t, uint32_t stream, int what, uint32_t at, uint64_t size,
+                         size_t *evcap);
 uint32_t adv_intern(adv_model *m, const char *s);
 uint32_t adv_new_alloc(adv_model *m, uint64_t size, uint32_t stream, uint32_t cls, uint32_t name, uint32_t orig);
 

@@ -43,7 +43,9 @@
  * recorded configuration unmaps only what they settled, as the run did (alloc/README.md,
  * "Releasing without synchronizing"). A stream the program destroyed holding memory, which the
  * allocator forgot (kind 42: it synchronized and released the forgotten pools then), is
- * "sf <stream>".
+ * "sf <stream>". A synchronization of the allocator's that dropped its lock to wait (kind 43,
+ * then its 41 with the same number in addr) is "sw <wait> [<requested> <stream>]" where the wait
+ * began and "sy <step> <wait>" / "sr <wait>" where it ended.
  * Older recordings have none.
  *
  * Like the reports, this is one sequential pass over `events` with a hash map of live
@@ -116,7 +118,7 @@ int gm_export_trace(gm_db *d, FILE *out) {
     /* the recording's allocator served the libraries' allocations too (replace is the default) */
     const char *other_word = !mode[0] || !strcmp(mode, "replace") ? "ag" : "ax";
     if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, addr, requested, stream, flags, device, alloc_id, size FROM events "
-                                  "WHERE kind IN (1, 2, 3, 4, 13, 15, 19, 21, 29, 39, 40, 41, 42) OR (kind IN (36, 37) AND (flags & 4096) != 0) "
+                                  "WHERE kind IN (1, 2, 3, 4, 13, 15, 19, 21, 29, 39, 40, 41, 42, 43) OR (kind IN (36, 37) AND (flags & 4096) != 0) "
                                   "ORDER BY seq", -1, &s, NULL) != SQLITE_OK) {
         fprintf(stderr, "gpumem: %s: cannot read events: %s\n", d->path, sqlite3_errmsg(d->db));
         return GM_EXIT_BADDB;
@@ -202,13 +204,21 @@ int gm_export_trace(gm_db *d, FILE *out) {
         } else if (kind == REC_MARKER_RECORD || kind == REC_MARKER_DONE || kind == REC_ALLOC_SYNC) {
             int64_t step = (int64_t)sqlite3_column_int64(s, 8);
             if (kind == REC_ALLOC_SYNC && (sqlite3_column_int64(s, 5) & REC_F_SYNC_RESTART))
-                fprintf(out, "sr\n");
+                fprintf(out, addr ? "sr %" PRIu64 "\n" : "sr\n", addr); /* addr: its wait (kind 43) */
+            else if (kind == REC_ALLOC_SYNC && addr)
+                fprintf(out, "sy %" PRId64 " %" PRIu64 "\n", step, addr);
             else if (kind == REC_ALLOC_SYNC)
                 fprintf(out, step ? "sy %" PRId64 "\n" : "sy\n", step);
             else if (step)
                 fprintf(out, "%s %" PRId64 " %" PRId64 "\n", kind == REC_MARKER_RECORD ? "mr" : "md", stream, step);
             else
                 fprintf(out, "%s %" PRId64 "\n", kind == REC_MARKER_RECORD ? "mr" : "md", stream);
+        } else if (kind == REC_ALLOC_WAIT) { /* a synchronization's wait begins */
+            int64_t req = (int64_t)sqlite3_column_int64(s, 3);
+            if (req)
+                fprintf(out, "sw %" PRIu64 " %" PRId64 " %" PRId64 "\n", addr, req, stream);
+            else
+                fprintf(out, "sw %" PRIu64 "\n", addr);
         } else if (kind == REC_STREAM_FORGET) { /* the program destroyed the stream */
             fprintf(out, "sf %" PRId64 "\n", stream);
         } else if (kind == REC_FREE_COMPLETED) {
@@ -223,7 +233,8 @@ int gm_export_trace(gm_db *d, FILE *out) {
             }
             u64map_del(&pend_key, addr, NULL);
             if (!u64map_del(&pend, addr, &birth)) continue;
-            fprintf(out, "fc %" PRIu64 "\n", birth);
+            /* landed by the allocator's synchronization: settled there (REC_F_LANDED_SYNCED) */
+            fprintf(out, "%s %" PRIu64 "\n", sqlite3_column_int64(s, 5) & REC_F_LANDED_SYNCED ? "fy" : "fc", birth);
         } else {
             uint64_t birth;
             if (!u64map_del(&live, addr, &birth)) continue;

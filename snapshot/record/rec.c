@@ -1083,7 +1083,8 @@ void rec_event(unsigned kind, int device, uint64_t stream, uint64_t addr, uint64
      * 40), synchronizations (41) and forgotten streams (42) come after them */
     if (k == 0 ||
         (k >= REC_KIND_MAX_ && k != REC_TORCH_EMPTY_CACHE && k != REC_TORCH_MEMORY_FRACTION &&
-         k != REC_MARKER_RECORD && k != REC_MARKER_DONE && k != REC_ALLOC_SYNC && k != REC_STREAM_FORGET) ||
+         k != REC_MARKER_RECORD && k != REC_MARKER_DONE && k != REC_ALLOC_SYNC && k != REC_STREAM_FORGET &&
+         k != REC_ALLOC_WAIT) ||
         k == REC_LAUNCH)
         return;
     emit(my_tls(), kind & (0xffu | REC_F_FLAGS_MASK), device, stream, addr, size, requested,

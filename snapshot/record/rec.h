@@ -142,13 +142,23 @@ enum rec_marker_kind {
      * (alloc_forget_stream): device and stream. It synchronized (the 41 before it) and released
      * what the forgotten streams' pools held. The trace's `sf <stream>`: every replay forgets
      * the stream there. */
-    REC_STREAM_FORGET = 42
+    REC_STREAM_FORGET = 42,
+    /* 43: gpumem's allocator is about to drop its lock and wait for the device (alloc.h,
+     * on_wait; the trace's `sw`): addr the wait's number, which its 41 carries in addr when the
+     * wait is over; requested and stream the allocation's in progress (0: none), size its step.
+     * Written under the lock: the events between a 43 and its 41 are other threads' made during
+     * the wait, which the synchronization did not land. Recordings before it have 41 with addr 0
+     * (the replay settles at the 41 every free before it, as it did). */
+    REC_ALLOC_WAIT = 43
 };
 /* REC_ALLOC_SYNC only: the allocation in progress started over on the frees it landed */
 #define REC_F_SYNC_RESTART 0x100u
 /* REC_FREE only: a cudaFree after free_sync's synchronization of the block's device: the
  * allocator settled the block at once (the trace's `fs`) */
 #define REC_F_FREE_SYNCED 0x100u
+/* REC_FREE_COMPLETED only: landed by the allocator's synchronization (alloc.h, on_free_synced):
+ * settled there, the trace's `fy` */
+#define REC_F_LANDED_SYNCED 0x100u
 static inline int rec_is_synced_free(unsigned kind, unsigned flags) {
     return kind == REC_FREE && (flags & REC_F_FREE_SYNCED) != 0;
 }

@@ -283,3 +283,13 @@ INSERT INTO kinds VALUES (41,'alloc_sync');
 -- it) and released the free pages of the forgotten streams' pools there and then. `gpumem export
 -- --format trace` writes it as "sf <stream>".
 INSERT INTO kinds VALUES (42,'stream_forget');
+-- Event kind 43 (added within 1.3; older files have none): gpumem's allocator is about to drop its
+-- lock and wait for the device (addr: the wait's number; requested, stream: the allocation in
+-- progress, 0 outside one; size: its step). Written under the lock: events after it and before
+-- the 41 whose addr is the same number were made by other threads during the wait, and that
+-- synchronization landed only what was fenced and freed before the 43. `gpumem export --format
+-- trace` writes it as "sw <wait> [<requested> <stream>]", and the 41 then as
+-- "sy <step> <wait>" / "sr <wait>". A 41 with addr 0 (older files) settles every free before it.
+-- A free_completed (29) flagged 256 was landed by such a synchronization (settled there): the
+-- trace's "fy <id>" where "fc <id>" is one whose stream events completed.
+INSERT INTO kinds VALUES (43,'alloc_wait');

@@ -24,14 +24,24 @@
 #             no other thread's allocator event between an OOM (13) and the synchronization its
 #             allocation made last (41 with a step: after it the allocator holds its lock until it
 #             fails). Before, the OOM's event was written after the unlock (on_oom): 1-38 other
-#             threads' events in 7 of 9 recordings (REPEAT=3).
+#             threads' events in 7 of 9 recordings (REPEAT=3). And gpumem-replay --markers
+#             --continue-after-oom of the exported trace finds the run's OOM count, peak reserved,
+#             cache hits and misses (allocations flagged 256 / 512; an OOM is a miss): a
+#             synchronization that drops the allocator's lock is recorded where its wait began
+#             (kind 43, `sw`) and where it ended (41, `sy <step> <wait>` / `sr <wait>`), the frees
+#             it landed as such (29 flagged 256, `fy`), and the replay runs the waiting allocation
+#             in two parts around the other threads' events (alloc/README.md). Before, the replay
+#             made it whole at its line and its synchronization settled the frees other threads
+#             made during the wait: OOMs 547 for the run's 293 (plain), 705 for 174 (async), 534
+#             for 235 (delayed); and an allocation that waited was flagged a cache hit when
+#             another thread hit during its wait.
 #   fraction  stress_app fraction (thread 0 sets the memory fraction, 0.2% / 0.12% of the device,
 #             up to 20,000 times while 7 threads allocate), GPUMEM_TEST_FREE_YIELD=1 (the setter
 #             yields right after the allocator took the fraction): every OOM's limit is the cap of
 #             the last memory fraction event (37) before it, and no segment map makes reserved
 #             exceed that cap. Before, the fraction's event was written after the unlock: 2-72
 #             maps over the recorded cap (and 0-13 OOMs under another limit) in 6 of 9 recordings.
-# What stays approximate in those replays (a synchronization that drops the lock): alloc/README.md.
+# What stays approximate in those replays: alloc/README.md.
 set -euo pipefail
 BUILD=${BUILD:-build}
 GM=$BUILD/gpumem REPLAY=$BUILD/alloc/gpumem-replay APPS=$BUILD/tests/apps
@@ -107,6 +117,11 @@ oom_interleaved() {
     WHERE o.kind = 13 AND NOT EXISTS (SELECT 1 FROM events y WHERE y.thread = o.thread
       AND y.kind IN (1, 2, 3, 4) AND y.seq > s.seq AND y.seq < o.seq))"
 }
+# the recorded peak reserved: segment maps less unmaps, at their highest
+run_peak() {
+  sqlite3 "$1" "SELECT coalesce(max(r), 0) FROM (SELECT sum(CASE kind WHEN 14 THEN size ELSE -size END)
+    OVER (PARTITION BY device ORDER BY seq) AS r FROM events WHERE kind IN (14, 15) AND device >= 0)"
+}
 # segment maps that made reserved exceed the cap of the last memory fraction event before them
 map_over_fraction() {
   sqlite3 "$1" "WITH r AS (SELECT seq, kind, device, sum(CASE kind WHEN 14 THEN size ELSE -size END)
@@ -138,12 +153,18 @@ for app in oom fraction; do
         echo "$row: $n OOMs, $with after their allocation's synchronization, $between other threads' events in between"
         [[ $with -gt 0 ]] || fail "$row: no OOM after a synchronization of its allocation: nothing checked"
         [[ $between == 0 ]] || fail "$row: $between other threads' allocator events between an OOM and its allocation's synchronization (the OOM written outside the allocator's lock)"
-        # gpumem-replay --continue-after-oom replays the whole trace past its OOMs and counts them
-        # (how many differs from the run's: a synchronization that drops the lock, alloc/README.md)
+        # gpumem-replay --continue-after-oom replays the whole trace past its OOMs: the run's OOMs,
+        # peak reserved, cache hits and misses (an OOM is a miss), exactly
         "$GM" export --format trace "$TMP/x.db" > "$TMP/x.trace" || fail "$row: export"
         lines=$(grep -cv '^#' "$TMP/x.trace")
+        waits=$(grep -c '^sw ' "$TMP/x.trace" || true)
         rout=$("$REPLAY" --top-down --markers --continue-after-oom --conf "$conf" "$TMP/x.trace") && fail "$row: gpumem-replay said no OOM"
-        [[ $rout =~ \ events=$lines\  && $rout =~ \ ooms=[1-9] ]] || fail "$row: gpumem-replay --continue-after-oom: want events=$lines and ooms= above 0: $rout"
+        [[ $rout =~ \ events=$lines\  ]] || fail "$row: gpumem-replay --continue-after-oom: want events=$lines: $rout"
+        read -r ro rp rh rm < <(sed -E 's/.* peak_reserved=([0-9]+) .* cache_hits=([0-9]+) cache_misses=([0-9]+) .* ooms=([0-9]+).*/\4 \1 \2 \3/' <<<"$rout")
+        read -r hits misses < <(sqlite3 "$TMP/x.db" "SELECT sum((flags & 256) != 0), sum((flags & 512) != 0) + $n FROM events WHERE kind IN (1, 3)" | tr "|" " ")
+        peak=$(run_peak "$TMP/x.db")
+        echo "$row: $waits waits; OOMs, peak reserved, hits, misses: run $n $peak $hits $misses, gpumem-replay $ro $rp $rh $rm"
+        [[ "$ro $rp $rh $rm" == "$n $peak $hits $misses" ]] || fail "$row: gpumem-replay --markers --continue-after-oom finds OOMs, peak reserved, hits and misses $ro $rp $rh $rm, the run $n $peak $hits $misses"
       else
         read -r oo off < <(oom_off_fraction "$TMP/x.db" | tr '|' ' ')
         fr=$(sqlite3 "$TMP/x.db" "SELECT count(*) FROM events WHERE kind = 37")
