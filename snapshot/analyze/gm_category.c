@@ -168,7 +168,6 @@ typedef struct ctx {
     uint32_t *late;        /* targets freed after last_birth (the teardown), in birth order */
     size_t nlate, late_cap;
     int python;         /* some allocation's stack has Python frames */
-    size_t passes;      /* inferred steps: the forward-backward passes a steady step's sizes repeat (micro_passes) */
     size_t segments;    /* PyTorch's segments among the device allocations */
     size_t host;        /* allocations not on the device (pinned host, managed memory) */
     uint64_t *launches; /* seqs of kernel launches, copies and memsets, sorted */
@@ -495,33 +494,6 @@ static size_t missed_before(const ctx *x, size_t f, size_t k)
     return n;
 }
 
-/* The forward-backward passes of a steady step (micro-batches): the sizes of the last whole one
- * after c0 (k: the loop's tokens) repeat from its start with a period Q (the smallest), m times,
- * over half the step or more (the update, after the last pass, may allocate): x->passes = m,
- * else 1. 0, or -1 (no memory). */
-static int micro_passes(ctx *x, size_t c0, size_t P, size_t k)
-{
-    x->passes = 1;
-    if (k < c0 + P || P < 4) return 0;
-    size_t b = c0 + P * ((k - c0) / P - 1);
-    uint64_t *sz = malloc(P * sizeof *sz);
-    uint32_t *z = malloc(P * sizeof *z);
-    if (!sz || !z) {
-        free(sz), free(z);
-        return -1;
-    }
-    for (size_t i = 0; i < P; i++)
-        sz[i] = x->m->allocs[tgt(x, b + i)].requested;
-    z_array(sz, P, z);
-    for (size_t q = 1; q <= P / 2; q++)
-        if (z[q] >= q && (z[q] + q) / q * q * 2 >= P) {
-            x->passes = (z[q] + q) / q;
-            break;
-        }
-    free(sz), free(z);
-    return 0;
-}
-
 /* Tokens s0 + 1 .. s0 + n (all before end) are c0 + 1 .. c0 + n. */
 static int follows(const ctx *x, size_t s0, size_t c0, size_t n, size_t end)
 {
@@ -592,7 +564,6 @@ static int steps_at(ctx *x, int kind, size_t P, size_t cover, size_t e, size_t *
     for (o = 0; o < P; o++)
         if (cost[o] <= lo_cost + tol && lg[o] > lg[off] + 0.5) off = o;
     size_t c0 = input_first(x, r0 + off, P, k);
-    if (micro_passes(x, c0, P, k)) goto out;
     /* the steps before the periodic part, from the last backwards. The first step makes what
      * later ones reuse (gradients, optimizer state, a library's workspace on its first call),
      * so its tokens are a steady step's with more among them: a step starts at the place (one
@@ -784,18 +755,60 @@ typedef struct life_ev {
     uint64_t birth;
 } life_ev;
 
+/* The first target born at or after seq (births come in order). */
+static size_t target_from(const ctx *x, uint64_t seq)
+{
+    size_t lo = 0, hi = x->nt;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (x->m->allocs[tgt(x, mid)].birth < seq) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Whether each pass of step s after its first (x->c->passes from n0 on; next: the step after's
+ * start; freed_by: the bound of its own frees) begins as the step does: its sizes, from its
+ * start, those of the step's from its start for half its allocations or more, those it frees. Micro-batches do (a pass's forward is the first's;
+ * the first one's backward may make more: with gradients set to none, the gradients, kept
+ * through the later passes); the layers of a forward whose activations are offloaded rise and
+ * fall alike, but the step begins with the embedding, not a layer. A pass is found at the first
+ * birth where little is alive, which may be the last of the pass before (set to none, the last
+ * gradient made, when the first pass's activations are freed): it begins where the step's
+ * sizes repeat longest, among its first half's births. */
+static int passes_repeat(ctx *x, const gm_cat_step *s, size_t n0, uint64_t next, uint64_t freed_by)
+{
+    gm_categories *c = x->c;
+    size_t t0 = target_from(x, s->start);
+    for (size_t i = n0 + 1; i < c->npasses; i++) {
+        size_t b = target_from(x, c->passes[i].start);
+        size_t e = i + 1 < c->npasses ? target_from(x, c->passes[i + 1].start) : target_from(x, next);
+        size_t best = 0, at = b;
+        for (size_t d = b; d < e && (d - b) * 2 < e - b; d++) {
+            size_t j = 0;
+            while (d + j < e && x->m->allocs[tgt(x, t0 + j)].requested == x->m->allocs[tgt(x, d + j)].requested)
+                j++;
+            if (j > best) best = j, at = d;
+        }
+        size_t own = 0; /* the pass's own: not what the step keeps (the first update's state) */
+        for (size_t d = b; d < e; d++)
+            own += x->m->allocs[tgt(x, d)].death && x->m->allocs[tgt(x, d)].death < freed_by;
+        if (best * 2 < own) return 0;
+        c->passes[i].start = x->m->allocs[tgt(x, at)].birth;
+    }
+    return 1;
+}
+
 /* The forward-backward passes of inferred step s (micro-batches: --accum K makes K forwards and
  * backwards before one update), from e[0, ne), the births (delta > 0) and frees of what the step
  * makes and frees, in order, the highest of whose sum is top. A pass rises to half of top or more
  * from where nearly nothing it made is alive (low): it begins at the first birth
  * at such a low after the pass before (the step's start for the first), its backward at its own
  * highest point; a rise to less (the update's buffers) is the pass before's tail. Two or more:
- * into x->c->passes, s->pass and s->npass, where as many as a steady step's sizes say
- * (x->passes: the layers of a forward whose activations are offloaded rise and fall alike, but
- * a step's sizes do not repeat from its start with them); else the step keeps its single
- * backward. 0, or -1
- * (no memory). */
-static int passes_of(ctx *x, gm_cat_step *s, const life_ev *e, size_t ne, int64_t top)
+ * into x->c->passes, s->pass and s->npass, where each pass begins as the step does
+ * (passes_repeat); else the step keeps its single backward. 0, or -1 (no memory). */
+static int passes_of(ctx *x, gm_cat_step *s, const life_ev *e, size_t ne, int64_t top, uint64_t next,
+                     uint64_t freed_by)
 {
     gm_categories *c = x->c;
     size_t n0 = c->npasses, cap = c->npasses;
@@ -827,7 +840,7 @@ static int passes_of(ctx *x, gm_cat_step *s, const life_ev *e, size_t ne, int64_
         live += e[i].delta;
         if (e[i].delta > 0 && live > hi) hi = live, hi_seq = e[i].seq;
     }
-    if (c->npasses - n0 < 2 || c->npasses - n0 != x->passes) {
+    if (c->npasses - n0 < 2 || !passes_repeat(x, s, n0, next, freed_by)) {
         c->npasses = n0;
         return 0;
     }
@@ -880,7 +893,7 @@ static long phases_from_lifetimes(ctx *x)
         s->opt = NO_SEQ;
         s->pass = s->npass = 0;
         if (pivot == NO_SEQ) continue;
-        if (passes_of(x, s, e, ne, top)) {
+        if (passes_of(x, s, e, ne, top, next, freed_by)) {
             free(e);
             return -1;
         }

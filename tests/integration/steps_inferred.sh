@@ -36,6 +36,15 @@
 #          with its input: every allocation in its category;
 #   churn1 churn_app 6 1 r (each step one buffer made and freed): 4 steps of 2 (a period held 2
 #          allocations at least, as sizes alone cannot tell 1 from 2). Now 6 steps of 1.
+# One more of 2026-12-07, against its NVTX run:
+#   gnaccum the trainer with --grad-none --accum 2: the first micro-batch's backward makes the
+#          gradients (kept through the second, freed in the update), so a step's sizes did not
+#          repeat from its start and its two passes were read as one: 520 of 948 allocations as
+#          the NVTX run (the first micro-batch's activations temporaries, its gradients
+#          activations, the optimizer state gradients; 1.02 MiB of gradients at the peak for
+#          0.51). Now each pass after the first begins as the step does (its sizes, those it
+#          frees, for half of them or more), from where the step's sizes repeat longest: every
+#          allocation as the NVTX run, and the peak's categories.
 # And what stays: frag_app's loop of one size (15 x 4 MiB, then an 8 MiB request) has no steps;
 # cat_app without an evaluation keeps its steps.
 # Table: NAME#COMMAND#jq filter over `report --json`#want (@NAME: what the filter gives on row NAME). A row whose NAME starts with "cat"
@@ -68,6 +77,9 @@ accum4#$TRAIN $tiny -T 64 --steps 5 --accum 4#$over#@accum4-nvtx
 gpt2accum-nvtx#$TRAIN --model gpt2 -B 8 -T 1024 --dry-run --steps 4 --accum 2#.categories.steps#4
 gpt2accum#$TRAIN --model gpt2 -B 8 -T 1024 --dry-run --steps 4 --accum 2#$steps#inference inference 4 576 true
 gpt2accum#$TRAIN --model gpt2 -B 8 -T 1024 --dry-run --steps 4 --accum 2#$over#@gpt2accum-nvtx
+gnaccum-nvtx#$TRAIN $tiny -T 64 --steps 6 --grad-none --accum 2#.categories.steps#6
+gnaccum#$TRAIN $tiny -T 64 --steps 6 --grad-none --accum 2#$steps#inference inference 6 144 true
+gnaccum#$TRAIN $tiny -T 64 --steps 6 --grad-none --accum 2#.categories_at_peak | tojson#@gnaccum-nvtx
 jitter-nvtx#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#.categories.steps#7
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$steps#inference inference 7 58 true
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$over#@jitter-nvtx
@@ -104,7 +116,7 @@ while IFS='#' read -r name cmd filter want; do
 done <<< "$table"
 # every allocation where the same run's NVTX ranges put it: each micro-batch of an --accum 2 step
 # has its forward and backward (read as one, the second's activations were temporaries)
-for name in accum accum4 gpt2accum jitter churn1; do
+for name in accum accum4 gpt2accum gnaccum jitter churn1; do
   if r=$(python3 "$lib" same "$TMP/$name-nvtx.dump" "$TMP/$name.dump"); then echo "ok: $name: $r"
   else echo "FAIL: $name: $(paste -sd' ' <<< "$r")"; bad=1; fi
 done
