@@ -33,7 +33,9 @@
  *        adds its first gradient tensor on top of them before it frees any (the gradient of the
  *        logits on top of the logits), or, in a Python program, earlier where an allocation's
  *        stack says so (PyTorch's autograd engine allocates on its own thread, without Python
- *        frames; the loss's gradient is made inside `backward`) — and ends with the last free of
+ *        frames; the loss's gradient is made inside `backward`), or before a gradient made
+ *        before that point (a backward that makes the layers' insides again, --recompute, is
+ *        highest there: backward_before_grads) — and ends with the last free of
  *        an allocation made before that point; the update begins at the first kernel launch or
  *        allocation after that; a step whose own allocations fall to nearly nothing and rise
  *        again is several such passes (micro-batches), each with its forward and backward, the
@@ -848,6 +850,81 @@ static int passes_of(ctx *x, gm_cat_step *s, const life_ev *e, size_t ne, int64_
     return 0;
 }
 
+/* Whether a target of `requested` bytes has a parameter's size: that of one made before the
+ * first step and never freed (or only in the teardown, after the last birth). */
+static int param_sized(const ctx *x, uint64_t requested)
+{
+    const gm_model *m = x->m;
+    for (size_t i = 0; i < x->nt && m->allocs[tgt(x, i)].birth < x->c->steps[0].start; i++) {
+        const gm_alloc *a = &m->allocs[tgt(x, i)];
+        if (a->requested == requested && (!a->death || a->death > x->last_birth)) return 1;
+    }
+    return 0;
+}
+
+/* The backward of an inferred step of one pass where its highest point is not its start: where
+ * the backward makes its activations again (--recompute) or brings them back (--offload
+ * activations), the step's own allocations are highest in the backward, and what the forward
+ * left for it (the logits) read as the forward's temporaries, what the backward made again as
+ * activations. A backward makes gradients: a parameter's size, made on top of what the step
+ * holds (something made after its first free: the forward's, not the batch's) and outliving all
+ * of it (kept, or, set to none, freed in the update). Where a step makes
+ * one before its highest point, its backward begins at the highest point of the last rise
+ * before that gradient (the first gradient tensor on top of every activation: after the least
+ * alive that follows the highest point before it), and *nfwd is the number of the step's own
+ * births up to there; a step that shows no such gradient (kept, they are made in the first
+ * step only) begins its backward at its own nfwd-th birth where that comes before its highest
+ * point (steps alike: so are their forwards). k0: the step's first target; freed_by: the bound
+ * of its own frees; e[0, ne): its own births and frees (phases_from_lifetimes). The pivot to
+ * take. */
+static uint64_t backward_before_grads(const ctx *x, size_t k0, uint64_t freed_by, const life_ev *e, size_t ne,
+                                      uint64_t pivot, size_t *nfwd)
+{
+    const gm_model *m = x->m;
+    /* the latest free of the step's own made so far, of those made after its first free (the
+     * forward's: not the batch, made before any), and its first free */
+    uint64_t grad = NO_SEQ, last = 0, last_fwd = 0, first = NO_SEQ;
+    for (size_t q = k0; q < x->nt && m->allocs[tgt(x, q)].birth < pivot; q++) {
+        const gm_alloc *a = &m->allocs[tgt(x, q)];
+        int own = a->death && a->death < freed_by;
+        if (last_fwd > a->birth && (!own || a->death > last) && param_sized(x, a->requested)) {
+            grad = a->birth;
+            break;
+        }
+        if (!own) continue;
+        if (a->death > last) last = a->death;
+        if (first < a->birth && a->death > last_fwd) last_fwd = a->death;
+        if (a->death < first) first = a->death;
+    }
+    if (grad == NO_SEQ) {
+        for (size_t i = 0, n = 0; *nfwd && i < ne && e[i].seq < pivot; i++)
+            if (e[i].delta > 0 && ++n == *nfwd) return e[i].seq;
+        return pivot;
+    }
+    /* the highest point before it, the least after that, then the highest after that: a forward
+     * whose layers make their insides again in the backward makes and frees them in the forward
+     * too, higher than the logits on top of what it keeps */
+    int64_t live = 0, top = -1, low = -1, top2 = -1;
+    uint64_t at = NO_SEQ;
+    size_t n = 0, nat = 0, ng = 0, ilow = 0;
+    while (ng < ne && e[ng].seq < grad)
+        ng++;
+    for (size_t i = 0; i < ng; i++) {
+        live += e[i].delta;
+        if (e[i].delta > 0 && live >= top) top = live, low = live, ilow = i; /* the last of alike layers */
+        if (live < low) low = live, ilow = i;
+    }
+    live = 0;
+    for (size_t i = 0; i < ng; i++) {
+        live += e[i].delta;
+        n += e[i].delta > 0;
+        if (i > ilow && e[i].delta > 0 && live > top2) top2 = live, at = e[i].seq, nat = n;
+    }
+    if (at == NO_SEQ) return pivot;
+    *nfwd = nat;
+    return at;
+}
+
 /* Forward, backward and update of each step from its own allocations (inference). The number
  * of steps that show a forward and a backward, or -1 (no memory): something made before the
  * step's highest point is freed after it, and something is made between the two (the backward
@@ -860,6 +937,7 @@ static long phases_from_lifetimes(ctx *x)
     life_ev *e = NULL;
     size_t cap = 0;
     size_t k0 = 0; /* first target born in the current step */
+    size_t nfwd = 0; /* backward_before_grads' */
     long shaped = 0;
     for (size_t j = 0; j < c->nsteps; j++) {
         gm_cat_step *s = &c->steps[j];
@@ -897,6 +975,7 @@ static long phases_from_lifetimes(ctx *x)
             free(e);
             return -1;
         }
+        if (!s->npass) pivot = backward_before_grads(x, k0, freed_by, e, ne, pivot, &nfwd);
         /* each pass's backward: from its highest point, or earlier where a Python program's
          * stacks say so; the step's ends with the last free of what its last pass made before
          * that point */
