@@ -877,14 +877,14 @@ static int param_sized(const ctx *x, uint64_t requested)
  * point (steps alike: so are their forwards). k0: the step's first target; freed_by: the bound
  * of its own frees; e[0, ne): its own births and frees (phases_from_lifetimes). The pivot to
  * take. */
-static uint64_t backward_before_grads(const ctx *x, size_t k0, uint64_t freed_by, const life_ev *e, size_t ne,
-                                      uint64_t pivot, size_t *nfwd)
+static uint64_t backward_before_grads(const ctx *x, uint64_t lo, uint64_t hi, uint64_t freed_by, const life_ev *e,
+                                      size_t ne, uint64_t pivot, size_t *nfwd)
 {
     const gm_model *m = x->m;
     /* the latest free of the step's own made so far, of those made after its first free (the
      * forward's: not the batch, made before any), and its first free */
     uint64_t grad = NO_SEQ, last = 0, last_fwd = 0, first = NO_SEQ;
-    for (size_t q = k0; q < x->nt && m->allocs[tgt(x, q)].birth < pivot; q++) {
+    for (size_t q = target_from(x, lo); q < x->nt && m->allocs[tgt(x, q)].birth < pivot; q++) {
         const gm_alloc *a = &m->allocs[tgt(x, q)];
         int own = a->death && a->death < freed_by;
         if (last_fwd > a->birth && (!own || a->death > last) && param_sized(x, a->requested)) {
@@ -898,24 +898,26 @@ static uint64_t backward_before_grads(const ctx *x, size_t k0, uint64_t freed_by
     }
     if (grad == NO_SEQ) {
         for (size_t i = 0, n = 0; *nfwd && i < ne && e[i].seq < pivot; i++)
-            if (e[i].delta > 0 && ++n == *nfwd) return e[i].seq;
+            if (e[i].delta > 0 && e[i].birth >= lo && ++n == *nfwd) return e[i].seq;
         return pivot;
     }
     /* the highest point before it, the least after that, then the highest after that: a forward
      * whose layers make their insides again in the backward makes and frees them in the forward
-     * too, higher than the logits on top of what it keeps */
+     * too, higher than the logits on top of what it keeps. What [lo, hi) made only (a pass's). */
     int64_t live = 0, top = -1, low = -1, top2 = -1;
     uint64_t at = NO_SEQ;
     size_t n = 0, nat = 0, ng = 0, ilow = 0;
     while (ng < ne && e[ng].seq < grad)
         ng++;
     for (size_t i = 0; i < ng; i++) {
+        if (e[i].birth < lo || e[i].birth >= hi) continue;
         live += e[i].delta;
         if (e[i].delta > 0 && live >= top) top = live, low = live, ilow = i; /* the last of alike layers */
         if (live < low) low = live, ilow = i;
     }
     live = 0;
     for (size_t i = 0; i < ng; i++) {
+        if (e[i].birth < lo || e[i].birth >= hi) continue;
         live += e[i].delta;
         n += e[i].delta > 0;
         if (i > ilow && e[i].delta > 0 && live > top2) top2 = live, at = e[i].seq, nat = n;
@@ -975,7 +977,7 @@ static long phases_from_lifetimes(ctx *x)
             free(e);
             return -1;
         }
-        if (!s->npass) pivot = backward_before_grads(x, k0, freed_by, e, ne, pivot, &nfwd);
+        if (!s->npass) pivot = backward_before_grads(x, s->start, next, freed_by, e, ne, pivot, &nfwd);
         /* each pass's backward: from its highest point, or earlier where a Python program's
          * stacks say so; the step's ends with the last free of what its last pass made before
          * that point */
@@ -984,6 +986,9 @@ static long phases_from_lifetimes(ctx *x)
         int shows = 0;
         for (uint32_t pi = 0; pi < np; pi++) {
             gm_cat_pass one = {s->start, pivot}, *p = s->npass ? &c->passes[s->pass + pi] : &one;
+            if (s->npass)
+                p->bwd = backward_before_grads(x, p->start, pi + 1 < np ? p[1].start : next, freed_by, e, ne, p->bwd,
+                                               &nfwd);
             if (x->python)
                 for (size_t q = k0; q < x->nt && m->allocs[tgt(x, q)].birth < p->bwd; q++)
                     if (m->allocs[tgt(x, q)].birth >= p->start && stack_says_backward(m, m->allocs[tgt(x, q)].stack)) {

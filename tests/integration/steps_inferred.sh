@@ -55,7 +55,7 @@
 #          backward to the highest point of the last rise before it, and steps that make none
 #          (kept gradients: the first step only) take the first one's count of births: every
 #          allocation as the NVTX run; so too with --grad-none (recgn, offactgn: 418 of 768 and
-#          406 of 756 before).
+#          406 of 756 before), and in each micro-batch of --accum 2 (recaccum: 913 of 1144).
 # And what stays: frag_app's loop of one size (15 x 4 MiB, then an 8 MiB request) has no steps;
 # cat_app without an evaluation keeps its steps.
 # Table: NAME#COMMAND#jq filter over `report --json`#want (@NAME: what the filter gives on row NAME). A row whose NAME starts with "cat"
@@ -99,6 +99,8 @@ recgn-nvtx#$TRAIN $tiny -T 64 --steps 6 --recompute layer --grad-none#.categorie
 recgn#$TRAIN $tiny -T 64 --steps 6 --recompute layer --grad-none#.categories_at_peak | tojson#@recgn-nvtx
 offactgn-nvtx#$TRAIN $tiny -T 64 --steps 6 --offload activations --grad-none#.categories.steps#6
 offactgn#$TRAIN $tiny -T 64 --steps 6 --offload activations --grad-none#.categories_at_peak | tojson#@offactgn-nvtx
+recaccum-nvtx#$TRAIN $tiny -T 64 --steps 6 --recompute layer --accum 2#.categories.steps#6
+recaccum#$TRAIN $tiny -T 64 --steps 6 --recompute layer --accum 2#.categories_at_peak | tojson#@recaccum-nvtx
 jitter-nvtx#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#.categories.steps#7
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$steps#inference inference 7 58 true
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$over#@jitter-nvtx
@@ -135,7 +137,7 @@ while IFS='#' read -r name cmd filter want; do
 done <<< "$table"
 # every allocation where the same run's NVTX ranges put it: each micro-batch of an --accum 2 step
 # has its forward and backward (read as one, the second's activations were temporaries)
-for name in accum accum4 gpt2accum gnaccum recompute offact recgn offactgn jitter churn1; do
+for name in accum accum4 gpt2accum gnaccum recompute offact recgn offactgn recaccum jitter churn1; do
   if r=$(python3 "$lib" same "$TMP/$name-nvtx.dump" "$TMP/$name.dump"); then echo "ok: $name: $r"
   else echo "FAIL: $name: $(paste -sd' ' <<< "$r")"; bad=1; fi
 done
