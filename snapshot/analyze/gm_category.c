@@ -172,6 +172,8 @@ typedef struct ctx {
     int python;         /* some allocation's stack has Python frames */
     size_t segments;    /* PyTorch's segments among the device allocations */
     size_t host;        /* allocations not on the device (pinned host, managed memory) */
+    u64map from_host;   /* births of device allocations a copy wrote from pinned host memory */
+    u64map host_homes;  /* sizes of pinned host allocations an update made and kept (host_homes) */
     uint64_t *launches; /* seqs of kernel launches, copies and memsets, sorted */
     size_t nlaunches;
     u64map param_sizes, repeats; /* categorise's, for category_of (see there) */
@@ -227,6 +229,43 @@ static void load_launches(gm_db *d, ctx *x)
         x->launches[x->nlaunches++] = (uint64_t)sqlite3_column_int64(s, 0);
     }
     sqlite3_finalize(s);
+}
+
+/* The device allocations a copy filled from pinned host memory (recorded uses: the copy writes
+ * one and reads a host allocation), into x->from_host: optimizer state kept on the host and
+ * brought in for each update (--offload optimizer). None without uses recorded. */
+static void load_from_host(gm_db *d, ctx *x)
+{
+    sqlite3_stmt *s;
+    char q[400];
+    snprintf(q, sizeof q,
+             "SELECT DISTINCT w.birth FROM uses w JOIN launches l ON l.seq = w.seq AND l.op = 1 "
+             "JOIN uses r ON r.seq = w.seq AND r.access = 1 JOIN events h ON h.seq = r.birth AND h.kind = %d "
+             "WHERE w.access = 2",
+             REC_HOST_ALLOC);
+    if (!d || !gm_table_exists(d, "uses") || !gm_table_exists(d, "launches") ||
+        sqlite3_prepare_v2(d->db, q, -1, &s, NULL) != SQLITE_OK)
+        return;
+    while (sqlite3_step(s) == SQLITE_ROW)
+        if (u64map_put(&x->from_host, (uint64_t)sqlite3_column_int64(s, 0), 1)) break;
+    sqlite3_finalize(s);
+}
+
+/* The sizes of the pinned host allocations an update makes and keeps (to the end, or to the
+ * teardown), into x->host_homes: the first update of an optimizer whose state lives on the
+ * host makes its home there, and works on a device copy it frees (memset, not yet filled from
+ * the host: x->from_host). 0, or -1 (no memory). */
+static int host_homes(ctx *x)
+{
+    const gm_model *m = x->m;
+    for (size_t i = 0; i < m->nallocs; i++) {
+        const gm_alloc *a = &m->allocs[i];
+        long step;
+        if (a->kind != REC_HOST_ALLOC || (a->death && a->death <= x->last_birth)) continue;
+        if (gm_category_phase_at(x->c, a->birth, &step) == GM_CPH_OPT && u64map_put(&x->host_homes, a->requested, 1))
+            return -1;
+    }
+    return 0;
 }
 
 /* The first launch after seq, or NO_SEQ. */
@@ -1396,6 +1435,14 @@ static inline __attribute__((always_inline)) int category_decide(const ctx *x, c
             if (dp == GM_CPH_OPT) *unsure = 1;
             cat = GM_CAT_TEMP;
         }
+    } else if (dp == GM_CPH_OPT &&
+               (u64map_get(&x->from_host, a->birth) || u64map_get(&x->host_homes, a->requested))) {
+        /* made in an update, filled from pinned host memory (or, in the first, where the update
+         * makes a host buffer of its size and keeps it) and freed in it: optimizer state kept on
+         * the host, brought in for the update (--offload optimizer), with a parameter's size;
+         * not the update's temporary */
+        if (u64map_get(&x->param_sizes, a->requested)) cat = GM_CAT_OPT;
+        else *unsure = 1, cat = GM_CAT_TEMP;
     } else {
         cat = GM_CAT_TEMP;
     }
@@ -1708,7 +1755,7 @@ static void ctx_free(ctx *x)
 {
     free(x->t), free(x->launches), free(x->late), free(x->unsure), free(x->tk), free(x->lgap), free(x->fgap);
     u64map_free(&x->ranges), bytemap_free(&x->params), u64map_free(&x->seen), u64map_free(&x->step_idx);
-    u64map_free(&x->param_sizes), u64map_free(&x->repeats);
+    u64map_free(&x->param_sizes), u64map_free(&x->repeats), u64map_free(&x->from_host), u64map_free(&x->host_homes);
 }
 
 /* The first column of the one-row query q (0 where it fails: a file without that table or column). */
@@ -1817,6 +1864,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     }
     x.nt = nt, x.phased = phased;
     load_launches(d, &x);
+    load_from_host(d, &x);
     for (size_t f = 0; f < m->nframes && !x.python; f++)
         x.python = m->frames[f].python;
     int r = steps_from_ranges(&x);
@@ -1842,6 +1890,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     if (c->phases_from == GM_CSRC_NONE) gm_phases_hint(d, c->hint, sizeof c->hint);
     c->at_seq = m->peak_allocated_seq;
     c->stopped_at = x.cut = c->phases_from != GM_CSRC_NONE ? cut_of(&x) : 0;
+    if (x.host && c->phases_from != GM_CSRC_NONE && host_homes(&x)) goto nomem;
     if (timeline(&x)) goto nomem;
     ctx_free(&x);
     return 0;

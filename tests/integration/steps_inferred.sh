@@ -56,6 +56,12 @@
 #          (kept gradients: the first step only) take the first one's count of births: every
 #          allocation as the NVTX run; so too with --grad-none (recgn, offactgn: 418 of 768 and
 #          406 of 756 before), and in each micro-batch of --accum 2 (recaccum: 913 of 1144).
+#   offopt the trainer with --offload optimizer: each update brings each parameter's AdamW state
+#          in from pinned host memory, works on it and frees it: 404 of 740 allocations as the
+#          NVTX run (its names), the 336 buffers of state temporaries of the update. Now what an
+#          update makes, fills by a copy from a pinned host allocation (recorded uses) and frees,
+#          or, in the first update, makes beside a host buffer of its size that it keeps, is
+#          optimizer state where it has a parameter's size: every allocation as the NVTX run.
 # And what stays: frag_app's loop of one size (15 x 4 MiB, then an 8 MiB request) has no steps;
 # cat_app without an evaluation keeps its steps.
 # Table: NAME#COMMAND#jq filter over `report --json`#want (@NAME: what the filter gives on row NAME). A row whose NAME starts with "cat"
@@ -101,6 +107,8 @@ offactgn-nvtx#$TRAIN $tiny -T 64 --steps 6 --offload activations --grad-none#.ca
 offactgn#$TRAIN $tiny -T 64 --steps 6 --offload activations --grad-none#.categories_at_peak | tojson#@offactgn-nvtx
 recaccum-nvtx#$TRAIN $tiny -T 64 --steps 6 --recompute layer --accum 2#.categories.steps#6
 recaccum#$TRAIN $tiny -T 64 --steps 6 --recompute layer --accum 2#.categories_at_peak | tojson#@recaccum-nvtx
+offopt-nvtx#$TRAIN $tiny -T 64 --steps 6 --offload optimizer#.categories.steps#6
+offopt#$TRAIN $tiny -T 64 --steps 6 --offload optimizer#.categories_at_peak | tojson#@offopt-nvtx
 jitter-nvtx#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#.categories.steps#7
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$steps#inference inference 7 58 true
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$over#@jitter-nvtx
@@ -137,7 +145,7 @@ while IFS='#' read -r name cmd filter want; do
 done <<< "$table"
 # every allocation where the same run's NVTX ranges put it: each micro-batch of an --accum 2 step
 # has its forward and backward (read as one, the second's activations were temporaries)
-for name in accum accum4 gpt2accum gnaccum recompute offact recgn offactgn recaccum jitter churn1; do
+for name in accum accum4 gpt2accum gnaccum recompute offact recgn offactgn recaccum offopt jitter churn1; do
   if r=$(python3 "$lib" same "$TMP/$name-nvtx.dump" "$TMP/$name.dump"); then echo "ok: $name: $r"
   else echo "FAIL: $name: $(paste -sd' ' <<< "$r")"; bad=1; fi
 done
