@@ -5,7 +5,8 @@
  *   - parameters: made before the first step, alive through every step;
  *   - gradients: made in the first step's backward and kept (or, set to none, made in each
  *     backward and freed in the update);
- *   - optimizer state: made in the first update and kept;
+ *   - optimizer state: made in the first update and kept (or, kept on the host, made in each
+ *     update, filled from pinned host memory, and freed in it: load_from_host, host_homes);
  *   - activations: made in a forward, freed in the backward that follows;
  *   - temporaries: made and freed inside one phase;
  *   - workspaces: a library's buffers, made once on first need (in a forward or a backward) and
@@ -889,14 +890,15 @@ static int passes_of(ctx *x, gm_cat_step *s, const life_ev *e, size_t ne, int64_
     return 0;
 }
 
-/* Whether a target of `requested` bytes has a parameter's size: that of one made before the
- * first step and never freed (or only in the teardown, after the last birth). */
-static int param_sized(const ctx *x, uint64_t requested)
+/* The sizes of the parameters (targets made before the first step and never freed, or only in
+ * the teardown, after the last birth) into *sizes, for backward_before_grads. 0, or -1 (no
+ * memory). */
+static int param_sizes_early(const ctx *x, u64map *sizes)
 {
     const gm_model *m = x->m;
     for (size_t i = 0; i < x->nt && m->allocs[tgt(x, i)].birth < x->c->steps[0].start; i++) {
         const gm_alloc *a = &m->allocs[tgt(x, i)];
-        if (a->requested == requested && (!a->death || a->death > x->last_birth)) return 1;
+        if ((!a->death || a->death > x->last_birth) && u64map_put(sizes, a->requested, 1)) return -1;
     }
     return 0;
 }
@@ -913,11 +915,11 @@ static int param_sized(const ctx *x, uint64_t requested)
  * alive that follows the highest point before it), and *nfwd is the number of the step's own
  * births up to there; a step that shows no such gradient (kept, they are made in the first
  * step only) begins its backward at its own nfwd-th birth where that comes before its highest
- * point (steps alike: so are their forwards). k0: the step's first target; freed_by: the bound
- * of its own frees; e[0, ne): its own births and frees (phases_from_lifetimes). The pivot to
- * take. */
-static uint64_t backward_before_grads(const ctx *x, uint64_t lo, uint64_t hi, uint64_t freed_by, const life_ev *e,
-                                      size_t ne, uint64_t pivot, size_t *nfwd)
+ * point (steps alike: so are their forwards). params: the parameters' sizes; [lo, hi): the
+ * step's (or the pass's) births; freed_by: the bound of its own frees; e[0, ne): the step's own
+ * births and frees (phases_from_lifetimes). The pivot to take. */
+static uint64_t backward_before_grads(const ctx *x, const u64map *params, uint64_t lo, uint64_t hi,
+                                      uint64_t freed_by, const life_ev *e, size_t ne, uint64_t pivot, size_t *nfwd)
 {
     const gm_model *m = x->m;
     /* the latest free of the step's own made so far, of those made after its first free (the
@@ -926,7 +928,7 @@ static uint64_t backward_before_grads(const ctx *x, uint64_t lo, uint64_t hi, ui
     for (size_t q = target_from(x, lo); q < x->nt && m->allocs[tgt(x, q)].birth < pivot; q++) {
         const gm_alloc *a = &m->allocs[tgt(x, q)];
         int own = a->death && a->death < freed_by;
-        if (last_fwd > a->birth && (!own || a->death > last) && param_sized(x, a->requested)) {
+        if (last_fwd > a->birth && (!own || a->death > last) && u64map_get(params, a->requested)) {
             grad = a->birth;
             break;
         }
@@ -979,7 +981,9 @@ static long phases_from_lifetimes(ctx *x)
     size_t cap = 0;
     size_t k0 = 0; /* first target born in the current step */
     size_t nfwd = 0; /* backward_before_grads' */
+    u64map params = {0}; /* ... and the parameters' sizes */
     long shaped = 0;
+    if (c->nsteps && param_sizes_early(x, &params)) goto nomem;
     for (size_t j = 0; j < c->nsteps; j++) {
         gm_cat_step *s = &c->steps[j];
         uint64_t next = j + 1 < c->nsteps ? c->steps[j + 1].start : s->end + 1;
@@ -993,10 +997,7 @@ static long phases_from_lifetimes(ctx *x)
         for (; k < x->nt && m->allocs[tgt(x, k)].birth < next; k++) {
             const gm_alloc *a = &m->allocs[tgt(x, k)];
             if (!a->death || a->death >= freed_by) continue;
-            if (gm_grow((void **)&e, &cap, ne + 2, sizeof *e)) {
-                free(e);
-                return -1;
-            }
+            if (gm_grow((void **)&e, &cap, ne + 2, sizeof *e)) goto nomem;
             e[ne++] = (life_ev){a->birth, (int64_t)a->size, a->birth};
             e[ne++] = (life_ev){a->death, -(int64_t)a->size, a->birth};
         }
@@ -1012,11 +1013,8 @@ static long phases_from_lifetimes(ctx *x)
         s->opt = NO_SEQ;
         s->pass = s->npass = 0;
         if (pivot == NO_SEQ) continue;
-        if (passes_of(x, s, e, ne, top, next, freed_by)) {
-            free(e);
-            return -1;
-        }
-        if (!s->npass) pivot = backward_before_grads(x, s->start, next, freed_by, e, ne, pivot, &nfwd);
+        if (passes_of(x, s, e, ne, top, next, freed_by)) goto nomem;
+        if (!s->npass) pivot = backward_before_grads(x, &params, s->start, next, freed_by, e, ne, pivot, &nfwd);
         /* each pass's backward: from its highest point, or earlier where a Python program's
          * stacks say so; the step's ends with the last free of what its last pass made before
          * that point */
@@ -1026,8 +1024,8 @@ static long phases_from_lifetimes(ctx *x)
         for (uint32_t pi = 0; pi < np; pi++) {
             gm_cat_pass one = {s->start, pivot}, *p = s->npass ? &c->passes[s->pass + pi] : &one;
             if (s->npass)
-                p->bwd = backward_before_grads(x, p->start, pi + 1 < np ? p[1].start : next, freed_by, e, ne, p->bwd,
-                                               &nfwd);
+                p->bwd = backward_before_grads(x, &params, p->start, pi + 1 < np ? p[1].start : next, freed_by, e, ne,
+                                               p->bwd, &nfwd);
             if (x->python)
                 for (size_t q = k0; q < x->nt && m->allocs[tgt(x, q)].birth < p->bwd; q++)
                     if (m->allocs[tgt(x, q)].birth >= p->start && stack_says_backward(m, m->allocs[tgt(x, q)].stack)) {
@@ -1053,7 +1051,12 @@ static long phases_from_lifetimes(ctx *x)
         if (opt < next && opt > bwd_end) s->opt = opt;
     }
     free(e);
+    u64map_free(&params);
     return shaped;
+nomem:
+    free(e);
+    u64map_free(&params);
+    return -1;
 }
 
 /* Inferred steps none of which shows a forward and a backward (phases_from_lifetimes): a loop
