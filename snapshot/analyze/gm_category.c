@@ -817,7 +817,7 @@ static size_t target_from(const ctx *x, uint64_t seq)
  * fall alike, but the step begins with the embedding, not a layer. A pass is found at the first
  * birth where little is alive, which may be the last of the pass before (set to none, the last
  * gradient made, when the first pass's activations are freed): it begins where the step's
- * sizes repeat longest, among its first half's births. */
+ * sizes repeat longest, among its first half's births (the first 64). */
 static int passes_repeat(ctx *x, const gm_cat_step *s, size_t n0, uint64_t next, uint64_t freed_by)
 {
     gm_categories *c = x->c;
@@ -826,7 +826,8 @@ static int passes_repeat(ctx *x, const gm_cat_step *s, size_t n0, uint64_t next,
         size_t b = target_from(x, c->passes[i].start);
         size_t e = i + 1 < c->npasses ? target_from(x, c->passes[i + 1].start) : target_from(x, next);
         size_t best = 0, at = b;
-        for (size_t d = b; d < e && (d - b) * 2 < e - b; d++) {
+        /* at most 64 places, as the first step's search: a pathological recording stays linear */
+        for (size_t d = b; d < e && (d - b) * 2 < e - b && d < b + 64 && best < e - d; d++) {
             size_t j = 0;
             while (d + j < e && x->m->allocs[tgt(x, t0 + j)].requested == x->m->allocs[tgt(x, d + j)].requested)
                 j++;
