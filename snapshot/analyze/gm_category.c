@@ -5,7 +5,8 @@
  *   - parameters: made before the first step, alive through every step;
  *   - gradients: made in the first step's backward and kept (or, set to none, made in each
  *     backward and freed in the update);
- *   - optimizer state: made in the first update and kept;
+ *   - optimizer state: made in the first update and kept (or, kept on the host, made in each
+ *     update, filled from pinned host memory, and freed in it: load_from_host, host_homes);
  *   - activations: made in a forward, freed in the backward that follows;
  *   - temporaries: made and freed inside one phase;
  *   - workspaces: a library's buffers, made once on first need (in a forward or a backward) and
@@ -33,7 +34,9 @@
  *        adds its first gradient tensor on top of them before it frees any (the gradient of the
  *        logits on top of the logits), or, in a Python program, earlier where an allocation's
  *        stack says so (PyTorch's autograd engine allocates on its own thread, without Python
- *        frames; the loss's gradient is made inside `backward`) — and ends with the last free of
+ *        frames; the loss's gradient is made inside `backward`), or before a gradient made
+ *        before that point (a backward that makes the layers' insides again, --recompute, is
+ *        highest there: backward_before_grads) — and ends with the last free of
  *        an allocation made before that point; the update begins at the first kernel launch or
  *        allocation after that; a step whose own allocations fall to nearly nothing and rise
  *        again is several such passes (micro-batches), each with its forward and backward, the
@@ -168,9 +171,10 @@ typedef struct ctx {
     uint32_t *late;        /* targets freed after last_birth (the teardown), in birth order */
     size_t nlate, late_cap;
     int python;         /* some allocation's stack has Python frames */
-    size_t passes;      /* inferred steps: the forward-backward passes a steady step's sizes repeat (micro_passes) */
     size_t segments;    /* PyTorch's segments among the device allocations */
     size_t host;        /* allocations not on the device (pinned host, managed memory) */
+    u64map from_host;   /* births of device allocations a copy wrote from pinned host memory */
+    u64map host_homes;  /* sizes of pinned host allocations an update made and kept (host_homes) */
     uint64_t *launches; /* seqs of kernel launches, copies and memsets, sorted */
     size_t nlaunches;
     u64map param_sizes, repeats; /* categorise's, for category_of (see there) */
@@ -226,6 +230,43 @@ static void load_launches(gm_db *d, ctx *x)
         x->launches[x->nlaunches++] = (uint64_t)sqlite3_column_int64(s, 0);
     }
     sqlite3_finalize(s);
+}
+
+/* The device allocations a copy filled from pinned host memory (recorded uses: the copy writes
+ * one and reads a host allocation), into x->from_host: optimizer state kept on the host and
+ * brought in for each update (--offload optimizer). None without uses recorded. */
+static void load_from_host(gm_db *d, ctx *x)
+{
+    sqlite3_stmt *s;
+    char q[400];
+    snprintf(q, sizeof q,
+             "SELECT DISTINCT w.birth FROM uses w JOIN launches l ON l.seq = w.seq AND l.op = 1 "
+             "JOIN uses r ON r.seq = w.seq AND r.access = 1 JOIN events h ON h.seq = r.birth AND h.kind = %d "
+             "WHERE w.access = 2",
+             REC_HOST_ALLOC);
+    if (!d || !gm_table_exists(d, "uses") || !gm_table_exists(d, "launches") ||
+        sqlite3_prepare_v2(d->db, q, -1, &s, NULL) != SQLITE_OK)
+        return;
+    while (sqlite3_step(s) == SQLITE_ROW)
+        if (u64map_put(&x->from_host, (uint64_t)sqlite3_column_int64(s, 0), 1)) break;
+    sqlite3_finalize(s);
+}
+
+/* The sizes of the pinned host allocations an update makes and keeps (to the end, or to the
+ * teardown), into x->host_homes: the first update of an optimizer whose state lives on the
+ * host makes its home there, and works on a device copy it frees (memset, not yet filled from
+ * the host: x->from_host). 0, or -1 (no memory). */
+static int host_homes(ctx *x)
+{
+    const gm_model *m = x->m;
+    for (size_t i = 0; i < m->nallocs; i++) {
+        const gm_alloc *a = &m->allocs[i];
+        long step;
+        if (a->kind != REC_HOST_ALLOC || (a->death && a->death <= x->last_birth)) continue;
+        if (gm_category_phase_at(x->c, a->birth, &step) == GM_CPH_OPT && u64map_put(&x->host_homes, a->requested, 1))
+            return -1;
+    }
+    return 0;
 }
 
 /* The first launch after seq, or NO_SEQ. */
@@ -495,33 +536,6 @@ static size_t missed_before(const ctx *x, size_t f, size_t k)
     return n;
 }
 
-/* The forward-backward passes of a steady step (micro-batches): the sizes of the last whole one
- * after c0 (k: the loop's tokens) repeat from its start with a period Q (the smallest), m times,
- * over half the step or more (the update, after the last pass, may allocate): x->passes = m,
- * else 1. 0, or -1 (no memory). */
-static int micro_passes(ctx *x, size_t c0, size_t P, size_t k)
-{
-    x->passes = 1;
-    if (k < c0 + P || P < 4) return 0;
-    size_t b = c0 + P * ((k - c0) / P - 1);
-    uint64_t *sz = malloc(P * sizeof *sz);
-    uint32_t *z = malloc(P * sizeof *z);
-    if (!sz || !z) {
-        free(sz), free(z);
-        return -1;
-    }
-    for (size_t i = 0; i < P; i++)
-        sz[i] = x->m->allocs[tgt(x, b + i)].requested;
-    z_array(sz, P, z);
-    for (size_t q = 1; q <= P / 2; q++)
-        if (z[q] >= q && (z[q] + q) / q * q * 2 >= P) {
-            x->passes = (z[q] + q) / q;
-            break;
-        }
-    free(sz), free(z);
-    return 0;
-}
-
 /* Tokens s0 + 1 .. s0 + n (all before end) are c0 + 1 .. c0 + n. */
 static int follows(const ctx *x, size_t s0, size_t c0, size_t n, size_t end)
 {
@@ -592,7 +606,6 @@ static int steps_at(ctx *x, int kind, size_t P, size_t cover, size_t e, size_t *
     for (o = 0; o < P; o++)
         if (cost[o] <= lo_cost + tol && lg[o] > lg[off] + 0.5) off = o;
     size_t c0 = input_first(x, r0 + off, P, k);
-    if (micro_passes(x, c0, P, k)) goto out;
     /* the steps before the periodic part, from the last backwards. The first step makes what
      * later ones reuse (gradients, optimizer state, a library's workspace on its first call),
      * so its tokens are a steady step's with more among them: a step starts at the place (one
@@ -784,18 +797,61 @@ typedef struct life_ev {
     uint64_t birth;
 } life_ev;
 
+/* The first target born at or after seq (births come in order). */
+static size_t target_from(const ctx *x, uint64_t seq)
+{
+    size_t lo = 0, hi = x->nt;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (x->m->allocs[tgt(x, mid)].birth < seq) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Whether each pass of step s after its first (x->c->passes from n0 on; next: the step after's
+ * start; freed_by: the bound of its own frees) begins as the step does: its sizes, from its
+ * start, those of the step's from its start for half its allocations or more, those it frees. Micro-batches do (a pass's forward is the first's;
+ * the first one's backward may make more: with gradients set to none, the gradients, kept
+ * through the later passes); the layers of a forward whose activations are offloaded rise and
+ * fall alike, but the step begins with the embedding, not a layer. A pass is found at the first
+ * birth where little is alive, which may be the last of the pass before (set to none, the last
+ * gradient made, when the first pass's activations are freed): it begins where the step's
+ * sizes repeat longest, among its first half's births (the first 64). */
+static int passes_repeat(ctx *x, const gm_cat_step *s, size_t n0, uint64_t next, uint64_t freed_by)
+{
+    gm_categories *c = x->c;
+    size_t t0 = target_from(x, s->start);
+    for (size_t i = n0 + 1; i < c->npasses; i++) {
+        size_t b = target_from(x, c->passes[i].start);
+        size_t e = i + 1 < c->npasses ? target_from(x, c->passes[i + 1].start) : target_from(x, next);
+        size_t best = 0, at = b;
+        /* at most 64 places, as the first step's search: a pathological recording stays linear */
+        for (size_t d = b; d < e && (d - b) * 2 < e - b && d < b + 64 && best < e - d; d++) {
+            size_t j = 0;
+            while (d + j < e && x->m->allocs[tgt(x, t0 + j)].requested == x->m->allocs[tgt(x, d + j)].requested)
+                j++;
+            if (j > best) best = j, at = d;
+        }
+        size_t own = 0; /* the pass's own: not what the step keeps (the first update's state) */
+        for (size_t d = b; d < e; d++)
+            own += x->m->allocs[tgt(x, d)].death && x->m->allocs[tgt(x, d)].death < freed_by;
+        if (best * 2 < own) return 0;
+        c->passes[i].start = x->m->allocs[tgt(x, at)].birth;
+    }
+    return 1;
+}
+
 /* The forward-backward passes of inferred step s (micro-batches: --accum K makes K forwards and
  * backwards before one update), from e[0, ne), the births (delta > 0) and frees of what the step
  * makes and frees, in order, the highest of whose sum is top. A pass rises to half of top or more
  * from where nearly nothing it made is alive (low): it begins at the first birth
  * at such a low after the pass before (the step's start for the first), its backward at its own
  * highest point; a rise to less (the update's buffers) is the pass before's tail. Two or more:
- * into x->c->passes, s->pass and s->npass, where as many as a steady step's sizes say
- * (x->passes: the layers of a forward whose activations are offloaded rise and fall alike, but
- * a step's sizes do not repeat from its start with them); else the step keeps its single
- * backward. 0, or -1
- * (no memory). */
-static int passes_of(ctx *x, gm_cat_step *s, const life_ev *e, size_t ne, int64_t top)
+ * into x->c->passes, s->pass and s->npass, where each pass begins as the step does
+ * (passes_repeat); else the step keeps its single backward. 0, or -1 (no memory). */
+static int passes_of(ctx *x, gm_cat_step *s, const life_ev *e, size_t ne, int64_t top, uint64_t next,
+                     uint64_t freed_by)
 {
     gm_categories *c = x->c;
     size_t n0 = c->npasses, cap = c->npasses;
@@ -827,12 +883,90 @@ static int passes_of(ctx *x, gm_cat_step *s, const life_ev *e, size_t ne, int64_
         live += e[i].delta;
         if (e[i].delta > 0 && live > hi) hi = live, hi_seq = e[i].seq;
     }
-    if (c->npasses - n0 < 2 || c->npasses - n0 != x->passes) {
+    if (c->npasses - n0 < 2 || !passes_repeat(x, s, n0, next, freed_by)) {
         c->npasses = n0;
         return 0;
     }
     s->pass = (uint32_t)n0, s->npass = (uint32_t)(c->npasses - n0);
     return 0;
+}
+
+/* The sizes of the parameters (targets made before the first step and never freed, or only in
+ * the teardown, after the last birth) into *sizes, for backward_before_grads. 0, or -1 (no
+ * memory). */
+static int param_sizes_early(const ctx *x, u64map *sizes)
+{
+    const gm_model *m = x->m;
+    for (size_t i = 0; i < x->nt && m->allocs[tgt(x, i)].birth < x->c->steps[0].start; i++) {
+        const gm_alloc *a = &m->allocs[tgt(x, i)];
+        if ((!a->death || a->death > x->last_birth) && u64map_put(sizes, a->requested, 1)) return -1;
+    }
+    return 0;
+}
+
+/* The backward of an inferred step of one pass where its highest point is not its start: where
+ * the backward makes its activations again (--recompute) or brings them back (--offload
+ * activations), the step's own allocations are highest in the backward, and what the forward
+ * left for it (the logits) read as the forward's temporaries, what the backward made again as
+ * activations. A backward makes gradients: a parameter's size, made on top of what the step
+ * holds (something made after its first free: the forward's, not the batch's) and outliving all
+ * of it (kept, or, set to none, freed in the update). Where a step makes
+ * one before its highest point, its backward begins at the highest point of the last rise
+ * before that gradient (the first gradient tensor on top of every activation: after the least
+ * alive that follows the highest point before it), and *nfwd is the number of the step's own
+ * births up to there; a step that shows no such gradient (kept, they are made in the first
+ * step only) begins its backward at its own nfwd-th birth where that comes before its highest
+ * point (steps alike: so are their forwards). params: the parameters' sizes; [lo, hi): the
+ * step's (or the pass's) births; freed_by: the bound of its own frees; e[0, ne): the step's own
+ * births and frees (phases_from_lifetimes). The pivot to take. */
+static uint64_t backward_before_grads(const ctx *x, const u64map *params, uint64_t lo, uint64_t hi,
+                                      uint64_t freed_by, const life_ev *e, size_t ne, uint64_t pivot, size_t *nfwd)
+{
+    const gm_model *m = x->m;
+    /* the latest free of the step's own made so far, of those made after its first free (the
+     * forward's: not the batch, made before any), and its first free */
+    uint64_t grad = NO_SEQ, last = 0, last_fwd = 0, first = NO_SEQ;
+    for (size_t q = target_from(x, lo); q < x->nt && m->allocs[tgt(x, q)].birth < pivot; q++) {
+        const gm_alloc *a = &m->allocs[tgt(x, q)];
+        int own = a->death && a->death < freed_by;
+        if (last_fwd > a->birth && (!own || a->death > last) && u64map_get(params, a->requested)) {
+            grad = a->birth;
+            break;
+        }
+        if (!own) continue;
+        if (a->death > last) last = a->death;
+        if (first < a->birth && a->death > last_fwd) last_fwd = a->death;
+        if (a->death < first) first = a->death;
+    }
+    if (grad == NO_SEQ) {
+        for (size_t i = 0, n = 0; *nfwd && i < ne && e[i].seq < pivot; i++)
+            if (e[i].delta > 0 && e[i].birth >= lo && ++n == *nfwd) return e[i].seq;
+        return pivot;
+    }
+    /* the highest point before it, the least after that, then the highest after that: a forward
+     * whose layers make their insides again in the backward makes and frees them in the forward
+     * too, higher than the logits on top of what it keeps. What [lo, hi) made only (a pass's). */
+    int64_t live = 0, top = -1, low = -1, top2 = -1;
+    uint64_t at = NO_SEQ;
+    size_t n = 0, nat = 0, ng = 0, ilow = 0;
+    while (ng < ne && e[ng].seq < grad)
+        ng++;
+    for (size_t i = 0; i < ng; i++) {
+        if (e[i].birth < lo || e[i].birth >= hi) continue;
+        live += e[i].delta;
+        if (e[i].delta > 0 && live >= top) top = live, low = live, ilow = i; /* the last of alike layers */
+        if (live < low) low = live, ilow = i;
+    }
+    live = 0;
+    for (size_t i = 0; i < ng; i++) {
+        if (e[i].birth < lo || e[i].birth >= hi) continue;
+        live += e[i].delta;
+        n += e[i].delta > 0;
+        if (i > ilow && e[i].delta > 0 && live > top2) top2 = live, at = e[i].seq, nat = n;
+    }
+    if (at == NO_SEQ) return pivot;
+    *nfwd = nat;
+    return at;
 }
 
 /* Forward, backward and update of each step from its own allocations (inference). The number
@@ -847,7 +981,10 @@ static long phases_from_lifetimes(ctx *x)
     life_ev *e = NULL;
     size_t cap = 0;
     size_t k0 = 0; /* first target born in the current step */
+    size_t nfwd = 0; /* backward_before_grads' */
+    u64map params = {0}; /* ... and the parameters' sizes */
     long shaped = 0;
+    if (c->nsteps && param_sizes_early(x, &params)) goto nomem;
     for (size_t j = 0; j < c->nsteps; j++) {
         gm_cat_step *s = &c->steps[j];
         uint64_t next = j + 1 < c->nsteps ? c->steps[j + 1].start : s->end + 1;
@@ -861,10 +998,7 @@ static long phases_from_lifetimes(ctx *x)
         for (; k < x->nt && m->allocs[tgt(x, k)].birth < next; k++) {
             const gm_alloc *a = &m->allocs[tgt(x, k)];
             if (!a->death || a->death >= freed_by) continue;
-            if (gm_grow((void **)&e, &cap, ne + 2, sizeof *e)) {
-                free(e);
-                return -1;
-            }
+            if (gm_grow((void **)&e, &cap, ne + 2, sizeof *e)) goto nomem;
             e[ne++] = (life_ev){a->birth, (int64_t)a->size, a->birth};
             e[ne++] = (life_ev){a->death, -(int64_t)a->size, a->birth};
         }
@@ -880,10 +1014,8 @@ static long phases_from_lifetimes(ctx *x)
         s->opt = NO_SEQ;
         s->pass = s->npass = 0;
         if (pivot == NO_SEQ) continue;
-        if (passes_of(x, s, e, ne, top)) {
-            free(e);
-            return -1;
-        }
+        if (passes_of(x, s, e, ne, top, next, freed_by)) goto nomem;
+        if (!s->npass) pivot = backward_before_grads(x, &params, s->start, next, freed_by, e, ne, pivot, &nfwd);
         /* each pass's backward: from its highest point, or earlier where a Python program's
          * stacks say so; the step's ends with the last free of what its last pass made before
          * that point */
@@ -892,6 +1024,9 @@ static long phases_from_lifetimes(ctx *x)
         int shows = 0;
         for (uint32_t pi = 0; pi < np; pi++) {
             gm_cat_pass one = {s->start, pivot}, *p = s->npass ? &c->passes[s->pass + pi] : &one;
+            if (s->npass)
+                p->bwd = backward_before_grads(x, &params, p->start, pi + 1 < np ? p[1].start : next, freed_by, e, ne,
+                                               p->bwd, &nfwd);
             if (x->python)
                 for (size_t q = k0; q < x->nt && m->allocs[tgt(x, q)].birth < p->bwd; q++)
                     if (m->allocs[tgt(x, q)].birth >= p->start && stack_says_backward(m, m->allocs[tgt(x, q)].stack)) {
@@ -917,7 +1052,12 @@ static long phases_from_lifetimes(ctx *x)
         if (opt < next && opt > bwd_end) s->opt = opt;
     }
     free(e);
+    u64map_free(&params);
     return shaped;
+nomem:
+    free(e);
+    u64map_free(&params);
+    return -1;
 }
 
 /* Inferred steps none of which shows a forward and a backward (phases_from_lifetimes): a loop
@@ -1299,6 +1439,14 @@ static inline __attribute__((always_inline)) int category_decide(const ctx *x, c
             if (dp == GM_CPH_OPT) *unsure = 1;
             cat = GM_CAT_TEMP;
         }
+    } else if (dp == GM_CPH_OPT &&
+               (u64map_get(&x->from_host, a->birth) || u64map_get(&x->host_homes, a->requested))) {
+        /* made in an update, filled from pinned host memory (or, in the first, where the update
+         * makes a host buffer of its size and keeps it) and freed in it: optimizer state kept on
+         * the host, brought in for the update (--offload optimizer), with a parameter's size;
+         * not the update's temporary */
+        if (u64map_get(&x->param_sizes, a->requested)) cat = GM_CAT_OPT;
+        else *unsure = 1, cat = GM_CAT_TEMP;
     } else {
         cat = GM_CAT_TEMP;
     }
@@ -1611,7 +1759,7 @@ static void ctx_free(ctx *x)
 {
     free(x->t), free(x->launches), free(x->late), free(x->unsure), free(x->tk), free(x->lgap), free(x->fgap);
     u64map_free(&x->ranges), bytemap_free(&x->params), u64map_free(&x->seen), u64map_free(&x->step_idx);
-    u64map_free(&x->param_sizes), u64map_free(&x->repeats);
+    u64map_free(&x->param_sizes), u64map_free(&x->repeats), u64map_free(&x->from_host), u64map_free(&x->host_homes);
 }
 
 /* The first column of the one-row query q (0 where it fails: a file without that table or column). */
@@ -1720,6 +1868,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     }
     x.nt = nt, x.phased = phased;
     load_launches(d, &x);
+    load_from_host(d, &x);
     for (size_t f = 0; f < m->nframes && !x.python; f++)
         x.python = m->frames[f].python;
     int r = steps_from_ranges(&x);
@@ -1745,6 +1894,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     if (c->phases_from == GM_CSRC_NONE) gm_phases_hint(d, c->hint, sizeof c->hint);
     c->at_seq = m->peak_allocated_seq;
     c->stopped_at = x.cut = c->phases_from != GM_CSRC_NONE ? cut_of(&x) : 0;
+    if (x.host && c->phases_from != GM_CSRC_NONE && host_homes(&x)) goto nomem;
     if (timeline(&x)) goto nomem;
     ctx_free(&x);
     return 0;

@@ -36,6 +36,32 @@
 #          with its input: every allocation in its category;
 #   churn1 churn_app 6 1 r (each step one buffer made and freed): 4 steps of 2 (a period held 2
 #          allocations at least, as sizes alone cannot tell 1 from 2). Now 6 steps of 1.
+# One more of 2026-12-07, against its NVTX run:
+#   gnaccum the trainer with --grad-none --accum 2: the first micro-batch's backward makes the
+#          gradients (kept through the second, freed in the update), so a step's sizes did not
+#          repeat from its start and its two passes were read as one: 520 of 948 allocations as
+#          the NVTX run (the first micro-batch's activations temporaries, its gradients
+#          activations, the optimizer state gradients; 1.02 MiB of gradients at the peak for
+#          0.51). Now each pass after the first begins as the step does (its sizes, those it
+#          frees, for half of them or more), from where the step's sizes repeat longest: every
+#          allocation as the NVTX run, and the peak's categories.
+#   recompute, offact the trainer with --recompute layer / --offload activations: the backward
+#          makes each layer's insides again (or brings them back), so the step's own allocations
+#          are highest in the backward, and the backward was read from there: 511 of 628 / 493 of
+#          616 allocations as the NVTX run (the logits activations read as temporaries, the
+#          insides made again as activations, 3 gradients workspaces; at the peak 1.13 / 1.07 MiB
+#          of activations for 0.13 / 0.002). Now a gradient (a parameter's size, made on top of
+#          what the forward made and outliving it) made before the highest point moves the
+#          backward to the highest point of the last rise before it, and steps that make none
+#          (kept gradients: the first step only) take the first one's count of births: every
+#          allocation as the NVTX run; so too with --grad-none (recgn, offactgn: 418 of 768 and
+#          406 of 756 before), and in each micro-batch of --accum 2 (recaccum: 913 of 1144).
+#   offopt the trainer with --offload optimizer: each update brings each parameter's AdamW state
+#          in from pinned host memory, works on it and frees it: 404 of 740 allocations as the
+#          NVTX run (its names), the 336 buffers of state temporaries of the update. Now what an
+#          update makes, fills by a copy from a pinned host allocation (recorded uses) and frees,
+#          or, in the first update, makes beside a host buffer of its size that it keeps, is
+#          optimizer state where it has a parameter's size: every allocation as the NVTX run.
 # And what stays: frag_app's loop of one size (15 x 4 MiB, then an 8 MiB request) has no steps;
 # cat_app without an evaluation keeps its steps.
 # Table: NAME#COMMAND#jq filter over `report --json`#want (@NAME: what the filter gives on row NAME). A row whose NAME starts with "cat"
@@ -68,6 +94,21 @@ accum4#$TRAIN $tiny -T 64 --steps 5 --accum 4#$over#@accum4-nvtx
 gpt2accum-nvtx#$TRAIN --model gpt2 -B 8 -T 1024 --dry-run --steps 4 --accum 2#.categories.steps#4
 gpt2accum#$TRAIN --model gpt2 -B 8 -T 1024 --dry-run --steps 4 --accum 2#$steps#inference inference 4 576 true
 gpt2accum#$TRAIN --model gpt2 -B 8 -T 1024 --dry-run --steps 4 --accum 2#$over#@gpt2accum-nvtx
+gnaccum-nvtx#$TRAIN $tiny -T 64 --steps 6 --grad-none --accum 2#.categories.steps#6
+gnaccum#$TRAIN $tiny -T 64 --steps 6 --grad-none --accum 2#$steps#inference inference 6 144 true
+gnaccum#$TRAIN $tiny -T 64 --steps 6 --grad-none --accum 2#.categories_at_peak | tojson#@gnaccum-nvtx
+recompute-nvtx#$TRAIN $tiny -T 64 --steps 6 --recompute layer#.categories.steps#6
+recompute#$TRAIN $tiny -T 64 --steps 6 --recompute layer#.categories_at_peak | tojson#@recompute-nvtx
+offact-nvtx#$TRAIN $tiny -T 64 --steps 6 --offload activations#.categories.steps#6
+offact#$TRAIN $tiny -T 64 --steps 6 --offload activations#.categories_at_peak | tojson#@offact-nvtx
+recgn-nvtx#$TRAIN $tiny -T 64 --steps 6 --recompute layer --grad-none#.categories.steps#6
+recgn#$TRAIN $tiny -T 64 --steps 6 --recompute layer --grad-none#.categories_at_peak | tojson#@recgn-nvtx
+offactgn-nvtx#$TRAIN $tiny -T 64 --steps 6 --offload activations --grad-none#.categories.steps#6
+offactgn#$TRAIN $tiny -T 64 --steps 6 --offload activations --grad-none#.categories_at_peak | tojson#@offactgn-nvtx
+recaccum-nvtx#$TRAIN $tiny -T 64 --steps 6 --recompute layer --accum 2#.categories.steps#6
+recaccum#$TRAIN $tiny -T 64 --steps 6 --recompute layer --accum 2#.categories_at_peak | tojson#@recaccum-nvtx
+offopt-nvtx#$TRAIN $tiny -T 64 --steps 6 --offload optimizer#.categories.steps#6
+offopt#$TRAIN $tiny -T 64 --steps 6 --offload optimizer#.categories_at_peak | tojson#@offopt-nvtx
 jitter-nvtx#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#.categories.steps#7
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$steps#inference inference 7 58 true
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$over#@jitter-nvtx
@@ -104,7 +145,7 @@ while IFS='#' read -r name cmd filter want; do
 done <<< "$table"
 # every allocation where the same run's NVTX ranges put it: each micro-batch of an --accum 2 step
 # has its forward and backward (read as one, the second's activations were temporaries)
-for name in accum accum4 gpt2accum jitter churn1; do
+for name in accum accum4 gpt2accum gnaccum recompute offact recgn offactgn recaccum offopt jitter churn1; do
   if r=$(python3 "$lib" same "$TMP/$name-nvtx.dump" "$TMP/$name.dump"); then echo "ok: $name: $r"
   else echo "FAIL: $name: $(paste -sd' ' <<< "$r")"; bad=1; fi
 done
