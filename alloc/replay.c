@@ -788,6 +788,21 @@ static void held_land_synced(heldv_t *h, size_t i)
     h->v[i] = h->v[--h->n];
 }
 
+/* Moves h->v[i] to the end of the list *v (n held, room for *cap, grown from first): 0, or -1
+ * where there is no memory (h->v[i] stays in h). */
+static int held_move(heldv_t *h, size_t i, held_t **v, size_t *n, size_t *cap, size_t first)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : first;
+        held_t *nv = realloc(*v, nc * sizeof(*nv));
+        if (!nv) return -1;
+        *v = nv, *cap = nc;
+    }
+    (*v)[(*n)++] = h->v[i];
+    h->v[i] = h->v[--h->n];
+    return 0;
+}
+
 static void held_land_all(heldv_t *h)
 {
     while (h->n)
@@ -1513,31 +1528,11 @@ bool alloc_replay_feed(alloc_replay_run_t *run, const alloc_trace_event_t *ev, s
                 if (held.v[k].id == e->id) {
                     waiter_t *aw = run->armed;
                     if (!e->size && aw && aw->restart) { /* landed by its new start */
-                        if (aw->nfc == aw->capfc) {
-                            size_t nc = aw->capfc ? aw->capfc * 2 : 8;
-                            held_t *nv = realloc(aw->fc, nc * sizeof(*nv));
-                            if (!nv) {
-                                held_land(&held, k);
-                                break;
-                            }
-                            aw->fc = nv, aw->capfc = nc;
-                        }
-                        aw->fc[aw->nfc++] = held.v[k];
-                        held.v[k] = held.v[--held.n];
+                        if (held_move(&held, k, &aw->fc, &aw->nfc, &aw->capfc, 8)) held_land(&held, k);
                     } else if (!e->size) {
                         held_land(&held, k);
                     } else if (run->wready && run->wl) { /* for the wait whose end follows */
-                        if (run->nfy == run->capfy) {
-                            size_t nc = run->capfy ? run->capfy * 2 : 16;
-                            held_t *nv = realloc(run->fy, nc * sizeof(*nv));
-                            if (!nv) {
-                                held_land_synced(&held, k);
-                                break;
-                            }
-                            run->fy = nv, run->capfy = nc;
-                        }
-                        run->fy[run->nfy++] = held.v[k];
-                        held.v[k] = held.v[--held.n];
+                        if (held_move(&held, k, &run->fy, &run->nfy, &run->capfy, 16)) held_land_synced(&held, k);
                     } else {
                         held_land_synced(&held, k);
                     }

@@ -110,21 +110,16 @@ elif kind == "stepend":
         del loss
         if not gpumem_allocator:
             print("step_allocated", torch.cuda.memory_allocated())
-elif kind == "gc":
+elif kind in ("gc", "split"):
+    # rounds; two growing temporaries (MiB: first, growth) and one kept buffer (MiB) a round
+    rounds, (a0, da), (b0, db), keep = {"gc": (12, (30, 7), (12, 3), 8),
+                                         "split": (10, (40, 9), (20, 5), 6)}[kind]
     torch.cuda.set_per_process_memory_fraction(0.004)
     kept = []
-    for i in range(12):
-        a = torch.empty((30 + 7 * i) << 20, dtype=torch.uint8, device="cuda")
-        b = torch.empty((12 + 3 * i) << 20, dtype=torch.uint8, device="cuda")
-        kept.append(torch.empty(8 << 20, dtype=torch.uint8, device="cuda"))
-        del a, b
-elif kind == "split":
-    torch.cuda.set_per_process_memory_fraction(0.004)
-    kept = []
-    for i in range(10):
-        a = torch.empty((40 + 9 * i) << 20, dtype=torch.uint8, device="cuda")
-        b = torch.empty((20 + 5 * i) << 20, dtype=torch.uint8, device="cuda")
-        kept.append(torch.empty(6 << 20, dtype=torch.uint8, device="cuda"))
+    for i in range(rounds):
+        a = torch.empty((a0 + da * i) << 20, dtype=torch.uint8, device="cuda")
+        b = torch.empty((b0 + db * i) << 20, dtype=torch.uint8, device="cuda")
+        kept.append(torch.empty(keep << 20, dtype=torch.uint8, device="cuda"))
         del a, b
 elif kind == "mempool":
     pool = torch.cuda.MemPool()
