@@ -29,6 +29,9 @@
 #         growing tensors freed and a 6 MiB one kept: at the cap PyTorch gives back some of its
 #         blocks over max_split_size (release_available_cached_blocks), not its cache, and
 #         retries (max_memory_reserved, printed: 320 MiB; 308 MiB without the key).
+#   retry  the gc loop without a key, with an empty_cache of its own halfway: PyTorch meets its
+#         cap, frees its cache and retries (memory_stats' num_alloc_retries, printed: 5), and the
+#         empty_cache frees the same way, outside an allocation.
 #   mempool  a torch.cuda.MemPool, no CUDA graph: a 20 MiB tensor made under use_mem_pool, kept.
 import contextlib
 import os
@@ -126,6 +129,16 @@ elif kind == "split":
         b = torch.empty((20 + 5 * i) << 20, dtype=torch.uint8, device="cuda")
         kept.append(torch.empty(6 << 20, dtype=torch.uint8, device="cuda"))
         del a, b
+elif kind == "retry":
+    torch.cuda.set_per_process_memory_fraction(0.004)
+    kept = []
+    for i in range(12):
+        a = torch.empty((30 + 7 * i) << 20, dtype=torch.uint8, device="cuda")
+        b = torch.empty((12 + 3 * i) << 20, dtype=torch.uint8, device="cuda")
+        kept.append(torch.empty(8 << 20, dtype=torch.uint8, device="cuda"))
+        del a, b
+        if i == 5:  # the program's own release of the cache: no retry
+            torch.cuda.empty_cache()
 elif kind == "mempool":
     pool = torch.cuda.MemPool()
     with torch.cuda.use_mem_pool(pool):
@@ -135,3 +148,4 @@ if not gpumem_allocator:  # PyTorch keeps no statistics for a pluggable allocato
     print("memory_allocated", torch.cuda.memory_allocated())
     print("max_memory_reserved", torch.cuda.max_memory_reserved())
     print("memory_reserved", torch.cuda.memory_reserved())
+    print("num_alloc_retries", torch.cuda.memory_stats()["num_alloc_retries"])
