@@ -32,6 +32,9 @@
 #   retry  the gc loop without a key, with an empty_cache of its own halfway: PyTorch meets its
 #         cap, frees its cache and retries (memory_stats' num_alloc_retries, printed: 5), and the
 #         empty_cache frees the same way, outside an allocation.
+#   tied  a small model whose output layer's weight is its embedding's, trained 3 steps: offloading
+#         its saved activations lowers the peak allocated and leaves the reserved (160 MiB,
+#         max_memory_reserved, printed) as it is.
 #   mempool  a torch.cuda.MemPool, no CUDA graph: a 20 MiB tensor made under use_mem_pool, kept.
 import contextlib
 import os
@@ -129,6 +132,27 @@ elif kind == "split":
         b = torch.empty((20 + 5 * i) << 20, dtype=torch.uint8, device="cuda")
         kept.append(torch.empty(6 << 20, dtype=torch.uint8, device="cuda"))
         del a, b
+elif kind == "tied":
+
+    class Tied(nn.Module):
+        def __init__(self, v=4096, d=256):
+            super().__init__()
+            self.emb = nn.Embedding(v, d)
+            self.body = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+            self.head = nn.Linear(d, v, bias=False)
+            self.head.weight = self.emb.weight  # tied
+
+        def forward(self, x):
+            return self.head(self.body(self.emb(x)))
+
+    model = Tied().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for step in range(3):
+        x = torch.randint(0, 4096, (8, 128), device="cuda")
+        loss = model(x).float().logsumexp(-1).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
 elif kind == "retry":
     torch.cuda.set_per_process_memory_fraction(0.004)
     kept = []

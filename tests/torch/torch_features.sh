@@ -44,6 +44,10 @@
 #        history's segment frees inside an allocation that left no segment wholly free; the
 #        program's empty_cache, noted by gpumem's hooks before its frees, none of them), 0 where
 #        max_split_size_mb's release of the blocks over it sufficed (split), and the text says so.
+#   tied  advise listed "offload saved activations ... (saves 0 B)" as a recommendation right
+#        under "in short: nothing here lowers the peak reserved": it is listed apart ("lowers the
+#        peak allocated only", reserved "as it is"; JSON .lowers "allocated", the baseline's
+#        reserved PyTorch's max_memory_reserved).
 # Table: KIND#ENV (or gpumem record's options, "--...")#COMMAND#jq filter#want ($mem, $res: the
 # recording's printed memory_allocated, max_memory_reserved; $steps: its step_allocated lines;
 # $retries: its num_alloc_retries).
@@ -64,6 +68,7 @@ table=(
   "split#PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:40#tune --json#[.results[] | select(.conf == \"preset:pytorch,max_split_size_mb:40\") | .peak_reserved == \$res] | map(tostring) | join(\",\")#true"
   "retry#-#report --json#.torch.alloc_retries | (.count == \$retries), \$retries, .exact#true 5 true"
   "split#PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:40#report --json#.torch.alloc_retries.count == \$retries#true"
+  "tied#-#advise --json#(.baseline.peak_reserved == \$res), ([.recommendations[] | select(.target == \"saved activations\") | .lowers] | join(\",\"))#true allocated"
   "stepend#-#leaks --json#([.steps[].allocated_at_end] == \$steps), (\$steps | length)#true 3"
   "stepend#--allocator gpumem#leaks --json#.leaked_held_bytes as \$h | [.steps[].allocated_at_end | . == \$h] | map(tostring) | join(\",\")#true,true,true"
 )
@@ -124,6 +129,14 @@ GPUMEM_SIM_BACKING=memory "$G" record -q -o "$db" -- "$torch_py" "$script" mempo
 got="$(grep -c "graph captures\|the graphs' static tensors" "$tmp/mempool.txt") $(grep -c '^CUDA graphs and MemPools: the memory of private pools$' "$tmp/mempool.txt")"
 [[ $got == "0 1" ]] && ok "mempool: report's private pools block names graphs and MemPools, no graph captures" \
   || bad "mempool: report's private pools block: graph captures, MemPools headings '$got', want '0 1'"
+# tied: no recommendation reads "saves 0 B"; the one that lowers the allocated only is apart
+db=$tmp/tied.db
+if [[ -f $db ]]; then
+  "$G" advise "$db" > "$tmp/tied.txt" 2>&1
+  got="$(grep -c 'saves 0 B' "$tmp/tied.txt") $(grep -c '^lowers the peak allocated only (1: ' "$tmp/tied.txt") $(grep -c '^recommendations (0 of 0' "$tmp/tied.txt")"
+  [[ $got == "0 1 1" ]] && ok "tied: advise lists the offload that saves 0 B of reserved apart" \
+    || bad "tied: advise's 'saves 0 B', 'lowers the peak allocated only', 'recommendations (0 of 0' lines '$got', want '0 1 1'"
+fi
 # retry: the text says the retries, as many as PyTorch counted
 db=$tmp/retry.db
 if [[ -f $db ]]; then
