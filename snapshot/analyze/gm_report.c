@@ -1465,8 +1465,8 @@ static void print_retries_text(FILE *out, const gm_torch_retries_t *rt) {
                  "an OOM: lower the peak (a smaller batch, checkpointing, gpumem advise) or raise the memory fraction; "
                  "expandable_segments:True lets the cache fit the requests closer%s\n",
             rt->exact ? "" : "at most ", rt->count, rt->count == 1 ? "" : "s", rt->first_seq, rt->last_seq, rt->segments, b,
-            rt->exact ? "" : " (garbage_collection_threshold's collection frees as a retry does, inside an allocation: "
-                             "some of these may be collections alone)");
+            rt->exact ? "" : " (garbage_collection_threshold's collection and max_split_size_mb's release free inside "
+                             "an allocation too: some of these may be theirs alone)");
 }
 
 static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE *out) {
@@ -2791,10 +2791,11 @@ int gm_torch_retries(gm_db *d, gm_torch_retries_t *r)
     }
     sqlite3_finalize(st);
     free(seg);
-    /* garbage_collection_threshold's collection frees inside an allocation too, and may free
-     * every wholly free segment: there a release counted here may be a collection alone */
+    /* garbage_collection_threshold's collection and max_split_size_mb's release of the blocks
+     * over it free inside an allocation too, and may happen to free every wholly free segment:
+     * there a release counted here may be one of theirs alone */
     char conf[512];
     gm_meta_text(d, "torch_conf", conf, sizeof conf);
-    r->exact = strstr(conf, "garbage_collection_threshold") == NULL;
+    r->exact = !strstr(conf, "garbage_collection_threshold") && !strstr(conf, "max_split_size_mb");
     return rc < 0 ? -1 : r->count > 0;
 }

@@ -67,7 +67,7 @@ table=(
   "split#PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:40#advise --json#.baseline.peak_reserved == \$res#true"
   "split#PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:40#tune --json#[.results[] | select(.conf == \"preset:pytorch,max_split_size_mb:40\") | .peak_reserved == \$res] | map(tostring) | join(\",\")#true"
   "retry#-#report --json#.torch.alloc_retries | (.count == \$retries), \$retries, .exact#true 5 true"
-  "split#PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:40#report --json#.torch.alloc_retries.count == \$retries#true"
+  "split#PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:40#report --json#.torch.alloc_retries | (.count == \$retries), .exact#true false"
   "tied#-#advise --json#(.baseline.peak_reserved == \$res), ([.recommendations[] | select(.target == \"saved activations\") | .lowers] | join(\",\"))#true allocated"
   "stepend#-#leaks --json#([.steps[].allocated_at_end] == \$steps), (\$steps | length)#true 3"
   "stepend#--allocator gpumem#leaks --json#.leaked_held_bytes as \$h | [.steps[].allocated_at_end | . == \$h] | map(tostring) | join(\",\")#true,true,true"
