@@ -775,6 +775,12 @@ static void json_rec(FILE *out, const ctx *c, const spec *s, int combo)
     if (s->expandable) fprintf(out, "%s\"config\"", first ? "" : ", ");
     fprintf(out, "], \"target\": ");
     gm_json_str(out, target);
+    /* what it lowers of the baseline's peaks: a recommendation that leaves the reserved as it is
+     * lowers the allocated only, and reads apart in the text */
+    fprintf(out, ", \"lowers\": \"%s\"",
+            s->r.peak_reserved < c->base.peak_reserved     ? "reserved"
+            : s->r.peak_allocated < c->base.peak_allocated ? "allocated"
+                                                           : "neither");
     fprintf(out, ", \"flags\": ");
     if (c->trainer || (c->script && flags[0]))
         gm_json_str(out, flags);
@@ -853,8 +859,15 @@ static void text_rec(FILE *out, const ctx *c, const spec *s)
     fmt(save >= 0 ? (uint64_t)save : (uint64_t)-save, sv, sizeof sv);
     fmt(s->host_bytes, hb, sizeof hb);
     fmt(s->pinned_bytes, pb, sizeof pb);
-    fprintf(out, "  %s\n    peak allocated %s, reserved %s (%s %s%s); extra time %.4f s/step", target, a, r,
-            save < 0 ? "costs" : "saves", sv, save < 0 ? " more" : "", s->extra_s);
+    if (save == 0 && s->r.peak_allocated < c->base.peak_allocated) { /* "saves 0 B" read as a saving */
+        char al[32];
+        fmt(c->base.peak_allocated - s->r.peak_allocated, al, sizeof al);
+        fprintf(out, "  %s\n    peak allocated %s (%s less), reserved %s (as it is); extra time %.4f s/step", target, a,
+                al, r, s->extra_s);
+    } else {
+        fprintf(out, "  %s\n    peak allocated %s, reserved %s (%s %s%s); extra time %.4f s/step", target, a, r,
+                save < 0 ? "costs" : "saves", sv, save < 0 ? " more" : "", s->extra_s);
+    }
     if (isnan(pct(c, s->extra_s)))
         fputs(" (no step time recorded to compare)", out);
     else
@@ -2085,8 +2098,18 @@ int gm_advise_main(int argc, char **argv)
                 "uses: none recorded; recompute and offload act on births and deaths (record with "
                 "GPUMEM_USES=timed to sharpen them with each tensor's last and first use)\n");
         text_short(&c, recs, nrecs, front, nfront);
-        printf("\nrecommendations (%zu of %zu, largest saving first):\n", nr, nrecs);
-        if (!nrecs && c.m.phases_from == GM_CSRC_NONE)
+        /* those that lower the peak allocated and leave the reserved as it is (sorted last) are
+         * listed apart: under "nothing here lowers the peak reserved" they read as savings */
+        size_t nlow = 0;
+        while (nlow < nrecs && recs[nlow].r.peak_reserved < c.base.peak_reserved)
+            nlow++;
+        if (try_flags) nlow = nrecs; /* what was asked for, whatever it lowers */
+        size_t nshow = nr < nlow ? nr : nlow;
+        printf("\nrecommendations (%zu of %zu, largest saving first):\n", nshow, nlow);
+        if (!nlow && nrecs)
+            printf("  none lowers the peak reserved of this recording (those below lower the peak allocated "
+                   "only)\n");
+        else if (!nrecs && c.m.phases_from == GM_CSRC_NONE)
             printf("  none: forward, backward and update are not known in this recording (the note says "
                    "what would tell them)\n");
         else if (!nrecs && nworse)
@@ -2096,7 +2119,12 @@ int gm_advise_main(int argc, char **argv)
             printf("  none: no technique lowers the peak of this recording (what is live at the "
                    "peak is not "
                    "saved activations, gradients or optimizer state in a step)\n");
-        for (size_t i = 0; i < nr; i++)
+        for (size_t i = 0; i < nshow; i++)
+            text_rec(stdout, &c, &recs[i]);
+        if (nrecs > nlow)
+            printf("\nlowers the peak allocated only (%zu: the peak reserved stays as it is in this recording, "
+                   "whose segments' rounding may hide a saving a larger run would see):\n", nrecs - nlow);
+        for (size_t i = nlow; i < nrecs && (int)(i - nlow) < top; i++)
             text_rec(stdout, &c, &recs[i]);
         if (nworse)
             printf("\nnot worth it (%zu: each lowers the peak allocated but raises the peak reserved, "

@@ -1072,6 +1072,17 @@ static void no_backward(ctx *x)
         c->steps[j].bwd = c->steps[j].opt = NO_SEQ;
 }
 
+/* Inferred steps of a recording that shows no optimizer.step() ran (no_optimizer_step): what
+ * follows the backward's last free is no update, the backward's still, and nothing made there
+ * is optimizer state (a loop's accumulator made once after its frees read as 32 KiB of it). */
+static void no_update(ctx *x)
+{
+    gm_categories *c = x->c;
+    c->no_update = 1;
+    for (size_t j = 0; j < c->nsteps; j++)
+        c->steps[j].opt = NO_SEQ;
+}
+
 /* ------------------------------------------------------------------ where a seq falls */
 
 /* How many steps start at or before seq, looked for from step `from` on: the steps before it
@@ -1773,31 +1784,52 @@ static int64_t sql_one(gm_db *d, const char *q)
     return v;
 }
 
-void gm_phases_hint(gm_db *d, char *out, size_t n)
+/* What gpumem record's PyTorch hooks saw of a Python recording: -1 not a Python recording with
+ * the setting, 0 the hooks were off (--no-torch-hooks), 1 on, with *nr the ranges, *fwd / *opt
+ * whether a "fwd" / "opt" range is among them. The hooks' ranges are "step N/fwd/<module>",
+ * "step N/bwd/<module>", "step N/opt"; a program that names its own phases (gpumem.range,
+ * gpumem.annotate) gets none of theirs. */
+static int hooks_saw(gm_db *d, int64_t *nr, int64_t *fwd, int64_t *opt)
 {
-    static const char plain[] = "name tensors, or mark phases with NVTX ranges \"step N\" > fwd / bwd / opt, or "
-                                "record a PyTorch script with gpumem record's hooks";
     char hooks[8] = "";
+    *nr = *fwd = *opt = 0;
     if (d) gm_meta_text(d, "torch_hooks", hooks, sizeof hooks);
     /* a C program run by gpumem record has the setting too: the hooks act in Python only */
     int python = d && hooks[0] && gm_table_exists(d, "frames") &&
                  sql_one(d, "SELECT EXISTS (SELECT 1 FROM frames WHERE python = 1)");
-    if (!python) {
+    if (!python) return -1;
+    if (!strcmp(hooks, "0")) return 0;
+    if (gm_table_exists(d, "ranges")) {
+        *nr = sql_one(d, "SELECT count(*) FROM ranges");
+        *fwd = sql_one(d, "SELECT EXISTS (SELECT 1 FROM ranges WHERE '/' || path || '/' LIKE '%/fwd/%')");
+        *opt = sql_one(d, "SELECT EXISTS (SELECT 1 FROM ranges WHERE '/' || path || '/' LIKE '%/opt/%')");
+    }
+    return 1;
+}
+
+/* 1 where the recording shows that no optimizer.step() ran: the hooks were on and opened no
+ * "opt" range, with no range of the program's own (which turns theirs off) or with their "fwd"
+ * ranges beside none. Inferred phases then have no update: nothing is optimizer state. */
+static int no_optimizer_step(gm_db *d)
+{
+    int64_t nr, fwd, opt;
+    return hooks_saw(d, &nr, &fwd, &opt) == 1 && !opt && (!nr || fwd);
+}
+
+void gm_phases_hint(gm_db *d, char *out, size_t n)
+{
+    static const char plain[] = "name tensors, or mark phases with NVTX ranges \"step N\" > fwd / bwd / opt, or "
+                                "record a PyTorch script with gpumem record's hooks";
+    int64_t nr, fwd, opt;
+    int saw = hooks_saw(d, &nr, &fwd, &opt);
+    if (saw < 0) {
         snprintf(out, n, "%s", plain);
         return;
     }
-    if (!strcmp(hooks, "0")) {
+    if (!saw) {
         snprintf(out, n, "name tensors, or mark phases with gpumem.range(\"step N\") > fwd / bwd / opt, or record "
                          "it again without --no-torch-hooks (gpumem record's PyTorch hooks were off)");
         return;
-    }
-    /* the hooks' ranges are "step N/fwd/<module>", "step N/bwd/<module>", "step N/opt"; a
-     * program that names its own phases (gpumem.range, gpumem.annotate) gets none of theirs */
-    int64_t nr = 0, fwd = 0, opt = 0;
-    if (gm_table_exists(d, "ranges")) {
-        nr = sql_one(d, "SELECT count(*) FROM ranges");
-        fwd = sql_one(d, "SELECT EXISTS (SELECT 1 FROM ranges WHERE '/' || path || '/' LIKE '%/fwd/%')");
-        opt = sql_one(d, "SELECT EXISTS (SELECT 1 FROM ranges WHERE '/' || path || '/' LIKE '%/opt/%')");
     }
     const char *ran = !nr            ? "no nn.Module's forward and no optimizer.step()"
                       : !fwd && !opt ? "no \"step N\" > fwd / bwd / opt range: its own ranges name none, and "
@@ -1889,6 +1921,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
             if (shaped < 0) goto nomem;
             c->phases_from = GM_CSRC_INFERENCE;
             if (!shaped) no_backward(&x);
+            else if (no_optimizer_step(d)) no_update(&x);
         }
     }
     if (c->phases_from == GM_CSRC_NONE) gm_phases_hint(d, c->hint, sizeof c->hint);

@@ -65,6 +65,8 @@ typedef struct gm_categories {
     char doubt[320];     /* steps_from INFERENCE: why the steps found may not be the loop's ("": sure) */
     int no_backward;     /* phases_from INFERENCE: no step shows a forward and a backward (a loop
                             that makes buffers and frees or keeps them): no activation */
+    int no_update;       /* phases_from INFERENCE: gpumem record's hooks saw no optimizer.step()
+                            (gm_category.c, no_optimizer_step): no update, no optimizer state */
     uint64_t stopped_at; /* the OOM the run stopped at (no step began after it; 0: none): what was
                             alive then and had not lived through a step's end is "other" */
     /* at the peak: the model's peak allocated moment */

@@ -59,7 +59,10 @@ void gm_categories_print_text(FILE *out, const gm_categories *c, const char *tit
         for (int s = 0; s < GM_NCSRCS; s++) {
             if (s == main_src || !c->peak_by_src[k][s]) continue;
             gm_fmt_bytes(c->peak_by_src[k][s], b, sizeof b);
-            fprintf(out, ", %s by %s", b, s == GM_CSRC_NONE ? "nothing" : gm_csrc_name[s]);
+            /* GM_CSRC_NONE: bytes no source placed (PyTorch's segments in the device's view,
+             * what an OOM unwound), "other" by default: "by nothing" read as a source */
+            if (s == GM_CSRC_NONE) fprintf(out, ", %s undecided (no source placed it: \"other\" by default)", b);
+            else fprintf(out, ", %s by %s", b, gm_csrc_name[s]);
         }
         fputc('\n', out);
     }
@@ -72,6 +75,9 @@ void gm_categories_print_text(FILE *out, const gm_categories *c, const char *tit
         fputs("  no backward: no step makes something after its highest point while freeing what it made "
               "before (a loop that makes buffers and frees or keeps them): nothing is saved for a backward, "
               "no allocation is an activation\n", out);
+    if (c->phases_from == GM_CSRC_INFERENCE && c->no_update)
+        fputs("  no update: gpumem record's PyTorch hooks saw no optimizer.step(): what follows a step's backward "
+              "is no update, and nothing is optimizer state\n", out);
     if (c->phases_from == GM_CSRC_NONE && c->why[0]) {
         /* PyTorch's segments: its tensors are told in its own view, which has its own line */
         int in_view = strstr(c->why, "PyTorch's segments") != NULL;
@@ -145,6 +151,8 @@ void gm_categories_print_json(FILE *out, const gm_categories *c)
     gm_json_str(out, c->phases_from == GM_CSRC_NONE && c->hint[0] ? c->hint : NULL);
     fputs(",\"backward\":", out); /* inferred phases: whether a step shows a backward */
     fputs(c->phases_from != GM_CSRC_INFERENCE ? "null" : c->no_backward ? "false" : "true", out);
+    fputs(",\"update\":", out); /* inferred phases: false where no optimizer.step() ran */
+    fputs(c->phases_from != GM_CSRC_INFERENCE ? "null" : c->no_backward || c->no_update ? "false" : "true", out);
     fputs(",\"stopped_at_oom\":", out);
     if (c->stopped_at) fprintf(out, "%" PRIu64, c->stopped_at);
     else fputs("null", out);

@@ -1453,6 +1453,22 @@ static gm_dev_figs hook_lead(const gm_torch_view *tv, int asked, int *busy, int 
     return f;
 }
 
+/* PyTorch's retries at its limit (gm_torch_retries): the run was at its edge, and each one cost a
+ * synchronize of the device and a cudaFree of every cached segment */
+static void print_retries_text(FILE *out, const gm_torch_retries_t *rt) {
+    if (!rt->count) return;
+    char b[32];
+    gm_fmt_bytes(rt->bytes, b, sizeof b);
+    fprintf(out, "  retries             %s%" PRIu64 " allocation%s met PyTorch's limit and were retried after it freed its "
+                 "cache (num_alloc_retries counts these and each OOM; events %" PRIu64 "-%" PRIu64 "): each retry synchronizes the device and "
+                 "cudaFrees every cached segment (%" PRIu64 " segments, %s in all), slow, and the run is at the edge of "
+                 "an OOM: lower the peak (a smaller batch, checkpointing, gpumem advise) or raise the memory fraction; "
+                 "expandable_segments:True lets the cache fit the requests closer%s\n",
+            rt->exact ? "" : "at most ", rt->count, rt->count == 1 ? "" : "s", rt->first_seq, rt->last_seq, rt->segments, b,
+            rt->exact ? "" : " (garbage_collection_threshold's collection and max_split_size_mb's release free inside "
+                             "an allocation too: some of these may be theirs alone)");
+}
+
 static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE *out) {
     const gm_torch_view *tv = &m->torch;
     if (!tv->present) {
@@ -1556,6 +1572,8 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
     gm_meta_text(d, "torch_conf", conf, sizeof conf);
     gm_meta_text(d, "torch_version", ver, sizeof ver);
     gm_meta_text(d, "torch_history_from", from, sizeof from); /* gpumem: its tracker's trace */
+    gm_torch_retries_t rt;
+    gm_torch_retries(d, &rt);
     gm_torch_reset reset = lf.reset; /* the whole run's peaks are not max_memory_*() after a
                                         reset: the device's whose figures these are (lead_make) */
     if (o->json) {
@@ -1575,6 +1593,9 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         fprintf(out, ",\"blocks_guessed\":%" PRId64 ",\"history_truncated\":%s",
                 gm_meta_int(d, "torch_blocks_guessed", 0),
                 gm_meta_int(d, "torch_history_truncated", 0) ? "true" : "false");
+        fprintf(out, ",\"alloc_retries\":{\"count\":%" PRIu64 ",\"segments_freed\":%" PRIu64
+                     ",\"bytes_freed\":%" PRIu64 ",\"first_seq\":%" PRIu64 ",\"last_seq\":%" PRIu64 ",\"exact\":%s}",
+                rt.count, rt.segments, rt.bytes, rt.first_seq, rt.last_seq, rt.exact ? "true" : "false");
         fprintf(out, ",\"device_peak\":{\"device\":");
         if (tdev >= 0) fprintf(out, "%d", tdev);
         else fputs("null", out);
@@ -1622,6 +1643,7 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
         }
         fprintf(out, "  utilization         %.1f%%, %zu tensors\n", pct(pv->peak_allocated, pv->peak_reserved),
                 tv->nallocs);
+        print_retries_text(out, &rt);
         print_devices_text(out, &whole, busy, "max_memory_allocated(d), max_memory_reserved(d)", d);
         if (gm_meta_int(d, "torch_history_truncated", 0))
             fprintf(out, "  note                PyTorch's history is a ring and it was full: its first entries are lost, "
@@ -2667,4 +2689,113 @@ void gm_torch_reset_note(const gm_torch_reset *rs, char *out, size_t n) {
              ", %.3f s): its max_memory_allocated() / max_memory_reserved() count from there (%s / %s at the end); "
              "the peaks here are the whole run's",
              rs->count > 1 ? ", several times" : "", rs->seq, (double)rs->t_ns / 1e9, a, r);
+}
+
+/* ---------------------------------------------------------------- PyTorch's retries */
+
+/* PyTorch's caching allocator, at its limit (a memory fraction, or the device full), frees
+ * every cached segment it holds whole (release_cached_blocks: a device-wide synchronize and a
+ * cudaFree each) and tries the allocation again; memory_stats()["num_alloc_retries"] counts
+ * these. Its history shows them as segment frees inside an allocation (the next of its entries
+ * the allocation's segment_alloc or alloc) after which no segment it holds is wholly free. An
+ * empty_cache (36, noted by gpumem's hooks before its frees) frees the same way outside an
+ * allocation; the releases that are no retry (garbage_collection_threshold's collection, the
+ * blocks over max_split_size_mb at the cap) free some whole segments and leave others. A
+ * release an OOM follows was a retry that failed: num_alloc_retries counts every OOM outside a
+ * graph capture too, and report lists those apart (its OOMs). */
+typedef struct tseg {
+    uint64_t addr, size;
+    uint64_t live; /* blocks handed out and not free_completed */
+} tseg;
+
+static size_t tseg_find(const tseg *s, size_t n, uint64_t addr)
+{
+    size_t lo = 0, hi = n; /* the first segment whose end is past addr */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s[mid].addr + s[mid].size <= addr) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && s[lo].addr <= addr ? lo : n;
+}
+
+static int tseg_add(tseg **s, size_t *n, size_t *cap, uint64_t addr, uint64_t size)
+{
+    if (gm_grow_fast((void **)s, cap, *n + 1, sizeof **s)) return -1;
+    size_t i = *n;
+    while (i > 0 && (*s)[i - 1].addr > addr) {
+        (*s)[i] = (*s)[i - 1];
+        i--;
+    }
+    (*s)[i] = (tseg){addr, size, 0};
+    (*n)++;
+    return 0;
+}
+
+static int tseg_any_free(const tseg *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!s[i].live) return 1;
+    return 0;
+}
+
+int gm_torch_retries(gm_db *d, gm_torch_retries_t *r)
+{
+    memset(r, 0, sizeof *r);
+    r->exact = 1;
+    if (gm_meta_int(d, "torch_history", 0) <= 0) return 0;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(d->db, "SELECT kind, addr, size, seq, device FROM events WHERE kind IN (13, 31, 33, 34, 35, 36) "
+                                  "ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
+        return 0;
+    tseg *seg = NULL;
+    size_t n = 0, cap = 0;
+    /* freed: the segments given back since the last allocation; asked: by an empty_cache */
+    uint64_t freed = 0, freed_bytes = 0, first = 0;
+    int asked = 0, rc = 1;
+    while (rc > 0 && sqlite3_step(st) == SQLITE_ROW) {
+        int kind = sqlite3_column_int(st, 0);
+        uint64_t addr = (uint64_t)sqlite3_column_int64(st, 1), size = (uint64_t)sqlite3_column_int64(st, 2);
+        uint64_t seq = (uint64_t)sqlite3_column_int64(st, 3);
+        addr += (uint64_t)sqlite3_column_int(st, 4) << 56; /* devices' addresses apart */
+        size_t i = n;
+        if (kind == REC_TORCH_EMPTY_CACHE) asked = 1;
+        else if (kind == REC_OOM) { /* the retry failed too: an OOM, which report lists apart */
+            freed = freed_bytes = 0, asked = 0;
+            continue;
+        } else if (kind == REC_TORCH_SEG_UNMAP) {
+            if (!freed) first = seq;
+            freed++, freed_bytes += size;
+            if ((i = tseg_find(seg, n, addr)) < n && seg[i].addr == addr && seg[i].size == size) {
+                memmove(&seg[i], &seg[i + 1], (n - i - 1) * sizeof *seg);
+                n--;
+            } else if (i < n) { /* part of an expandable segment unmapped: the rest stays */
+                seg[i].size = addr > seg[i].addr ? addr - seg[i].addr : seg[i].size;
+            }
+            continue;
+        } else if (kind == REC_TORCH_FREE_COMPLETED) {
+            if ((i = tseg_find(seg, n, addr)) < n && seg[i].live) seg[i].live--;
+            continue;
+        } else { /* an allocation: the frees since the last one were inside it */
+            if (freed && !asked && !tseg_any_free(seg, n)) {
+                if (!r->count) r->first_seq = first;
+                r->count++, r->segments += freed, r->bytes += freed_bytes, r->last_seq = first;
+            }
+            freed = freed_bytes = 0, asked = 0;
+            if (kind == REC_TORCH_SEG_MAP) {
+                if (tseg_add(&seg, &n, &cap, addr, size)) rc = -1;
+            } else if ((i = tseg_find(seg, n, addr)) < n) {
+                seg[i].live++;
+            }
+        }
+    }
+    sqlite3_finalize(st);
+    free(seg);
+    /* garbage_collection_threshold's collection and max_split_size_mb's release of the blocks
+     * over it free inside an allocation too, and may happen to free every wholly free segment:
+     * there a release counted here may be one of theirs alone */
+    char conf[512];
+    gm_meta_text(d, "torch_conf", conf, sizeof conf);
+    r->exact = !strstr(conf, "garbage_collection_threshold") && !strstr(conf, "max_split_size_mb");
+    return rc < 0 ? -1 : r->count > 0;
 }

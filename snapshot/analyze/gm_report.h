@@ -73,6 +73,18 @@ int gm_rerun_torch(const gm_rerun_origin *o, const char *cmdline, const char *py
 /* PyTorch's peaks by its own rules (block sizes, allocated dropping at free_requested, reserved =
  * its segments) from a merged history: 1 with them, 0 when the recording has none. */
 int gm_torch_peaks(gm_db *d, uint64_t *peak_allocated, uint64_t *peak_reserved);
+/* PyTorch's retries of an allocation at its limit that succeeded (memory_stats'
+ * num_alloc_retries is these and each OOM outside a graph capture, its failed last try): each freed every wholly free cached segment it held first (its
+ * release_cached_blocks: a device-wide synchronize and a cudaFree each), then allocated.
+ * gm_torch_retries: 1 with some, 0 with none or no history, -1 out of memory. */
+typedef struct gm_torch_retries_t {
+    uint64_t count;          /* allocations retried after such a release */
+    uint64_t segments, bytes; /* the segments those releases gave back, their bytes */
+    uint64_t first_seq, last_seq; /* the first and last release's first segment free */
+    int exact;               /* 0: under garbage_collection_threshold or max_split_size_mb,
+                                whose releases free inside an allocation too: count is at most */
+} gm_torch_retries_t;
+int gm_torch_retries(gm_db *d, gm_torch_retries_t *r);
 /* Where the program reset PyTorch's peak stats (torch.cuda.reset_peak_memory_stats(d), event 38
  * on device d): from there its max_memory_allocated(d) / max_memory_reserved(d) count only what
  * follows, so a whole-run peak must not be quoted under those names. PyTorch resets one device's

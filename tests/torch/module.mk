@@ -80,11 +80,14 @@ SCRIPT_TESTS += tests/torch/torch_truths.sh
 # recompute is no forward pass and its tensors no saved activations; each step's end is
 # memory_allocated() at the end of the iteration; the replays reach max_memory_reserved() under a
 # memory fraction with garbage_collection_threshold or max_split_size_mb; a MemPool is not called a
-# graph capture (torch_features.sh, .py)
+# graph capture; report says PyTorch's retries at its cap (num_alloc_retries, an empty_cache none);
+# advise lists a technique that lowers the peak allocated only apart (torch_features.sh, .py)
 SCRIPT_TESTS += tests/torch/torch_features.sh
 # a script with no module and no optimizer, with pinned host memory: report and advise say the
 # hooks were on and what the script lacked for them (no "record with the hooks"), and the pinned
-# bytes (at the peak, in all) are what PyTorch's host allocator counted (torch_extras.sh, .py)
+# bytes (at the peak, in all) are what PyTorch's host allocator counted; an attention loop's
+# inferred steps have no update (no optimizer.step() ran: no optimizer state); bytes no source
+# categorised read "undecided", not "by nothing" (torch_extras.sh, .py)
 SCRIPT_TESTS += tests/torch/torch_extras.sh
 # the steps inferred from a PyTorch recording's periodicity: a loop followed by an evaluation
 # (--no-torch-hooks), a loop with no backward (torch_steps_inferred.sh)

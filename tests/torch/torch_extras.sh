@@ -14,6 +14,12 @@
 #   start  report's "Device used" column "at start" was sampled after gpumem's first 256 MiB
 #       segment (reserved by gpumem 256 MiB "at start"), under PyTorch's allocator and under
 #       --allocator gpumem: it is the device before that segment, the context alone.
+#   attn  F.scaled_dot_product_attention on plain tensors in a loop, an accumulator made once
+#       after the first iteration's frees: 32 KiB of it read as "optimizer state" (the inferred
+#       update after the backward's last free), where no optimizer.step() ran (the hooks, on, saw
+#       none): inferred steps then have no update (.torch.categories.update false);
+#   driver  the device's "other" of the loop's cuMemAlloc's (inference) and PyTorch's 20 MiB
+#       segment (no source) read "other from inference, 20.00 MiB by nothing": it says what.
 # Table: NAME#record options#command#jq filter or grep -c pattern (text)#want ($hp, $ht: the
 # script's printed host_peak, host_total).
 set -uo pipefail
@@ -30,6 +36,10 @@ table=(
   "pinned#-#report --json#.summary | (.peak_host_bytes == \$hp), (.host_bytes == \$ht), .host_allocations#true true 4"
   "hint#-#report --json#.device_used.devices[0].start | .reserved_by_gpumem, .recorded_outside, (.used == .not_recorded)#0 0 true"
   "gpumem#--allocator gpumem#report --json#.device_used.devices[0].start | .reserved_by_gpumem, .recorded_outside, (.used == .not_recorded)#0 0 true"
+  "attn#-#report --json#.torch.categories_at_peak.optimizer_state, ([.torch.categories.over_time[].optimizer_state] | add), .torch.categories.update#0 0 false"
+  "attn#-#report#^  no update: gpumem record's PyTorch hooks saw no optimizer.step()#1"
+  "driver#-#report#by nothing#0"
+  "driver#-#report#^ .* other  *from inference, \$resm undecided (no source placed it#1"
   "pinned#-#report#^  pinned host  *\$hpm at its peak, \$htm in all (4 allocations#1"
 )
 for row in "${table[@]}"; do
@@ -40,7 +50,7 @@ for row in "${table[@]}"; do
   if [[ ! -f $db ]]; then
     # shellcheck disable=SC2086
     args=()
-    [[ $name == ranged ]] && args=(ranged)
+    [[ $name == ranged || $name == attn || $name == driver ]] && args=("$name")
     env GPUMEM_SIM_BACKING=memory "$G" record -q $opts -o "$db" -- "$torch_py" "$script" "${args[@]}" > "$db.out" 2>&1
     [[ -f $db ]] || { bad "$name: the recording failed: $(tail -3 "$db.out")"; continue; }
   fi
@@ -53,6 +63,7 @@ for row in "${table[@]}"; do
   else
     pat=${filter//\$hpm/$(awk -v b="${hp:-0}" 'BEGIN {printf "%.2f MiB", b / 1048576}')}
     pat=${pat//\$htm/$(awk -v b="${ht:-0}" 'BEGIN {printf "%.2f MiB", b / 1048576}')}
+    pat=${pat//\$resm/$(awk '$1 == "max_memory_reserved" { printf "%.2f MiB", $2 / 1048576 }' "$db.out")}
     got=$(grep -c -- "$pat" "$tmp/out")
   fi
   [[ $got == "$want" ]] && ok "$name $cmd: $filter = $want" || bad "$name $cmd: $filter = '$got', want '$want'"

@@ -29,6 +29,12 @@
 #         growing tensors freed and a 6 MiB one kept: at the cap PyTorch gives back some of its
 #         blocks over max_split_size (release_available_cached_blocks), not its cache, and
 #         retries (max_memory_reserved, printed: 320 MiB; 308 MiB without the key).
+#   retry  the gc loop without a key, with an empty_cache of its own halfway: PyTorch meets its
+#         cap, frees its cache and retries (memory_stats' num_alloc_retries, printed: 5), and the
+#         empty_cache frees the same way, outside an allocation.
+#   tied  a small model whose output layer's weight is its embedding's, trained 3 steps: offloading
+#         its saved activations lowers the peak allocated and leaves the reserved (160 MiB,
+#         max_memory_reserved, printed) as it is.
 #   mempool  a torch.cuda.MemPool, no CUDA graph: a 20 MiB tensor made under use_mem_pool, kept.
 import contextlib
 import os
@@ -121,6 +127,37 @@ elif kind in ("gc", "split"):
         b = torch.empty((b0 + db * i) << 20, dtype=torch.uint8, device="cuda")
         kept.append(torch.empty(keep << 20, dtype=torch.uint8, device="cuda"))
         del a, b
+elif kind == "tied":
+
+    class Tied(nn.Module):
+        def __init__(self, v=4096, d=256):
+            super().__init__()
+            self.emb = nn.Embedding(v, d)
+            self.body = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+            self.head = nn.Linear(d, v, bias=False)
+            self.head.weight = self.emb.weight  # tied
+
+        def forward(self, x):
+            return self.head(self.body(self.emb(x)))
+
+    model = Tied().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for step in range(3):
+        x = torch.randint(0, 4096, (8, 128), device="cuda")
+        loss = model(x).float().logsumexp(-1).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+elif kind == "retry":
+    torch.cuda.set_per_process_memory_fraction(0.004)
+    kept = []
+    for i in range(12):
+        a = torch.empty((30 + 7 * i) << 20, dtype=torch.uint8, device="cuda")
+        b = torch.empty((12 + 3 * i) << 20, dtype=torch.uint8, device="cuda")
+        kept.append(torch.empty(8 << 20, dtype=torch.uint8, device="cuda"))
+        del a, b
+        if i == 5:  # the program's own release of the cache: no retry
+            torch.cuda.empty_cache()
 elif kind == "mempool":
     pool = torch.cuda.MemPool()
     with torch.cuda.use_mem_pool(pool):
@@ -130,3 +167,4 @@ if not gpumem_allocator:  # PyTorch keeps no statistics for a pluggable allocato
     print("memory_allocated", torch.cuda.memory_allocated())
     print("max_memory_reserved", torch.cuda.max_memory_reserved())
     print("memory_reserved", torch.cuda.memory_reserved())
+    print("num_alloc_retries", torch.cuda.memory_stats()["num_alloc_retries"])

@@ -39,8 +39,18 @@
 #   mempool  report's block of private pools, of a program with a MemPool and no CUDA graph, does
 #        not call them graph captures (it read "CUDA graphs: the memory of graph captures" and "the
 #        graphs' static tensors").
+#   retry  PyTorch's allocator met its cap, freed its cache and retried (num_alloc_retries 5):
+#        report said nothing of it; .torch.alloc_retries counts them as PyTorch does (its
+#        history's segment frees inside an allocation that left no segment wholly free; the
+#        program's empty_cache, noted by gpumem's hooks before its frees, none of them), 0 where
+#        max_split_size_mb's release of the blocks over it sufficed (split), and the text says so.
+#   tied  advise listed "offload saved activations ... (saves 0 B)" as a recommendation right
+#        under "in short: nothing here lowers the peak reserved": it is listed apart ("lowers the
+#        peak allocated only", reserved "as it is"; JSON .lowers "allocated", the baseline's
+#        reserved PyTorch's max_memory_reserved).
 # Table: KIND#ENV (or gpumem record's options, "--...")#COMMAND#jq filter#want ($mem, $res: the
-# recording's printed memory_allocated, max_memory_reserved; $steps: its step_allocated lines).
+# recording's printed memory_allocated, max_memory_reserved; $steps: its step_allocated lines;
+# $retries: its num_alloc_retries).
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 script=tests/torch/torch_features.py
@@ -56,6 +66,9 @@ table=(
   "gc#PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.5#tune --json#[.results[] | select(.conf == \"preset:pytorch,garbage_collection_threshold:0.5\") | .peak_reserved == \$res] | map(tostring) | join(\",\")#true"
   "split#PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:40#advise --json#.baseline.peak_reserved == \$res#true"
   "split#PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:40#tune --json#[.results[] | select(.conf == \"preset:pytorch,max_split_size_mb:40\") | .peak_reserved == \$res] | map(tostring) | join(\",\")#true"
+  "retry#-#report --json#.torch.alloc_retries | (.count == \$retries), \$retries, .exact#true 5 true"
+  "split#PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:40#report --json#.torch.alloc_retries | (.count == \$retries), .exact#true false"
+  "tied#-#advise --json#(.baseline.peak_reserved == \$res), ([.recommendations[] | select(.target == \"saved activations\") | .lowers] | join(\",\"))#true allocated"
   "stepend#-#leaks --json#([.steps[].allocated_at_end] == \$steps), (\$steps | length)#true 3"
   "stepend#--allocator gpumem#leaks --json#.leaked_held_bytes as \$h | [.steps[].allocated_at_end | . == \$h] | map(tostring) | join(\",\")#true,true,true"
 )
@@ -74,9 +87,11 @@ for row in "${table[@]}"; do
   res=$(awk '$1 == "max_memory_reserved" { print $2 }' "$db.out")
   resnow=$(awk '$1 == "memory_reserved" { print $2 }' "$db.out")
   steps=[$(awk '$1 == "step_allocated" { print $2 }' "$db.out" | paste -sd,)]
+  retries=$(awk '$1 == "num_alloc_retries" { print $2 }' "$db.out")
   # shellcheck disable=SC2086
   "$G" $cmd "$db" > "$tmp/out" 2> "$tmp/err"
   got=$(jq -r --argjson mem "${mem:-null}" --argjson res "${res:-null}" --argjson resnow "${resnow:-null}" \
+        --argjson retries "${retries:-null}" \
         --argjson steps "$steps" "$filter" "$tmp/out" 2>&1 | paste -sd' ')
   [[ $got == "$want" ]] && ok "$kind $cmd: $filter = $want" || bad "$kind $cmd: $filter = '$got', want '$want'"
 done
@@ -114,6 +129,22 @@ GPUMEM_SIM_BACKING=memory "$G" record -q -o "$db" -- "$torch_py" "$script" mempo
 got="$(grep -c "graph captures\|the graphs' static tensors" "$tmp/mempool.txt") $(grep -c '^CUDA graphs and MemPools: the memory of private pools$' "$tmp/mempool.txt")"
 [[ $got == "0 1" ]] && ok "mempool: report's private pools block names graphs and MemPools, no graph captures" \
   || bad "mempool: report's private pools block: graph captures, MemPools headings '$got', want '0 1'"
+# tied: no recommendation reads "saves 0 B"; the one that lowers the allocated only is apart
+db=$tmp/tied.db
+if [[ -f $db ]]; then
+  "$G" advise "$db" > "$tmp/tied.txt" 2>&1
+  got="$(grep -c 'saves 0 B' "$tmp/tied.txt") $(grep -c '^lowers the peak allocated only (1: ' "$tmp/tied.txt") $(grep -c '^recommendations (0 of 0' "$tmp/tied.txt")"
+  [[ $got == "0 1 1" ]] && ok "tied: advise lists the offload that saves 0 B of reserved apart" \
+    || bad "tied: advise's 'saves 0 B', 'lowers the peak allocated only', 'recommendations (0 of 0' lines '$got', want '0 1 1'"
+fi
+# retry: the text says the retries, as many as PyTorch counted
+db=$tmp/retry.db
+if [[ -f $db ]]; then
+  retries=$(awk '$1 == "num_alloc_retries" { print $2 }' "$db.out")
+  got=$("$G" report "$db" 2>&1 | grep -c "^  retries  *$retries allocations met PyTorch's limit and were retried after it freed its cache")
+  [[ -n $retries && $got == 1 ]] && ok "retry: report's text says the $retries retries" \
+    || bad "retry: report's text has $got lines of the $retries retries, want 1"
+fi
 # gc, split: tune's replay of PyTorch's allocator without the recorded key is what the program
 # reserves without it
 for kind in gc split; do
