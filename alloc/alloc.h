@@ -457,7 +457,8 @@ int alloc_empty_cache_notify(alloc_t *a, alloc_locked_fn fn, void *arg);
 /* alloc_record_stream that calls fn(arg) with the lock held once the use is added (ALLOC_OK
  * only): a recorder writes the record_stream there, in the allocator's order among the other
  * threads' allocations and frees (trace `rs`). Written after the call, a free of the block by
- * another thread could come before it. */
+ * another thread could come before it. libgpumem.so does not use it yet (README, "Releasing
+ * without synchronizing": its hook's frames under the lock left the pointer on the stack). */
 int alloc_record_stream_notify(alloc_t *a, uint64_t ptr, uintptr_t stream, alloc_locked_fn fn,
                                void *arg);
 

@@ -1232,8 +1232,11 @@ static __attribute__((noinline)) int record_stream_entry(const void *ptr, struct
         gm_event(GM_EV_RECORD_STREAM, dev, (CUstream)gm_stream_key(stream), p, 0, 0);
         return 0;
     }
-    /* its event is written inside the allocator's lock (gm_heap_record_stream) */
-    return gm_heap_record_stream(p, stream) < 0 ? -1 : 0;
+    int dev = gm_heap_record_stream(p, stream);
+    if (dev < 0)
+        return -1;
+    gm_event(GM_EV_RECORD_STREAM, dev, (CUstream)gm_stream_key(stream), p, 0, 0);
+    return 0;
 }
 
 GM_EXPORT int gpumem_record_stream(const void *ptr, struct CUstream_st *stream)

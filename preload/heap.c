@@ -822,33 +822,15 @@ int gm_heap_memory_fraction(int dev, double fraction)
 
 /* gpumem_record_stream: the block holding ptr is used on stream too; its free waits for that
  * stream's work. The device, or -1 when no allocator owns a live block at ptr. */
-struct heap_rs_note {
-    int dev;
-    uintptr_t key;
-    CUdeviceptr ptr;
-};
-/* Under the allocator's lock: the record_stream's event among the other threads' allocations
- * and frees where the allocator took it (after the call, another thread's free of the block
- * could come first, and the replay dropped the use) */
-static void heap_rs_recorded(void *arg)
-{
-    const struct heap_rs_note *n = arg;
-    gm_event(GM_EV_RECORD_STREAM, n->dev, (CUstream)n->key, n->ptr, 0, 0);
-}
-
 int gm_heap_record_stream(CUdeviceptr ptr, CUstream stream)
 {
     uintptr_t key = gm_stream_key(stream);
-    int held = gm_rec_stack_hold(); /* the stack is walked before the lock, not under it */
-    int dev = -1;
-    for (int i = 0; i < GM_MAX_DEVICES && dev < 0; i++) {
+    for (int i = 0; i < GM_MAX_DEVICES; i++) {
         alloc_t *a = atomic_load_explicit(&dev_alloc[i], memory_order_acquire);
-        struct heap_rs_note note = {i, key, ptr};
-        if (a && alloc_record_stream_notify(a, ptr, key, heap_rs_recorded, &note) == ALLOC_OK)
-            dev = i;
+        if (a && alloc_record_stream(a, ptr, key) == ALLOC_OK)
+            return i;
     }
-    gm_rec_stack_release(held);
-    return dev;
+    return -1;
 }
 
 void gm_heap_use_streams(int dev, CUstream s, const uint64_t *words, size_t n)
