@@ -2882,18 +2882,11 @@ static int uses_add(alloc_t *a, blk_t *b, uintptr_t stream, bool named)
 
 int alloc_record_stream(alloc_t *a, uint64_t ptr, uintptr_t stream)
 {
-    return alloc_record_stream_notify(a, ptr, stream, NULL, NULL);
-}
-
-int alloc_record_stream_notify(alloc_t *a, uint64_t ptr, uintptr_t stream, alloc_locked_fn fn,
-                               void *arg)
-{
     if (!a) return ALLOC_ERR_INVALID;
     int rc;
     LOCK(a);
     blk_t *b = live_block(a, ptr, &rc);
     if (b) rc = uses_add(a, b, stream, true);
-    if (rc == ALLOC_OK && fn) fn(arg); /* the recorder's event, in the allocator's order */
     UNLOCK(a);
     return rc;
 }

@@ -454,13 +454,6 @@ int alloc_empty_cache(alloc_t *a);
  * synchronization drops the lock): README, "Releasing without synchronizing". */
 typedef void (*alloc_locked_fn)(void *arg);
 int alloc_empty_cache_notify(alloc_t *a, alloc_locked_fn fn, void *arg);
-/* alloc_record_stream that calls fn(arg) with the lock held once the use is added (ALLOC_OK
- * only): a recorder writes the record_stream there, in the allocator's order among the other
- * threads' allocations and frees (trace `rs`). Written after the call, a free of the block by
- * another thread could come before it. libgpumem.so does not use it yet (README, "Releasing
- * without synchronizing": its hook's frames under the lock left the pointer on the stack). */
-int alloc_record_stream_notify(alloc_t *a, uint64_t ptr, uintptr_t stream, alloc_locked_fn fn,
-                               void *arg);
 
 /* PyTorch's torch.cuda.set_per_process_memory_fraction while the program runs: reserved memory
  * is capped at limit bytes from now on (ALLOC_NO_LIMIT: no cap), what is reserved already stays reserved
