@@ -891,17 +891,45 @@ static int passes_of(ctx *x, gm_cat_step *s, const life_ev *e, size_t ne, int64_
     return 0;
 }
 
-/* The sizes of the parameters (targets made before the first step and never freed, or only in
- * the teardown, after the last birth) into *sizes, for backward_before_grads. 0, or -1 (no
- * memory). */
-static int param_sizes_early(const ctx *x, u64map *sizes)
+static inline size_t steps_started(const gm_categories *c, uint64_t seq, size_t from);
+
+/* Target a lives to the end: never freed, or only in the teardown (after the last birth). */
+static inline int kept_to_end(const ctx *x, const gm_alloc *a) { return !a->death || a->death > x->last_birth; }
+
+/* The sizes of the parameters (targets made before the first step and kept to the end) into
+ * *sizes, and into *growth the sizes kept from two steps or more (the value: the number of
+ * steps in the high 32 bits), for backward_before_grads. 0, or -1 (no memory). */
+static int param_sizes_early(const ctx *x, u64map *sizes, u64map *growth)
 {
     const gm_model *m = x->m;
-    for (size_t i = 0; i < x->nt && m->allocs[tgt(x, i)].birth < x->c->steps[0].start; i++) {
+    size_t i = 0;
+    for (; i < x->nt && m->allocs[tgt(x, i)].birth < x->c->steps[0].start; i++) {
         const gm_alloc *a = &m->allocs[tgt(x, i)];
-        if ((!a->death || a->death > x->last_birth) && u64map_put(sizes, a->requested, 1)) return -1;
+        if (kept_to_end(x, a) && u64map_put(sizes, a->requested, 1)) return -1;
+    }
+    /* kept: never freed, or alive past the end of the step after its own (the last steps'
+     * teardown frees are no sign: they come after the last birth). Low 32 bits: the last step
+     * seen + 1; high: the steps counted (categorise's repeats) */
+    for (size_t j = 0; i < x->nt; i++) {
+        const gm_alloc *a = &m->allocs[tgt(x, i)];
+        j = steps_started(x->c, a->birth, j);
+        if (a->death && (j >= x->c->nsteps || a->death <= x->c->steps[j].end)) continue;
+        uint64_t *v = u64map_get(growth, a->requested);
+        if (!v) {
+            if (u64map_put(growth, a->requested, (uint64_t)j | 1ull << 32)) return -1;
+        } else if ((*v & 0xffffffffu) != j) {
+            *v = (uint64_t)j | ((*v >> 32) + 1) << 32;
+        }
     }
     return 0;
+}
+
+/* Size `bytes` is kept from two steps or more (param_sizes_early's growth): a step's
+ * growth (a planted leak: each step's losses kept), not a gradient, which kept is made once. */
+static inline int grows(const u64map *growth, uint64_t bytes)
+{
+    const uint64_t *v = u64map_get(growth, bytes);
+    return v && (*v >> 32) >= 2;
 }
 
 /* The backward of an inferred step of one pass where its highest point is not its start: where
@@ -919,8 +947,9 @@ static int param_sizes_early(const ctx *x, u64map *sizes)
  * point (steps alike: so are their forwards). params: the parameters' sizes; [lo, hi): the
  * step's (or the pass's) births; freed_by: the bound of its own frees; e[0, ne): the step's own
  * births and frees (phases_from_lifetimes). The pivot to take. */
-static uint64_t backward_before_grads(const ctx *x, const u64map *params, uint64_t lo, uint64_t hi,
-                                      uint64_t freed_by, const life_ev *e, size_t ne, uint64_t pivot, size_t *nfwd)
+static uint64_t backward_before_grads(const ctx *x, const u64map *params, const u64map *growth, uint64_t lo,
+                                      uint64_t hi, uint64_t freed_by, const life_ev *e, size_t ne, uint64_t pivot,
+                                      size_t *nfwd)
 {
     const gm_model *m = x->m;
     /* the latest free of the step's own made so far, of those made after its first free (the
@@ -929,7 +958,8 @@ static uint64_t backward_before_grads(const ctx *x, const u64map *params, uint64
     for (size_t q = target_from(x, lo); q < x->nt && m->allocs[tgt(x, q)].birth < pivot; q++) {
         const gm_alloc *a = &m->allocs[tgt(x, q)];
         int own = a->death && a->death < freed_by;
-        if (last_fwd > a->birth && (!own || a->death > last) && u64map_get(params, a->requested)) {
+        if (last_fwd > a->birth && (!own || a->death > last) && u64map_get(params, a->requested) &&
+            !(!own && grows(growth, a->requested))) {
             grad = a->birth;
             break;
         }
@@ -946,26 +976,65 @@ static uint64_t backward_before_grads(const ctx *x, const u64map *params, uint64
     /* the highest point before it, the least after that, then the highest after that: a forward
      * whose layers make their insides again in the backward makes and frees them in the forward
      * too, higher than the logits on top of what it keeps. What [lo, hi) made only (a pass's). */
-    int64_t live = 0, top = -1, low = -1, top2 = -1;
-    uint64_t at = NO_SEQ;
-    size_t n = 0, nat = 0, ng = 0, ilow = 0;
+    int64_t live = 0, top = -1, low = -1, top2 = -1, plive = -1;
+    uint64_t at = NO_SEQ, top_at = NO_SEQ, peak = NO_SEQ;
+    size_t n = 0, nat = 0, ntop = 0, npeak = 0, ng = 0, ilow = 0;
     while (ng < ne && e[ng].seq < grad)
         ng++;
     for (size_t i = 0; i < ng; i++) {
         if (e[i].birth < lo || e[i].birth >= hi) continue;
         live += e[i].delta;
-        if (e[i].delta > 0 && live >= top) top = live, low = live, ilow = i; /* the last of alike layers */
+        n += e[i].delta > 0;
+        if (e[i].delta > 0 && live >= top) /* the last of alike layers */
+            top = live, low = live, ilow = i, top_at = e[i].seq, ntop = n;
         if (live < low) low = live, ilow = i;
     }
-    live = 0;
+    /* a peak: a birth the next event of frees (the backward's first allocation is followed by
+     * the frees of what the forward saved for it; a birth right before the gradient, the
+     * gradient's input, is not one) */
+    live = 0, n = 0;
     for (size_t i = 0; i < ng; i++) {
         if (e[i].birth < lo || e[i].birth >= hi) continue;
         live += e[i].delta;
         n += e[i].delta > 0;
-        if (i > ilow && e[i].delta > 0 && live > top2) top2 = live, at = e[i].seq, nat = n;
+        if (e[i].delta > 0) {
+            peak = i > ilow ? e[i].seq : NO_SEQ, plive = live, npeak = n;
+        } else if (peak != NO_SEQ) {
+            if (plive > top2) top2 = plive, at = peak, nat = npeak;
+            peak = NO_SEQ;
+        }
     }
+    /* no peak after the fall: the highest point is the last rise's own (the logits' gradient
+     * on top of logits larger than any layer's insides: gpt2 at -B 4 -T 64) */
+    if (at == NO_SEQ) at = top_at, nat = ntop;
     if (at == NO_SEQ) return pivot;
     *nfwd = nat;
+    return at;
+}
+
+/* The backward of an inferred pass, from bwd (its first allocation on top of every activation)
+ * back over the copies of parameters it makes first: a backward that reads its layers'
+ * parameters in a form the ops cannot read (bf16 weights, --param-dtype bf16; ZeRO-3's shards)
+ * makes full fp32 copies of the first layers it works on, unit by unit, before the gradient of
+ * the logits; each of a parameter's size, freed in the backward once its layer is done. Births
+ * of a parameter's size right before bwd, with no free of the pass's own in between (after the
+ * forward's last free: the loss's), are the backward's: else they read as activations (made
+ * before the backward, freed in it), 72 of 818 allocations at --param-dtype bf16. A Python
+ * program's stacks say where its backward begins (phases_from_lifetimes): not asked there.
+ * params: the parameters' sizes; lo: the pass's start; e[0, ne): the step's own births and
+ * frees. The backward's new start. */
+static uint64_t backward_copies(const ctx *x, const u64map *params, const life_ev *e, size_t ne, uint64_t lo,
+                                uint64_t bwd)
+{
+    size_t i = 0;
+    while (i < ne && e[i].seq < bwd)
+        i++;
+    uint64_t at = bwd;
+    while (i-- > 0 && e[i].birth >= lo && e[i].delta > 0) {
+        const gm_alloc *a = &x->m->allocs[tgt(x, target_from(x, e[i].seq))];
+        if (!u64map_get(params, a->requested)) break;
+        at = e[i].seq;
+    }
     return at;
 }
 
@@ -982,9 +1051,9 @@ static long phases_from_lifetimes(ctx *x)
     size_t cap = 0;
     size_t k0 = 0; /* first target born in the current step */
     size_t nfwd = 0; /* backward_before_grads' */
-    u64map params = {0}; /* ... and the parameters' sizes */
+    u64map params = {0}, growth = {0}; /* ... and the parameters' sizes, the steps' growth */
     long shaped = 0;
-    if (c->nsteps && param_sizes_early(x, &params)) goto nomem;
+    if (c->nsteps && param_sizes_early(x, &params, &growth)) goto nomem;
     for (size_t j = 0; j < c->nsteps; j++) {
         gm_cat_step *s = &c->steps[j];
         uint64_t next = j + 1 < c->nsteps ? c->steps[j + 1].start : s->end + 1;
@@ -1015,7 +1084,7 @@ static long phases_from_lifetimes(ctx *x)
         s->pass = s->npass = 0;
         if (pivot == NO_SEQ) continue;
         if (passes_of(x, s, e, ne, top, next, freed_by)) goto nomem;
-        if (!s->npass) pivot = backward_before_grads(x, &params, s->start, next, freed_by, e, ne, pivot, &nfwd);
+        if (!s->npass) pivot = backward_before_grads(x, &params, &growth, s->start, next, freed_by, e, ne, pivot, &nfwd);
         /* each pass's backward: from its highest point, or earlier where a Python program's
          * stacks say so; the step's ends with the last free of what its last pass made before
          * that point */
@@ -1025,8 +1094,9 @@ static long phases_from_lifetimes(ctx *x)
         for (uint32_t pi = 0; pi < np; pi++) {
             gm_cat_pass one = {s->start, pivot}, *p = s->npass ? &c->passes[s->pass + pi] : &one;
             if (s->npass)
-                p->bwd = backward_before_grads(x, &params, p->start, pi + 1 < np ? p[1].start : next, freed_by, e, ne,
+                p->bwd = backward_before_grads(x, &params, &growth, p->start, pi + 1 < np ? p[1].start : next, freed_by, e, ne,
                                                p->bwd, &nfwd);
+            if (!x->python) p->bwd = backward_copies(x, &params, e, ne, p->start, p->bwd);
             if (x->python)
                 for (size_t q = k0; q < x->nt && m->allocs[tgt(x, q)].birth < p->bwd; q++)
                     if (m->allocs[tgt(x, q)].birth >= p->start && stack_says_backward(m, m->allocs[tgt(x, q)].stack)) {
@@ -1053,10 +1123,12 @@ static long phases_from_lifetimes(ctx *x)
     }
     free(e);
     u64map_free(&params);
+    u64map_free(&growth);
     return shaped;
 nomem:
     free(e);
     u64map_free(&params);
+    u64map_free(&growth);
     return -1;
 }
 

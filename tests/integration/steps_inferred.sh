@@ -109,6 +109,12 @@ recaccum-nvtx#$TRAIN $tiny -T 64 --steps 6 --recompute layer --accum 2#.categori
 recaccum#$TRAIN $tiny -T 64 --steps 6 --recompute layer --accum 2#.categories_at_peak | tojson#@recaccum-nvtx
 offopt-nvtx#$TRAIN $tiny -T 64 --steps 6 --offload optimizer#.categories.steps#6
 offopt#$TRAIN $tiny -T 64 --steps 6 --offload optimizer#.categories_at_peak | tojson#@offopt-nvtx
+bf16-nvtx#$TRAIN $tiny -T 64 --steps 6 --param-dtype bf16#.categories.steps#6
+bf16#$TRAIN $tiny -T 64 --steps 6 --param-dtype bf16#.categories_at_peak | tojson#@bf16-nvtx
+leakrec-nvtx#$TRAIN $tiny -T 64 --steps 6 --leak --recompute layer#.categories.steps#6
+leakrec#$TRAIN $tiny -T 64 --steps 6 --leak --recompute layer#.categories_at_peak | tojson#@leakrec-nvtx
+gpt2recgn-nvtx#$TRAIN --model gpt2 -B 4 -T 64 --dry-run --steps 6 --recompute layer --grad-none#.categories.steps#6
+gpt2recgn#$TRAIN --model gpt2 -B 4 -T 64 --dry-run --steps 6 --recompute layer --grad-none#.categories_at_peak | tojson#@gpt2recgn-nvtx
 jitter-nvtx#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#.categories.steps#7
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$steps#inference inference 7 58 true
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$over#@jitter-nvtx
@@ -145,7 +151,7 @@ while IFS='#' read -r name cmd filter want; do
 done <<< "$table"
 # every allocation where the same run's NVTX ranges put it: each micro-batch of an --accum 2 step
 # has its forward and backward (read as one, the second's activations were temporaries)
-for name in accum accum4 gpt2accum gnaccum recompute offact recgn offactgn recaccum offopt jitter churn1; do
+for name in accum accum4 gpt2accum gnaccum recompute offact recgn offactgn recaccum offopt bf16 leakrec gpt2recgn jitter churn1; do
   if r=$(python3 "$lib" same "$TMP/$name-nvtx.dump" "$TMP/$name.dump"); then echo "ok: $name: $r"
   else echo "FAIL: $name: $(paste -sd' ' <<< "$r")"; bad=1; fi
 done
