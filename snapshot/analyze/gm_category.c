@@ -36,7 +36,10 @@
  *        stack says so (PyTorch's autograd engine allocates on its own thread, without Python
  *        frames; the loss's gradient is made inside `backward`), or before a gradient made
  *        before that point (a backward that makes the layers' insides again, --recompute, is
- *        highest there: backward_before_grads) — and ends with the last free of
+ *        highest there: backward_before_grads; a size kept from two steps or more is a step's
+ *        growth, not a gradient), and, outside a Python program, before the copies of
+ *        parameters made just before it (backward_copies: bf16 weights or shards made full
+ *        for the first layer the backward works on) — and ends with the last free of
  *        an allocation made before that point; the update begins at the first kernel launch or
  *        allocation after that; a step whose own allocations fall to nearly nothing and rise
  *        again is several such passes (micro-batches), each with its forward and backward, the
@@ -938,10 +941,13 @@ static inline int grows(const u64map *growth, uint64_t bytes)
  * left for it (the logits) read as the forward's temporaries, what the backward made again as
  * activations. A backward makes gradients: a parameter's size, made on top of what the step
  * holds (something made after its first free: the forward's, not the batch's) and outliving all
- * of it (kept, or, set to none, freed in the update). Where a step makes
+ * of it (kept, or, set to none, freed in the update; kept, not of a size kept from two steps or
+ * more: growth, such as a planted leak's losses of a bias's size). Where a step makes
  * one before its highest point, its backward begins at the highest point of the last rise
  * before that gradient (the first gradient tensor on top of every activation: after the least
- * alive that follows the highest point before it), and *nfwd is the number of the step's own
+ * alive that follows the highest point before it, a birth a free follows; where none does, the
+ * highest point itself, on top of logits larger than any layer's insides), and *nfwd is the
+ * number of the step's own
  * births up to there; a step that shows no such gradient (kept, they are made in the first
  * step only) begins its backward at its own nfwd-th birth where that comes before its highest
  * point (steps alike: so are their forwards). params: the parameters' sizes; [lo, hi): the
@@ -959,7 +965,7 @@ static uint64_t backward_before_grads(const ctx *x, const u64map *params, const 
         const gm_alloc *a = &m->allocs[tgt(x, q)];
         int own = a->death && a->death < freed_by;
         if (last_fwd > a->birth && (!own || a->death > last) && u64map_get(params, a->requested) &&
-            !(!own && grows(growth, a->requested))) {
+            (own || !grows(growth, a->requested))) {
             grad = a->birth;
             break;
         }
@@ -973,9 +979,10 @@ static uint64_t backward_before_grads(const ctx *x, const u64map *params, const 
             if (e[i].delta > 0 && e[i].birth >= lo && ++n == *nfwd) return e[i].seq;
         return pivot;
     }
-    /* the highest point before it, the least after that, then the highest after that: a forward
-     * whose layers make their insides again in the backward makes and frees them in the forward
-     * too, higher than the logits on top of what it keeps. What [lo, hi) made only (a pass's). */
+    /* the highest point before it, the least after that, then the highest peak after that: a
+     * forward whose layers make their insides again in the backward makes and frees them in the
+     * forward too, often higher than the logits on top of what it keeps. What [lo, hi) made only
+     * (a pass's). */
     int64_t live = 0, top = -1, low = -1, top2 = -1, plive = -1;
     uint64_t at = NO_SEQ, top_at = NO_SEQ, peak = NO_SEQ;
     size_t n = 0, nat = 0, ntop = 0, npeak = 0, ng = 0, ilow = 0;
