@@ -1025,21 +1025,31 @@ static uint64_t backward_before_grads(const ctx *x, const u64map *params, const 
  * makes full fp32 copies of the first layers it works on, unit by unit, before the gradient of
  * the logits; each of a parameter's size, freed in the backward once its layer is done. Births
  * of a parameter's size right before bwd, with no free of the pass's own in between (after the
- * forward's last free: the loss's), are the backward's: else they read as activations (made
- * before the backward, freed in it), 72 of 818 allocations at --param-dtype bf16. A Python
+ * forward's last free: the loss's) and outliving the backward's first free of something made
+ * before them, are the backward's: else they read as activations (made before the backward,
+ * freed in it), 72 of 818 allocations at --param-dtype bf16. A Python
  * program's stacks say where its backward begins (phases_from_lifetimes): not asked there.
  * params: the parameters' sizes; lo: the pass's start; e[0, ne): the step's own births and
  * frees. The backward's new start. */
 static uint64_t backward_copies(const ctx *x, const u64map *params, const life_ev *e, size_t ne, uint64_t lo,
                                 uint64_t bwd)
 {
-    size_t i = 0;
+    size_t i = 0, ib;
     while (i < ne && e[i].seq < bwd)
         i++;
+    ib = i;
     uint64_t at = bwd;
-    while (i-- > 0 && e[i].birth >= lo && e[i].delta > 0) {
+    /* at most 256 (a unit's parameters, a few units ahead): a pathological recording stays linear */
+    for (size_t n = 0; i-- > 0 && n < 256 && e[i].birth >= lo && e[i].delta > 0; n++) {
         const gm_alloc *a = &x->m->allocs[tgt(x, target_from(x, e[i].seq))];
         if (!u64map_get(params, a->requested)) break;
+        /* a copy lives through its layer's backward, past the first free of something made
+         * before it (the logits', first); the forward's last activation, of a parameter's size
+         * (a square layer's output), is freed first: no copy */
+        int outlives = 0;
+        for (size_t k = ib; k < ne && e[k].seq < a->death && !outlives; k++)
+            outlives = e[k].delta < 0 && e[k].birth >= lo && e[k].birth < a->birth;
+        if (!outlives) break;
         at = e[i].seq;
     }
     return at;

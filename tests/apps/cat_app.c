@@ -20,8 +20,14 @@
  *   - with an argument "next": a PyTorch loop's order (`x = next batch`, then
  *     `zero_grad(set_to_none=True)`): each step's input is made before the last step's is
  *     dropped, then the gradients of the last backward are freed, and the backward makes them
- *     anew; the last input and gradients are held after the loop (an activation, gradients).
- * Arguments: the number of steps (default 4), then "eval", "next", both or nothing. */
+ *     anew; the last input and gradients are held after the loop (an activation, gradients);
+ *   - with an argument "copies": the backward begins with a copy of the last layer's parameter
+ *     (mixed precision's fp32 copy of a bf16 weight, a gathered shard), made before the
+ *     logits' gradient and freed once that layer's backward is done: a temporary;
+ *   - with an argument "square": the logits and probabilities have the last parameter's size
+ *     (a square layer's output), made after the forward's last free and freed first in the
+ *     backward: activations, not copies.
+ * Arguments: the number of steps (default 4), then any of "eval", "next", "copies", "square". */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,10 +62,12 @@ static void release(void *p)
 int main(int argc, char **argv)
 {
     int steps = argc > 1 ? atoi(argv[1]) : 4;
-    int eval = 0, next = 0;
+    int eval = 0, next = 0, copies = 0, square = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "eval")) eval = 1;
         else if (!strcmp(argv[i], "next")) next = 1;
+        else if (!strcmp(argv[i], "copies")) copies = 1;
+        else if (!strcmp(argv[i], "square")) square = 1;
         else return 2;
     }
     if (steps < 1 || steps > 50) return 2;
@@ -87,8 +95,10 @@ int main(int argc, char **argv)
             a[l] = alloc(act, "activations");
             release(t);
         }
-        void *logits = alloc(big, "activations"), *probs = alloc(big, "activations");
+        const size_t out = square ? psize[L - 1] : big;
+        void *logits = alloc(out, "activations"), *probs = alloc(out, "activations");
         /* backward */
+        void *copy = copies ? alloc(psize[L - 1], "temporaries") : NULL;
         void *d = alloc(big, "temporaries");
         release(probs);
         release(logits);
@@ -98,6 +108,7 @@ int main(int argc, char **argv)
             release(a[l]);
             release(d);
             d = nd;
+            if (copy) release(copy), copy = NULL;
         }
         release(d);
         if (!next) release(input), input = NULL;

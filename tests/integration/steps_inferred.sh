@@ -62,6 +62,23 @@
 #          update makes, fills by a copy from a pinned host allocation (recorded uses) and frees,
 #          or, in the first update, makes beside a host buffer of its size that it keeps, is
 #          optimizer state where it has a parameter's size: every allocation as the NVTX run.
+# Three more of 2026-12-07, against their NVTX runs:
+#   bf16   the trainer with --param-dtype bf16: the backward first makes fp32 copies of the bf16
+#          weights of the layer it works on first (as --zero 3 gathers shards), before the
+#          logits' gradient: they were activations, 746 of 818 allocations as the NVTX run (at
+#          the peak 2.90 MiB of activations for 2.71). Now births of a parameter's size just
+#          before the backward's first allocation, no free between, outliving its first free of
+#          something made before them, are the backward's: every allocation as the NVTX run;
+#          so too cat_app's copy of its last parameter (cat-copies: an activation before), and
+#          its logits of a parameter's size, freed first, stay activations (cat-square);
+#   leakrec --leak --recompute layer: the leak's losses (kept each step, a bias's size) were the
+#          first gradient, the backward began at the probabilities: 620 of 628. Now a size kept
+#          from two steps or more is growth, not a gradient;
+#   gpt2recgn gpt2 -B 4 -T 64 --recompute layer --grad-none: the logits' gradient, on top of
+#          logits larger than any layer's insides, is the highest point before the first
+#          gradient, and the backward was read from the next birth: 4,050 of 4,068. Now the
+#          highest point after the fall must be a peak (a free follows it), else the highest
+#          point before the gradient is the backward's.
 # And what stays: frag_app's loop of one size (15 x 4 MiB, then an 8 MiB request) has no steps;
 # cat_app without an evaluation keeps its steps.
 # Table: NAME#COMMAND#jq filter over `report --json`#want (@NAME: what the filter gives on row NAME). A row whose NAME starts with "cat"
@@ -122,6 +139,8 @@ jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#.categories_at_peak | tojson#@
 jitter-nouses#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#[.categories.steps, (.categories.steps_uncertain | test(\"first step\"))] | map(tostring) | join(\" \")#6 true
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#.categories.steps_uncertain#null
 cat-next#$APPS/cat_app 4 next#$steps#inference inference 4 25 true
+cat-copies#$APPS/cat_app 4 copies#$steps#inference inference 4 22 true
+cat-square#$APPS/cat_app 4 copies square#$steps#inference inference 4 22 true
 churn1-nvtx#$APPS/churn_app 6 1 rn#.categories.steps#6
 churn1#$APPS/churn_app 6 1 r#$steps#inference inference 6 1 false
 churn1#$APPS/churn_app 6 1 r#$over#@churn1-nvtx"
