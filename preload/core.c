@@ -1437,6 +1437,13 @@ GM_EXPORT int gpumem_torch_stats(int device, gpumem_torch_stats_t *out, size_t s
     return 0;
 }
 
+GM_EXPORT double gpumem_torch_get_memory_fraction(int device)
+{
+    GM_NOTE_CALLER();
+    /* modes record and off: gpumem caps nothing (the fraction is said ignored) */
+    return gm_mode() == GM_MODE_REPLACE && !gm_forked_child ? gm_heap_memory_fraction_get(device) : 1.0;
+}
+
 GM_EXPORT void gpumem_torch_reset_peak_stats(int device)
 {
     GM_NOTE_CALLER();

@@ -363,6 +363,7 @@ int gm_heap_stats(int dev, struct alloc_stats *st);
  * gpumem.h; heap.c says where each figure comes from). 0, or -1 for a device out of range. */
 struct gpumem_torch_stats;
 int gm_heap_torch_stats(int dev, struct gpumem_torch_stats *out);
+double gm_heap_memory_fraction_get(int dev);  /* get_per_process_memory_fraction */
 void gm_heap_torch_reset_peaks(int dev);       /* reset_peak_memory_stats */
 void gm_heap_torch_reset_accumulated(int dev); /* reset_accumulated_memory_stats */
 /* The forensics of dev's last refused allocation (alloc_last_oom): 0 and *out filled, or -1 when

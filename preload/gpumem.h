@@ -97,6 +97,10 @@ int gpumem_torch_stats(int device, gpumem_torch_stats_t *out, size_t size);
 void gpumem_torch_reset_peak_stats(int device);
 /* PyTorch's reset_accumulated_memory_stats(device): the sums and counts above restart from 0. */
 void gpumem_torch_reset_accumulated_stats(int device);
+/* PyTorch's get_per_process_memory_fraction(device): the fraction capping gpumem's allocator of
+ * `device`, the last gpumem_torch_memory_fraction's, else GPUMEM_CONF's per_process_memory_fraction
+ * key, else 1 (none; also in modes record and off, where gpumem caps nothing). */
+double gpumem_torch_get_memory_fraction(int device);
 
 /* A range of the calling thread, like nvtxRangePushA / nvtxRangePop without an NVTX library
  * (the gpumem Python module's gpumem.range and gpumem.annotate use these): allocations made

@@ -956,6 +956,21 @@ int gm_heap_memory_fraction(int dev, double fraction)
     return 0;
 }
 
+/* The per-process memory fraction in force on dev (PyTorch's getMemoryFraction): the last
+ * set_per_process_memory_fraction's, else the per_process_memory_fraction key's, else 1 (none). */
+double gm_heap_memory_fraction_get(int dev)
+{
+    alloc_t *a = dev >= 0 && dev < GM_MAX_DEVICES ? atomic_load_explicit(&dev_alloc[dev], memory_order_acquire)
+                                                  : NULL;
+    double f = gm_alloc_config.memory_fraction;
+    if (a) {
+        alloc_config_t cfg;
+        alloc_get_config(a, &cfg);
+        f = cfg.memory_fraction;
+    }
+    return f >= 0 && f <= 1 ? f : 1.0;
+}
+
 /* gpumem_record_stream: the block holding ptr is used on stream too; its free waits for that
  * stream's work. The device, or -1 when no allocator owns a live block at ptr. */
 int gm_heap_record_stream(CUdeviceptr ptr, CUstream stream)

@@ -110,6 +110,12 @@ struct GpumemAllocator final : pa::CUDAPluggableAllocator {
         return st;
     }
 
+    // get_per_process_memory_fraction (PyTorch's pluggable allocator refuses it too)
+    double getMemoryFraction(c10::DeviceIndex device) override
+    {
+        return gpumem_torch_get_memory_fraction(device);
+    }
+
     void resetPeakStats(c10::DeviceIndex device) override { gpumem_torch_reset_peak_stats(device); }
 
     void resetAccumulatedStats(c10::DeviceIndex device) override

@@ -7,6 +7,7 @@ is checked). One line a fact:
                                 current value, then the top of what follows (below the whole run's)
   OOM <raised> <num_ooms>       after one request over the device
   ACC <num_ooms> <allocation.all.allocated>   after reset_accumulated_memory_stats
+  FRACTION <get_per_process_memory_fraction()> <the same after set_per_process_memory_fraction(0.25)>
 """
 import sys
 import warnings
@@ -27,7 +28,8 @@ def entry_points():
              ("reset_accumulated_memory_stats", cuda.reset_accumulated_memory_stats),
              ("reset_peak_memory_stats", cuda.reset_peak_memory_stats),
              ("reset_max_memory_allocated", cuda.reset_max_memory_allocated),
-             ("reset_max_memory_cached", cuda.reset_max_memory_cached)]
+             ("reset_max_memory_cached", cuda.reset_max_memory_cached),
+             ("get_per_process_memory_fraction", cuda.get_per_process_memory_fraction)]
     for name, fn in calls:
         try:
             fn()
@@ -75,6 +77,9 @@ def main():
     figures(cuda.reset_accumulated_memory_stats)
     st = figures(cuda.memory_stats)
     print("ACC %d %d" % (st["num_ooms"], st["allocation.all.allocated"]))
+    before = figures(cuda.get_per_process_memory_fraction)
+    cuda.set_per_process_memory_fraction(0.25)
+    print("FRACTION %g %g" % (before, figures(cuda.get_per_process_memory_fraction)))
     entry_points()
     del b, c, d, ones
     return 0

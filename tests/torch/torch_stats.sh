@@ -18,6 +18,8 @@
 #     top counts from there, below the whole run's (which the report keeps);
 #   - num_ooms counts a request over the device (report's .summary.ooms), and
 #     reset_accumulated_memory_stats sets it and the accumulated counts back to 0;
+#   - get_per_process_memory_fraction (refused by the pluggable allocator too) is 1, then the
+#     fraction set_per_process_memory_fraction set;
 #   - GPUMEM_MODE=record (the driver serves every tensor, gpumem keeps no allocator figures): the
 #     figures raise, in gpumem's words, never made-up zeros.
 set -uo pipefail
@@ -33,17 +35,20 @@ ln -s "$(realpath preload)" "$tmp/nolib/preload"
 
 entries="memory_allocated max_memory_allocated memory_reserved max_memory_reserved memory_cached max_memory_cached
 memory_stats memory_stats_as_nested_dict memory_summary reset_accumulated_memory_stats reset_peak_memory_stats
-reset_max_memory_allocated reset_max_memory_cached"
-# NAME | gpumem | ENV | the OOM raised torch.OutOfMemoryError (the fallback's tensor has no memory
-# instead: preload/README.md) | "figures", or the words the figures raise with
+reset_max_memory_allocated reset_max_memory_cached get_per_process_memory_fraction"
+# NAME | gpumem | ENV | the OOM raised torch.OutOfMemoryError, the fraction in force after
+# set_per_process_memory_fraction(0.25) (without libgpumem_torch.so neither reaches gpumem: the
+# refused tensor has no memory, the fraction caps nothing, preload/README.md) | "figures", or the
+# words the figures raise with
 table=(
-  "shim|$G|GPUMEM_SIM_DEVICES=2|1|figures"
-  "no-shim|$nolib/gpumem|GPUMEM_SIM_DEVICES=2|0|figures"
-  "record|$G|GPUMEM_MODE=record|0|^RAISE figures RuntimeError: gpumem: no memory statistics for device 0: .*GPUMEM_MODE=record"
-  "record-no-shim|$nolib/gpumem|GPUMEM_MODE=record|0|^RAISE figures RuntimeError: gpumem: no memory statistics for device 0: .*GPUMEM_MODE=record"
+  "shim|$G|GPUMEM_SIM_DEVICES=2|1 0.25|figures"
+  "no-shim|$nolib/gpumem|GPUMEM_SIM_DEVICES=2|0 1|figures"
+  "record|$G|GPUMEM_MODE=record||^RAISE figures RuntimeError: gpumem: no memory statistics for device 0: .*GPUMEM_MODE=record"
+  "record-no-shim|$nolib/gpumem|GPUMEM_MODE=record||^RAISE figures RuntimeError: gpumem: no memory statistics for device 0: .*GPUMEM_MODE=record"
 )
 for row in "${table[@]}"; do
-  IFS='|' read -r name g envs raised want <<< "$row"
+  IFS='|' read -r name g envs hooks want <<< "$row"
+  read -r raised fraction <<< "$hooks"
   env GPUMEM_SIM_BACKING=memory $envs "$g" record -q --allocator gpumem -o "$tmp/$name.db" -- \
     "$torch_py" "$script" > "$tmp/$name.out" 2> "$tmp/$name.err"
   rc=$?
@@ -82,5 +87,7 @@ for row in "${table[@]}"; do
     || bad "$name: '$(grep '^OOM ' "$out")', want 'OOM $raised 1'; report's ooms $ooms"
   grep -qx 'ACC 0 0' "$out" && ok "$name: reset_accumulated_memory_stats: num_ooms and allocations 0" \
     || bad "$name: after reset_accumulated_memory_stats: '$(grep '^ACC ' "$out")', want 'ACC 0 0'"
+  grep -qx "FRACTION 1 $fraction" "$out" && ok "$name: get_per_process_memory_fraction 1, then $fraction" \
+    || bad "$name: '$(grep '^FRACTION ' "$out")', want 'FRACTION 1 $fraction'"
 done
 exit $fail

@@ -255,8 +255,11 @@ def use_as_allocator():
     a request gpumem refuses raises torch.OutOfMemoryError, as under PyTorch's own allocator;
     set_per_process_memory_fraction caps gpumem's allocator (fraction x the device's total,
     replacing GPUMEM_CONF's per_process_memory_fraction key, as PyTorch replaces its own key);
-    Tensor.record_stream reaches gpumem (gpumem_record_stream); and PyTorch's emptyCache, whichever
-    way it is called (torch.cuda.empty_cache, torch._C._cuda_emptyCache), empties gpumem's cache.
+    Tensor.record_stream reaches gpumem (gpumem_record_stream); PyTorch's emptyCache, whichever
+    way it is called (torch.cuda.empty_cache, torch._C._cuda_emptyCache), empties gpumem's cache;
+    and PyTorch's memory statistics (memory_stats, memory_allocated, max_memory_reserved,
+    memory_summary, reset_peak_memory_stats, ...) are gpumem's allocator's (gpumem_torch_stats;
+    preload/README.md "PyTorch" says what each figure is), also without that library (_stats_from_gpumem).
     Without that library (not built, or built for another torch) it warns once and plugs in
     gpumem_torch_malloc / gpumem_torch_free through torch.cuda.memory.CUDAPluggableAllocator, where
     PyTorch checks nothing: a refused request is then a tensor without memory, failing at its first
@@ -407,8 +410,18 @@ def _stats_from_gpumem(torch, path):
     def reset_accumulated(device):
         acc(device_of(device))
 
+    fraction = getattr(lib, "gpumem_torch_get_memory_fraction", None)
+    if fraction is not None:
+        fraction.argtypes, fraction.restype = [ctypes.c_int], ctypes.c_double
+
+    def memory_fraction(device):
+        return fraction(device_of(device))
+
     for name, fn in (("_cuda_memoryStats", memory_stats), ("_cuda_resetPeakMemoryStats", reset_peak),
-                     ("_cuda_resetAccumulatedMemoryStats", reset_accumulated)):
+                     ("_cuda_resetAccumulatedMemoryStats", reset_accumulated),
+                     ("_cuda_getMemoryFraction", memory_fraction if fraction is not None else None)):
+        if fn is None:
+            continue
         fn.__wrapped__ = getattr(C, name, None)
         setattr(C, name, fn)
 
