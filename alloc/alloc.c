@@ -3081,12 +3081,13 @@ void alloc_reset_peak_stats(alloc_t *a)
     UNLOCK(a);
 }
 
-void alloc_reset_program_peaks(alloc_t *a)
+void alloc_reset_program_peaks(alloc_t *a, void (*fn)(void *), void *arg)
 {
     LOCK(a);
     alloc_stat_t *s[ALLOC_NSTATS];
     for (size_t i = 0, n = a_stat_counters(&a->st, s); i < n; i++)
         s[i]->reset_peak = s[i]->current;
+    if (fn) fn(arg);
     UNLOCK(a);
 }
 

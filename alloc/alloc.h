@@ -586,8 +586,10 @@ int alloc_address_order(alloc_t *a);
 void alloc_reset_peak_stats(alloc_t *a); /* peaks := current (reset_peak too) */
 /* The program's peaks (alloc_stat_t.reset_peak) := current, as PyTorch's reset_peak_memory_stats
  * restarts its own; the whole-run peaks stay (the allocator's release decisions and the
- * recording's figures read them). */
-void alloc_reset_program_peaks(alloc_t *a);
+ * recording's figures read them). fn(arg) (may be NULL) is called with the lock held after the
+ * reset: a recorder's event there comes between the allocations and frees before it and after it,
+ * as the reset saw them. fn must not call alloc_* on `a`. */
+void alloc_reset_program_peaks(alloc_t *a, void (*fn)(void *), void *arg);
 
 /* What set the limit in force (alloc_oom_info_t.limit_from): what an OOM under it tells the user
  * to change. Each names the setting the allocator took its limit from, not the one the user

@@ -601,19 +601,33 @@ int gm_heap_torch_stats(int dev, gpumem_torch_stats_t *out)
     return 0;
 }
 
-void gm_heap_torch_reset_peaks(int dev)
+/* Under the device allocator's lock (where its callbacks count the tensors): the tensors' peaks
+ * restart with the allocator's, and the recording marks the reset there (event 38 flagged as
+ * gpumem's), among the allocations and frees as they came, so that report's "since the reset"
+ * figures (.torch.peak_reset) are the program's own max_memory_allocated() / _reserved(). */
+static void heap_peaks_reset(void *arg)
 {
-    if (dev < 0 || dev >= GM_MAX_DEVICES)
-        return;
-    alloc_t *a = atomic_load_explicit(&dev_alloc[dev], memory_order_acquire);
-    if (a)
-        alloc_reset_program_peaks(a);
+    int dev = (int)(intptr_t)arg;
     pthread_mutex_lock(&torch_figs_lock);
     struct torch_figs *f = &torch_figs[dev];
     f->allocated.reset_peak = f->allocated.current;
     f->requested.reset_peak = f->requested.current;
     f->allocation.reset_peak = f->allocation.current;
     pthread_mutex_unlock(&torch_figs_lock);
+#ifdef GM_HAVE_REC
+    gm_event_raw(REC_TORCH_RESET_PEAK | REC_F_FRAMEWORK, dev, 0, 0, 0, 0, 0);
+#endif
+}
+
+void gm_heap_torch_reset_peaks(int dev)
+{
+    if (dev < 0 || dev >= GM_MAX_DEVICES)
+        return;
+    alloc_t *a = atomic_load_explicit(&dev_alloc[dev], memory_order_acquire);
+    if (a)
+        alloc_reset_program_peaks(a, heap_peaks_reset, (void *)(intptr_t)dev);
+    else
+        heap_peaks_reset((void *)(intptr_t)dev); /* nothing allocated there yet: the mark alone */
 }
 
 void gm_heap_torch_reset_accumulated(int dev)

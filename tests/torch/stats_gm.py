@@ -8,6 +8,7 @@ is checked). One line a fact:
   OOM <raised> <num_ooms>       after one request over the device
   ACC <num_ooms> <allocation.all.allocated>   after reset_accumulated_memory_stats
   FRACTION <get_per_process_memory_fraction()> <the same after set_per_process_memory_fraction(0.25)>
+  END <max_memory_allocated> <max_memory_reserved>   at the end: since the last of 4 resets
 """
 import sys
 import warnings
@@ -80,8 +81,10 @@ def main():
     before = figures(cuda.get_per_process_memory_fraction)
     cuda.set_per_process_memory_fraction(0.25)
     print("FRACTION %g %g" % (before, figures(cuda.get_per_process_memory_fraction)))
-    entry_points()
-    del b, c, d, ones
+    entry_points()  # 3 more resets of device 0's peaks: 4 in all
+    e = torch.empty(2 * MiB, dtype=torch.uint8, device="cuda")  # a top after the last reset
+    print("END %d %d" % figures(lambda: (cuda.max_memory_allocated(), cuda.max_memory_reserved())))
+    del b, c, d, e, ones
     return 0
 
 

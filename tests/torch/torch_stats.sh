@@ -15,7 +15,10 @@
 #     device's .summary.devices[].peak_reserved, to the byte, and so do each device's
 #     (.torch.devices[]);
 #   - reset_peak_memory_stats restarts the peaks at the current values (PyTorch's rule), the next
-#     top counts from there, below the whole run's (which the report keeps);
+#     top counts from there, below the whole run's (which the report keeps); the recording marks
+#     each reset (event 38 flagged 4096), and report's .torch.peak_reset has the program's own
+#     max_memory_allocated() / max_memory_reserved() at its end and the 4 resets of device 0
+#     (device 1, never reset: null), its text a "since the reset" line;
 #   - num_ooms counts a request over the device (report's .summary.ooms), and
 #     reset_accumulated_memory_stats sets it and the accumulated counts back to 0;
 #   - get_per_process_memory_fraction (refused by the pluggable allocator too) is 1, then the
@@ -87,6 +90,15 @@ for row in "${table[@]}"; do
     || bad "$name: '$(grep '^OOM ' "$out")', want 'OOM $raised 1'; report's ooms $ooms"
   grep -qx 'ACC 0 0' "$out" && ok "$name: reset_accumulated_memory_stats: num_ooms and allocations 0" \
     || bad "$name: after reset_accumulated_memory_stats: '$(grep '^ACC ' "$out")', want 'ACC 0 0'"
+  read -r _ ea er < <(grep '^END ' "$out")
+  w=$(jq -r '.torch.peak_reset | "\(.count) \(.max_memory_allocated) \(.max_memory_reserved)"' <<< "$json")
+  [[ -n $ea && $w == "4 $ea $er" ]] && ok "$name: report's .torch.peak_reset $w = 4 resets, the script's figures at its end" \
+    || bad "$name: report's .torch.peak_reset '$w', the script's: 4 resets, '$ea $er'"
+  w=$(jq -c '[.torch.devices[] | .peak_reset | if . then .count else null end]' <<< "$json")
+  [[ $w == '[4,null]' ]] && ok "$name: .torch.devices[].peak_reset counts 4 on device 0, none on 1" \
+    || bad "$name: .torch.devices[].peak_reset counts $w, want [4,null]"
+  "$G" report "$tmp/$name.db" 2>/dev/null | grepq "^  since the reset  .* bytes; max_memory_allocated(0)).*reset_peak_memory_stats(0), several times" \
+    && ok "$name: report's text has the since-the-reset line" || bad "$name: report's text: $("$G" report "$tmp/$name.db" 2>/dev/null | grep -A3 'PyTorch through gpumem')"
   grep -qx "FRACTION 1 $fraction" "$out" && ok "$name: get_per_process_memory_fraction 1, then $fraction" \
     || bad "$name: '$(grep '^FRACTION ' "$out")', want 'FRACTION 1 $fraction'"
 done

@@ -841,7 +841,7 @@ static void test_stats_program_peaks(void **state)
     fx_t f = mk("gpumem", NULL, (alloc_mem_opts_t){0});
     uint64_t a = must_alloc(f.a, 1000, 0), b = must_alloc(f.a, 3000, 0);
     alloc_free(f.a, b);
-    alloc_reset_program_peaks(f.a);
+    alloc_reset_program_peaks(f.a, NULL, NULL);
     OK_CHECK(f.a);
     alloc_stats_t s = stats(f.a);
     assert_int_equal(s.allocated_bytes.peak, 4096);         /* the whole run's: kept */
