@@ -512,7 +512,6 @@ static alloc_t *dev_get(CUdevice dev)
     return a;
 }
 
-/* What heap_malloced needs to write an allocation's event from inside the allocator's lock. */
 /* ---- PyTorch's statistics of gpumem as its allocator ------------------------------------
  * With gpumem as PyTorch's allocator (gpumem_torch_malloc / gpumem_torch_free), PyTorch keeps no
  * figures of its own: torch.cuda.memory_stats() and every name built on it read these
@@ -646,6 +645,7 @@ void gm_heap_torch_reset_accumulated(int dev)
     pthread_mutex_unlock(&torch_figs_lock);
 }
 
+/* What heap_malloced needs to write an allocation's event from inside the allocator's lock. */
 struct heap_alloc_note {
     int dev;
     CUstream stream;
