@@ -5,7 +5,8 @@ is checked). One line a fact:
   DEV <d> <memory_allocated(d)> <max_memory_allocated(d)> <requested peak(d)> <max_memory_reserved(d)>
   RESET <figure> <got> <want>   after reset_peak_memory_stats, by PyTorch's rule: each peak is the
                                 current value, then the top of what follows (below the whole run's)
-  OOM <raised> <num_ooms>       after one request over the device
+  OOM <raised> <num_ooms> <num_alloc_retries>   after one request over the device (gpumem freed
+                                its cache, the 40 MiB freed above, and tried again first)
   ACC <num_ooms> <allocation.all.allocated>   after reset_accumulated_memory_stats
   FRACTION <get_per_process_memory_fraction()> <the same after set_per_process_memory_fraction(0.25)>
   END <max_memory_allocated> <max_memory_reserved>   at the end: since the last of 4 resets
@@ -74,7 +75,8 @@ def main():
         torch.empty(200 << 30, dtype=torch.uint8, device="cuda")  # over the 80 GiB device
     except torch.OutOfMemoryError:
         raised = 1
-    print("OOM %d %d" % figures(lambda: (raised, cuda.memory_stats()["num_ooms"])))
+    st = figures(cuda.memory_stats)
+    print("OOM %d %d %d" % (raised, st["num_ooms"], st["num_alloc_retries"]))
     figures(cuda.reset_accumulated_memory_stats)
     st = figures(cuda.memory_stats)
     print("ACC %d %d" % (st["num_ooms"], st["allocation.all.allocated"]))

@@ -19,7 +19,8 @@
 #     each reset (event 38 flagged 4096), and report's .torch.peak_reset has the program's own
 #     max_memory_allocated() / max_memory_reserved() at its end and the 4 resets of device 0
 #     (device 1, never reset: null), its text a "since the reset" line;
-#   - num_ooms counts a request over the device (report's .summary.ooms), and
+#   - num_ooms counts a request over the device (report's .summary.ooms), num_alloc_retries the
+#     retry gpumem made after freeing its cache first, and
 #     reset_accumulated_memory_stats sets it and the accumulated counts back to 0;
 #   - get_per_process_memory_fraction (refused by the pluggable allocator too) is 1, then the
 #     fraction set_per_process_memory_fraction set;
@@ -86,8 +87,8 @@ for row in "${table[@]}"; do
   [[ -n $then && $then -lt $alloc ]] && ok "$name: the peak after the reset ($then) is below the whole run's ($alloc)" \
     || bad "$name: the peak after the reset '$then', the whole run's $alloc"
   ooms=$(jq .summary.ooms <<< "$json")
-  [[ $(grep '^OOM ' "$out") == "OOM $raised 1" && $ooms == 1 ]] && ok "$name: num_ooms 1 after the OOM, report's 1 too" \
-    || bad "$name: '$(grep '^OOM ' "$out")', want 'OOM $raised 1'; report's ooms $ooms"
+  [[ $(grep '^OOM ' "$out") == "OOM $raised 1 1" && $ooms == 1 ]] && ok "$name: num_ooms 1 after the OOM (report's 1 too), num_alloc_retries 1" \
+    || bad "$name: '$(grep '^OOM ' "$out")', want 'OOM $raised 1 1'; report's ooms $ooms"
   grep -qx 'ACC 0 0' "$out" && ok "$name: reset_accumulated_memory_stats: num_ooms and allocations 0" \
     || bad "$name: after reset_accumulated_memory_stats: '$(grep '^ACC ' "$out")', want 'ACC 0 0'"
   read -r _ ea er < <(grep '^END ' "$out")
