@@ -123,14 +123,12 @@ static inline void be_count(alloc_t *a, int k)
 
 static inline void stat_add(alloc_stat_t *s, int64_t d)
 {
-    s->current += d;
-    if (s->current > s->peak) s->peak = s->current;
+    alloc_stat_change(s, d);
 }
 
-/* A decrease never makes a new peak (current <= peak always: a peak reset sets peak = current). */
 static inline void stat_sub(alloc_stat_t *s, int64_t d)
 {
-    s->current -= d;
+    alloc_stat_change(s, -d);
 }
 
 static inline uint64_t max_u64(uint64_t x, uint64_t y)
@@ -3079,7 +3077,17 @@ void alloc_reset_peak_stats(alloc_t *a)
     LOCK(a);
     alloc_stat_t *s[ALLOC_NSTATS];
     for (size_t i = 0, n = a_stat_counters(&a->st, s); i < n; i++)
-        s[i]->peak = s[i]->current;
+        s[i]->peak = s[i]->reset_peak = s[i]->current;
+    UNLOCK(a);
+}
+
+void alloc_reset_program_peaks(alloc_t *a, void (*fn)(void *), void *arg)
+{
+    LOCK(a);
+    alloc_stat_t *s[ALLOC_NSTATS];
+    for (size_t i = 0, n = a_stat_counters(&a->st, s); i < n; i++)
+        s[i]->reset_peak = s[i]->current;
+    if (fn) fn(arg);
     UNLOCK(a);
 }
 

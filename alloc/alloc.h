@@ -516,8 +516,26 @@ int alloc_last_backend_error(alloc_t *a);
 
 typedef struct alloc_stat {
     int64_t current;
-    int64_t peak;
+    int64_t peak;       /* the whole run's: the allocator's own decisions and the recording read it */
+    int64_t reset_peak; /* since alloc_reset_program_peaks (the program's reset_peak_memory_stats) */
+    int64_t allocated;  /* the sum of the increases (PyTorch's "allocated" of a stat) */
+    int64_t freed;      /* the sum of the decreases (PyTorch's "freed") */
 } alloc_stat_t;
+
+/* A change of a stat by d (either sign): the one place of the rule, for the allocator and for
+ * the figures kept beside it in PyTorch's shape (preload/heap.c, gpumem as PyTorch's allocator).
+ * A decrease never makes a new peak (current <= peak always: a peak reset sets peak = current). */
+static inline void alloc_stat_change(alloc_stat_t *s, int64_t d)
+{
+    s->current += d;
+    if (d >= 0) {
+        s->allocated += d;
+        if (s->current > s->peak) s->peak = s->current;
+        if (s->current > s->reset_peak) s->reset_peak = s->current;
+    } else {
+        s->freed -= d;
+    }
+}
 
 typedef struct alloc_stats {
     alloc_stat_t allocated_bytes;      /* rounded sizes of live blocks */
@@ -565,7 +583,13 @@ void alloc_get_stats(alloc_t *a, alloc_stats_t *out);
  * releases break ties by address, so a replay of a recording must hand out addresses the same
  * way round (alloc_replay_opts_t.top_down) to take the same decisions. */
 int alloc_address_order(alloc_t *a);
-void alloc_reset_peak_stats(alloc_t *a); /* peaks := current */
+void alloc_reset_peak_stats(alloc_t *a); /* peaks := current (reset_peak too) */
+/* The program's peaks (alloc_stat_t.reset_peak) := current, as PyTorch's reset_peak_memory_stats
+ * restarts its own; the whole-run peaks stay (the allocator's release decisions and the
+ * recording's figures read them). fn(arg) (may be NULL) is called with the lock held after the
+ * reset: a recorder's event there comes between the allocations and frees before it and after it,
+ * as the reset saw them. fn must not call alloc_* on `a`. */
+void alloc_reset_program_peaks(alloc_t *a, void (*fn)(void *), void *arg);
 
 /* What set the limit in force (alloc_oom_info_t.limit_from): what an OOM under it tells the user
  * to change. Each names the setting the allocator took its limit from, not the one the user

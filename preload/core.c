@@ -1423,6 +1423,41 @@ GM_EXPORT void gpumem_empty_cache(void)
         gm_heap_empty_cache();
 }
 
+/* PyTorch's memory statistics (libgpumem_torch.so's getDeviceStats and resets, or the gpumem
+ * Python module's ctypes reads without it): gpumem's allocator's figures, kept by heap.c. Only
+ * where that allocator serves the tensors: in modes record and off the driver does, and there
+ * are no figures to give (PyTorch's error stays, in gpumem's words). */
+GM_EXPORT int gpumem_torch_stats(int device, gpumem_torch_stats_t *out, size_t size)
+{
+    GM_NOTE_CALLER();
+    gpumem_torch_stats_t st;
+    if (!out || gm_mode() != GM_MODE_REPLACE || gm_forked_child || gm_heap_torch_stats(device, &st) != 0)
+        return -1;
+    memcpy(out, &st, size < sizeof st ? size : sizeof st);
+    return 0;
+}
+
+GM_EXPORT double gpumem_torch_get_memory_fraction(int device)
+{
+    GM_NOTE_CALLER();
+    /* modes record and off: gpumem caps nothing (the fraction is said ignored) */
+    return gm_mode() == GM_MODE_REPLACE && !gm_forked_child ? gm_heap_memory_fraction_get(device) : 1.0;
+}
+
+GM_EXPORT void gpumem_torch_reset_peak_stats(int device)
+{
+    GM_NOTE_CALLER();
+    if (gm_mode() == GM_MODE_REPLACE && !gm_forked_child)
+        gm_heap_torch_reset_peaks(device);
+}
+
+GM_EXPORT void gpumem_torch_reset_accumulated_stats(int device)
+{
+    GM_NOTE_CALLER();
+    if (gm_mode() == GM_MODE_REPLACE && !gm_forked_child)
+        gm_heap_torch_reset_accumulated(device);
+}
+
 static __attribute__((noinline)) void torch_free_entry(void *ptr, ssize_t size, int device,
                                                      void *stream)
 {
@@ -1433,7 +1468,7 @@ static __attribute__((noinline)) void torch_free_entry(void *ptr, ssize_t size, 
     CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
     CUresult res;
     gm_stat_add(GM_ST_RT_FREE_ASYNC, 1);
-    if (m == GM_MODE_REPLACE && gm_heap_free(p, (CUstream)stream, GM_ALLOC_ASYNC, &res))
+    if (m == GM_MODE_REPLACE && gm_heap_torch_free(p, (CUstream)stream, &res))
         return;
     size_t sz;
     enum gm_pt_kind k;

@@ -303,6 +303,9 @@ CUresult gm_heap_alloc(CUdeviceptr *out, size_t size, CUdevice dev, CUstream str
 /* Frees a pointer. Returns 1 when gpumem owned it (res set: success or double free answered
  * with CUDA_ERROR_INVALID_VALUE), 0 when the pointer is foreign (the caller passes it on). */
 int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult *res);
+/* gm_heap_free in stream order of a PyTorch tensor (gpumem_torch_free): off PyTorch's figures
+ * (gm_heap_torch_stats) too. */
+int gm_heap_torch_free(CUdeviceptr ptr, CUstream stream, CUresult *res);
 /* Block containing ptr: 1 and base/size set when gpumem owns it. */
 int gm_heap_lookup(CUdeviceptr ptr, CUdeviceptr *base, size_t *size);
 /* gpumem's view of device memory (cached-but-idle counts as free; the limit caps total). */
@@ -356,6 +359,13 @@ struct alloc;
 struct alloc_oom_info;
 struct alloc_stats;
 int gm_heap_stats(int dev, struct alloc_stats *st);
+/* PyTorch's memory_stats() of device dev with gpumem as its allocator (gpumem_torch_stats,
+ * gpumem.h; heap.c says where each figure comes from). 0, or -1 for a device out of range. */
+struct gpumem_torch_stats;
+int gm_heap_torch_stats(int dev, struct gpumem_torch_stats *out);
+double gm_heap_memory_fraction_get(int dev);  /* get_per_process_memory_fraction */
+void gm_heap_torch_reset_peaks(int dev);       /* reset_peak_memory_stats */
+void gm_heap_torch_reset_accumulated(int dev); /* reset_accumulated_memory_stats */
 /* The forensics of dev's last refused allocation (alloc_last_oom): 0 and *out filled, or -1 when
  * dev has no allocator or none was refused. */
 int gm_heap_last_oom(int dev, struct alloc_oom_info *out);

@@ -12,6 +12,8 @@
 #ifndef GPUMEM_H
 #define GPUMEM_H
 
+#include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #ifdef __cplusplus
@@ -57,6 +59,48 @@ void gpumem_torch_memory_fraction(double fraction, int device);
  * destroyed and its last tensor freed, its pool goes back here. Nothing in modes record and
  * off (the program's own allocator caches). */
 void gpumem_empty_cache(void);
+
+/* PyTorch's memory statistics with gpumem as its allocator: PyTorch keeps none of its own then,
+ * and libgpumem_torch.so's allocator answers getDeviceStats / resetPeakStats /
+ * resetAccumulatedStats with these, so torch.cuda.memory_stats(), memory_allocated(),
+ * max_memory_reserved(), memory_summary(), reset_peak_memory_stats(), ... work (without that
+ * library the gpumem Python module reads them through ctypes). One figure as PyTorch keeps it
+ * (c10's Stat): now, the peak since the last gpumem_torch_reset_peak_stats (the whole run's
+ * before one), and the sums of its increases and decreases since the last
+ * gpumem_torch_reset_accumulated_stats. */
+typedef struct gpumem_torch_stat {
+    int64_t current, peak, allocated, freed;
+} gpumem_torch_stat_t;
+typedef struct gpumem_torch_stats {
+    /* PyTorch's live tensors on the device (what gpumem_torch_malloc served and
+     * gpumem_torch_free has not freed): gpumem's block sizes (512 B multiples), the sizes
+     * PyTorch asked for, how many */
+    gpumem_torch_stat_t allocated_bytes, requested_bytes, allocation;
+    /* gpumem's allocator of the device, which also serves the libraries' cudaMalloc (cuBLAS
+     * workspaces, NCCL buffers) beside PyTorch's tensors: mapped bytes, mapped runs (expandable
+     * segments) or segments (classic), live and freed-but-pending blocks, free blocks that are not
+     * a whole run */
+    gpumem_torch_stat_t reserved_bytes, segment, active_bytes, active, inactive_split_bytes,
+        inactive_split;
+    /* that allocator's counts since the last reset of the accumulated figures: allocations that
+     * freed its cache and retried, refused ones (OOMs), device allocations (maps, segments) and
+     * frees (unmaps), device synchronizations */
+    int64_t num_alloc_retries, num_ooms, num_device_alloc, num_device_free, num_sync_all_streams;
+    int64_t max_split_size; /* gpumem's max_split_size (GPUMEM_CONF) in bytes, -1 unlimited */
+} gpumem_torch_stats_t;
+/* Fills out (size: sizeof the caller's gpumem_torch_stats_t; the first size bytes are written)
+ * with the figures of `device`. Returns 0, or -1 when gpumem's allocator does not serve PyTorch's
+ * tensors (GPUMEM_MODE=record or off: the driver serves them) or the device is out of range. */
+int gpumem_torch_stats(int device, gpumem_torch_stats_t *out, size_t size);
+/* PyTorch's reset_peak_memory_stats(device): every peak above restarts from its current value.
+ * The recording's peaks stay the whole run's. */
+void gpumem_torch_reset_peak_stats(int device);
+/* PyTorch's reset_accumulated_memory_stats(device): the sums and counts above restart from 0. */
+void gpumem_torch_reset_accumulated_stats(int device);
+/* PyTorch's get_per_process_memory_fraction(device): the fraction capping gpumem's allocator of
+ * `device`, the last gpumem_torch_memory_fraction's, else GPUMEM_CONF's per_process_memory_fraction
+ * key, else 1 (none; also in modes record and off, where gpumem caps nothing). */
+double gpumem_torch_get_memory_fraction(int device);
 
 /* A range of the calling thread, like nvtxRangePushA / nvtxRangePop without an NVTX library
  * (the gpumem Python module's gpumem.range and gpumem.annotate use these): allocations made

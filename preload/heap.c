@@ -14,6 +14,7 @@
 #include "preload/gm_internal.h"
 
 #include "alloc/alloc.h"
+#include "preload/gpumem.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -511,6 +512,139 @@ static alloc_t *dev_get(CUdevice dev)
     return a;
 }
 
+/* ---- PyTorch's statistics of gpumem as its allocator ------------------------------------
+ * With gpumem as PyTorch's allocator (gpumem_torch_malloc / gpumem_torch_free), PyTorch keeps no
+ * figures of its own: torch.cuda.memory_stats() and every name built on it read these
+ * (gpumem_torch_stats, core.c). The tensors' figures are counted here, per device, in the
+ * allocator's callbacks with its lock held, so in the order the recording has the events: the
+ * same sums, to the byte, as the report's PyTorch-through-gpumem figures (the hook's allocations,
+ * flag 4096). The device's figures (reserved, segments, active, OOMs) are its allocator's own.
+ * PyTorch's resets: peaks through alloc_reset_program_peaks (the whole-run peaks stay), the
+ * accumulated figures as a base subtracted from them (the allocator's counters stay whole: the
+ * recording's exit statistics read them). */
+static struct torch_figs {
+    alloc_stat_t allocated; /* gpumem's block sizes of PyTorch's live tensors */
+    alloc_stat_t requested; /* the sizes PyTorch asked for */
+    alloc_stat_t allocation; /* how many */
+    struct torch_figs_base {  /* the accumulated figures at the last reset */
+        alloc_stat_t allocated, requested, allocation;
+        alloc_stats_t device;
+    } base;
+} torch_figs[GM_MAX_DEVICES];
+/* innermost: taken inside an allocator's lock (the callbacks), never around one */
+static pthread_mutex_t torch_figs_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void torch_figs_change(int dev, int64_t block, int64_t requested, int64_t n)
+{
+    if (dev < 0 || dev >= GM_MAX_DEVICES)
+        return;
+    pthread_mutex_lock(&torch_figs_lock);
+    alloc_stat_change(&torch_figs[dev].allocated, block);
+    alloc_stat_change(&torch_figs[dev].requested, requested);
+    alloc_stat_change(&torch_figs[dev].allocation, n);
+    pthread_mutex_unlock(&torch_figs_lock);
+}
+
+/* A device reset destroyed every tensor of the device, and its allocator with its counters: the
+ * tensors' current figures fall to 0 (the report's too: the reset's frees), the base restarts. */
+static void torch_figs_device_gone(int dev)
+{
+    pthread_mutex_lock(&torch_figs_lock);
+    struct torch_figs *f = &torch_figs[dev];
+    alloc_stat_change(&f->allocated, -f->allocated.current);
+    alloc_stat_change(&f->requested, -f->requested.current);
+    alloc_stat_change(&f->allocation, -f->allocation.current);
+    memset(&f->base.device, 0, sizeof f->base.device);
+    pthread_mutex_unlock(&torch_figs_lock);
+}
+
+/* s as PyTorch sees it: the peak since its last reset_peak_memory_stats, the sums since its last
+ * reset_accumulated_memory_stats (base: the sums then) */
+static gpumem_torch_stat_t torch_stat(const alloc_stat_t *s, const alloc_stat_t *base)
+{
+    return (gpumem_torch_stat_t){s->current, s->reset_peak, s->allocated - base->allocated,
+                                 s->freed - base->freed};
+}
+
+static int64_t since_u64(uint64_t v, uint64_t base)
+{
+    return v >= base ? (int64_t)(v - base) : 0;
+}
+
+int gm_heap_torch_stats(int dev, gpumem_torch_stats_t *out)
+{
+    if (dev < 0 || dev >= GM_MAX_DEVICES)
+        return -1;
+    alloc_stats_t st;
+    if (gm_heap_stats(dev, &st) != 0)
+        memset(&st, 0, sizeof st); /* nothing allocated on the device yet: its figures are 0 */
+    pthread_mutex_lock(&torch_figs_lock);
+    const struct torch_figs *f = &torch_figs[dev];
+    const alloc_stats_t *b = &f->base.device;
+    out->allocated_bytes = torch_stat(&f->allocated, &f->base.allocated);
+    out->requested_bytes = torch_stat(&f->requested, &f->base.requested);
+    out->allocation = torch_stat(&f->allocation, &f->base.allocation);
+    out->reserved_bytes = torch_stat(&st.reserved_bytes, &b->reserved_bytes);
+    out->segment = torch_stat(&st.segment, &b->segment);
+    out->active_bytes = torch_stat(&st.active_bytes, &b->active_bytes);
+    out->active = torch_stat(&st.active, &b->active);
+    out->inactive_split_bytes = torch_stat(&st.inactive_split_bytes, &b->inactive_split_bytes);
+    out->inactive_split = torch_stat(&st.inactive_split, &b->inactive_split);
+    out->num_alloc_retries = since_u64(st.num_alloc_retries, b->num_alloc_retries);
+    out->num_ooms = since_u64(st.num_ooms, b->num_ooms);
+    out->num_device_alloc = since_u64(st.num_device_alloc, b->num_device_alloc);
+    out->num_device_free = since_u64(st.num_device_free, b->num_device_free);
+    out->num_sync_all_streams = since_u64(st.num_syncs, b->num_syncs);
+    out->max_split_size = gm_alloc_config.max_split_size == SIZE_MAX ? -1 : (int64_t)gm_alloc_config.max_split_size;
+    pthread_mutex_unlock(&torch_figs_lock);
+    return 0;
+}
+
+/* Under the device allocator's lock (where its callbacks count the tensors): the tensors' peaks
+ * restart with the allocator's, and the recording marks the reset there (event 38 flagged as
+ * gpumem's), among the allocations and frees as they came, so that report's "since the reset"
+ * figures (.torch.peak_reset) are the program's own max_memory_allocated() / _reserved(). */
+static void heap_peaks_reset(void *arg)
+{
+    int dev = (int)(intptr_t)arg;
+    pthread_mutex_lock(&torch_figs_lock);
+    struct torch_figs *f = &torch_figs[dev];
+    f->allocated.reset_peak = f->allocated.current;
+    f->requested.reset_peak = f->requested.current;
+    f->allocation.reset_peak = f->allocation.current;
+    pthread_mutex_unlock(&torch_figs_lock);
+#ifdef GM_HAVE_REC
+    gm_event_raw(REC_TORCH_RESET_PEAK | REC_F_FRAMEWORK, dev, 0, 0, 0, 0, 0);
+#endif
+}
+
+void gm_heap_torch_reset_peaks(int dev)
+{
+    if (dev < 0 || dev >= GM_MAX_DEVICES)
+        return;
+    alloc_t *a = atomic_load_explicit(&dev_alloc[dev], memory_order_acquire);
+    if (a)
+        alloc_reset_program_peaks(a, heap_peaks_reset, (void *)(intptr_t)dev);
+    else
+        heap_peaks_reset((void *)(intptr_t)dev); /* nothing allocated there yet: the mark alone */
+}
+
+void gm_heap_torch_reset_accumulated(int dev)
+{
+    if (dev < 0 || dev >= GM_MAX_DEVICES)
+        return;
+    alloc_stats_t st;
+    if (gm_heap_stats(dev, &st) != 0)
+        memset(&st, 0, sizeof st);
+    pthread_mutex_lock(&torch_figs_lock);
+    struct torch_figs *f = &torch_figs[dev];
+    f->base.allocated = f->allocated;
+    f->base.requested = f->requested;
+    f->base.allocation = f->allocation;
+    f->base.device = st;
+    pthread_mutex_unlock(&torch_figs_lock);
+}
+
 /* What heap_malloced needs to write an allocation's event from inside the allocator's lock. */
 struct heap_alloc_note {
     int dev;
@@ -531,6 +665,8 @@ static void heap_malloced(void *arg, uint64_t ptr, const alloc_malloc_info_t *in
     const struct heap_alloc_note *n = arg;
     if (n->requested == 0)
         return; /* no block, no event (as before) */
+    if (gm_next_alloc_flags & GM_EVF_FRAMEWORK) /* read before gm_event_id consumes it */
+        torch_figs_change(n->dev, (int64_t)info->size, (int64_t)n->requested, 1);
     gm_event_id((enum gm_ev)(n->ev | (info->cache_hit ? GM_EVF_CACHE_HIT : GM_EVF_CACHE_MISS)),
                 n->dev, n->stream, ptr, info->size ? info->size : n->requested, n->requested,
                 info->alloc_id);
@@ -582,6 +718,7 @@ struct heap_free_note {
     CUstream stream;
     gm_alloc_kind kind;
     int synced; /* after free_sync's synchronization of this device: settled at once */
+    int framework; /* PyTorch's free of a tensor (gm_heap_torch_free): off its figures */
 };
 
 /* Called by the allocator with its lock held, the block just out of the live state: the free's
@@ -594,12 +731,15 @@ static void heap_freed(void *arg, const alloc_block_query_t *q)
 {
     const struct heap_free_note *n = arg;
     gm_heap_pool_forget(q->base);
+    if (n->framework)
+        torch_figs_change(n->dev, -(int64_t)q->size, -(int64_t)q->requested, -1);
     gm_event_id((enum gm_ev)((n->kind == GM_ALLOC_ASYNC ? GM_EV_FREE_ASYNC : GM_EV_FREE) |
                              (q->pending ? GM_EVF_PENDING : 0) | (n->synced ? GM_EVF_SYNCED : 0)),
                 n->dev, n->stream, q->base, q->size, 0, q->alloc_id);
 }
 
-static int heap_free_held(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult *res)
+static int heap_free_held(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, int framework,
+                          CUresult *res)
 {
     uintptr_t capture = 0;
     int synced_device = -1;
@@ -617,7 +757,7 @@ static int heap_free_held(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, 
         /* free_sync synchronized the current context's device: that covers the block only
          * when it lives there (a cudaFree of another device's memory is fenced instead) */
         int synced = kind == GM_FREE_SYNCED && synced_device == i;
-        struct heap_free_note note = {i, stream, kind, synced};
+        struct heap_free_note note = {i, stream, kind, synced, framework};
         /* freed on a capturing stream: the graph may use the block at every replay */
         int e = alloc_free_notify(a, ptr, kind == GM_ALLOC_ASYNC,
                                   synced ? ALLOC_FREE_SYNCED : (uintptr_t)stream, capture, &q,
@@ -660,16 +800,26 @@ CUresult gm_heap_alloc(CUdeviceptr *out, size_t size, CUdevice dev, CUstream str
     return r;
 }
 
-int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult *res)
+static int heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, int framework, CUresult *res)
 {
     if (!ptr) {
         *res = CUDA_SUCCESS;
         return 1;
     }
     int held = gm_rec_stack_hold();
-    int r = heap_free_held(ptr, stream, kind, res);
+    int r = heap_free_held(ptr, stream, kind, framework, res);
     gm_rec_stack_release(held);
     return r;
+}
+
+int gm_heap_free(CUdeviceptr ptr, CUstream stream, gm_alloc_kind kind, CUresult *res)
+{
+    return heap_free(ptr, stream, kind, 0, res);
+}
+
+int gm_heap_torch_free(CUdeviceptr ptr, CUstream stream, CUresult *res)
+{
+    return heap_free(ptr, stream, GM_ALLOC_ASYNC, 1, res);
 }
 
 /* ---- the default pool's view of gpumem's stream-ordered allocations ------------------------
@@ -818,6 +968,21 @@ int gm_heap_memory_fraction(int dev, double fraction)
         return -1;
     gm_test_free_yield(); /* test hook: another thread may allocate under the new limit now */
     return 0;
+}
+
+/* The per-process memory fraction in force on dev (PyTorch's getMemoryFraction): the last
+ * set_per_process_memory_fraction's, else the per_process_memory_fraction key's, else 1 (none). */
+double gm_heap_memory_fraction_get(int dev)
+{
+    alloc_t *a = dev >= 0 && dev < GM_MAX_DEVICES ? atomic_load_explicit(&dev_alloc[dev], memory_order_acquire)
+                                                  : NULL;
+    double f = gm_alloc_config.memory_fraction;
+    if (a) {
+        alloc_config_t cfg;
+        alloc_get_config(a, &cfg);
+        f = cfg.memory_fraction;
+    }
+    return f >= 0 && f <= 1 ? f : 1.0;
 }
 
 /* gpumem_record_stream: the block holding ptr is used on stream too; its free waits for that
@@ -970,6 +1135,7 @@ void gm_heap_reset(int dev)
     gm_rec_peak_settle(a, dev);
     alloc_walk(a, reset_walk, (void *)(intptr_t)dev);
     alloc_destroy(a);
+    torch_figs_device_gone(dev);
 }
 
 CUresult gm_heap_meminfo(size_t *free_b, size_t *total_b)

@@ -1453,6 +1453,75 @@ static gm_dev_figs hook_lead(const gm_torch_view *tv, int asked, int *busy, int 
     return f;
 }
 
+/* gpumem as PyTorch's allocator (torch.present == 2): the program's resets of PyTorch's peaks on
+ * device dev (event 38 flagged REC_F_FRAMEWORK, gpumem_torch_reset_peak_stats: written under the
+ * allocator's lock, among its allocations and frees) and what its max_memory_allocated(dev) /
+ * max_memory_reserved(dev) read at the end, which gpumem's allocator gave it: the hook's
+ * allocations' peak since the last reset (gpumem's blocks), and the device's reserved (its
+ * mapped runs or segments) since then, each starting from its value at the reset. 1 with a
+ * reset (rs filled), 0 without (rs->count 0). */
+typedef struct {
+    uint64_t seq;
+    int64_t delta;
+} seq_delta;
+
+static int seq_delta_cmp(const void *x, const void *y) {
+    const seq_delta *a = x, *b = y;
+    return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+static int hook_peak_reset(gm_db *d, const gm_model *m, int dev, gm_torch_reset *rs) {
+    memset(rs, 0, sizeof *rs);
+    rs->device = dev;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, t FROM events WHERE kind = 38 AND (flags & 4096) != 0 AND device = ?1 "
+                                  "ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
+        return 0;
+    sqlite3_bind_int(st, 1, dev);
+    while (sqlite3_step(st) == SQLITE_ROW)
+        rs->count++, rs->seq = (uint64_t)sqlite3_column_int64(st, 0), rs->t_ns = (uint64_t)sqlite3_column_int64(st, 1);
+    sqlite3_finalize(st);
+    if (!rs->count) return 0;
+    /* allocated: the hook's allocations live at the reset, then each birth and death after it */
+    uint64_t r = rs->seq, now = 0;
+    seq_delta *ev = NULL;
+    size_t n = 0, cap = 0;
+    for (size_t i = 0; i < m->nallocs; i++) {
+        const gm_alloc *a = &m->allocs[i];
+        if (!(a->flags & GM_ALLOC_FRAMEWORK) || a->device != dev) continue;
+        int dead = a->death != 0;
+        if (a->birth < r && (!dead || a->death > r)) now += a->size;
+        if (gm_grow_fast((void **)&ev, &cap, n + 2, sizeof *ev)) break;
+        if (a->birth > r) ev[n++] = (seq_delta){a->birth, (int64_t)a->size};
+        if (dead && a->death > r && a->death > a->birth) ev[n++] = (seq_delta){a->death, -(int64_t)a->size};
+    }
+    qsort(ev, n, sizeof *ev, seq_delta_cmp);
+    rs->max_allocated = now;
+    for (size_t i = 0; i < n; i++) {
+        now = ev[i].delta < 0 && (uint64_t)-ev[i].delta > now ? 0 : now + (uint64_t)ev[i].delta;
+        if (now > rs->max_allocated) rs->max_allocated = now;
+    }
+    free(ev);
+    /* reserved: the device's maps and unmaps (the summary's reserved), from its value at the reset */
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, size FROM events WHERE device = ?1 AND kind IN (14, 15, 18, 19) "
+                                  "ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
+        return 1;
+    sqlite3_bind_int(st, 1, dev);
+    uint64_t res = 0;
+    int after = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        uint64_t seq = (uint64_t)sqlite3_column_int64(st, 0), size = (uint64_t)sqlite3_column_int64(st, 2);
+        int kind = sqlite3_column_int(st, 1);
+        if (!after && seq > r) after = 1, rs->max_reserved = res;
+        if (kind == REC_SEG_MAP || kind == REC_DRIVER_ALLOC) res += size;
+        else res -= size < res ? size : res;
+        if (after && res > rs->max_reserved) rs->max_reserved = res;
+    }
+    if (!after) rs->max_reserved = res;
+    sqlite3_finalize(st);
+    return 1;
+}
+
 /* PyTorch's retries at its limit (gm_torch_retries): the run was at its edge, and each one cost a
  * synchronize of the device and a cudaFree of every cached segment */
 static void print_retries_text(FILE *out, const gm_torch_retries_t *rt) {
@@ -1488,20 +1557,32 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
     if (tv->present == 2) { /* gpumem was PyTorch's allocator: the hook's allocations */
         int hb, hn;
         gm_dev_figs hf = hook_lead(tv, m->device_asked - 1, &hb, &hn);
+        /* the device whose figures these are: the lead of several, else the one that held tensors */
+        int lead = hb;
+        for (int i = 0; lead < 0 && tv->devs && i < GM_DEVICES; i++)
+            if (tv->devs[i].peak_allocated) lead = i;
+        gm_torch_reset rs;
+        hook_peak_reset(d, m, lead < 0 ? 0 : lead, &rs);
         if (o->json) {
             fprintf(out, ",\"torch\":{\"allocator\":\"gpumem\",\"peak_requested\":%" PRIu64
                          ",\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":null,\"peak_requested_seq\":%" PRIu64
                          ",\"peak_allocated_seq\":%" PRIu64 ",",
                     hf.peak_requested, hf.peak_allocated, hf.peak_requested_seq, hf.peak_allocated_seq);
+            gm_torch_reset_json(out, &rs);
+            fputc(',', out);
             if (hb >= 0) fprintf(out, "\"device\":%d,\"devices\":[", hb);
             else fputs("\"device\":null,\"devices\":[", out);
             for (int i = 0, first = 1; tv->devs && i < GM_DEVICES; i++) {
                 const gm_dev_figs *f = &tv->devs[i];
                 if (!f->peak_allocated) continue;
                 fprintf(out, "%s{\"device\":%d,\"peak_allocated\":%" PRIu64 ",\"peak_allocated_seq\":%" PRIu64
-                             ",\"peak_requested\":%" PRIu64 ",\"peak_requested_seq\":%" PRIu64 "}",
+                             ",\"peak_requested\":%" PRIu64 ",\"peak_requested_seq\":%" PRIu64 ",",
                         first ? "" : ",", i, f->peak_allocated, f->peak_allocated_seq, f->peak_requested,
                         f->peak_requested_seq);
+                gm_torch_reset drs;
+                hook_peak_reset(d, m, i, &drs);
+                gm_torch_reset_json(out, &drs);
+                fputc('}', out);
                 first = 0;
             }
             fputs("]}", out);
@@ -1524,6 +1605,17 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
                 fprintf(out, "    device %-3d        peak requested %s (%" PRIu64 " bytes, event %" PRIu64
                              "), peak allocated %s (%" PRIu64 " bytes, event %" PRIu64 ")\n",
                         i, q, f->peak_requested, f->peak_requested_seq, a, f->peak_allocated, f->peak_allocated_seq);
+            }
+            if (rs.count) { /* the peaks above are the whole run's; the program's own count from its reset */
+                char ra[32], rr[32], dn[16] = "";
+                gm_fmt_bytes(rs.max_allocated, ra, sizeof ra);
+                gm_fmt_bytes(rs.max_reserved, rr, sizeof rr);
+                if (hb >= 0) snprintf(dn, sizeof dn, "%d", hb);
+                fprintf(out, "  since the reset     %s allocated (%" PRIu64 " bytes; max_memory_allocated(%s)), %s reserved (%" PRIu64
+                             " bytes; max_memory_reserved(%s), gpumem's on the device): the program reset its peak stats "
+                             "(reset_peak_memory_stats(%s)%s) last at event %" PRIu64 ", %.3f s; the peaks above are the whole run's\n",
+                        ra, rs.max_allocated, dn, rr, rs.max_reserved, dn, dn, rs.count > 1 ? ", several times" : "",
+                        rs.seq, (double)rs.t_ns / 1e9);
             }
         }
         return;

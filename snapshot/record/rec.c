@@ -1079,10 +1079,12 @@ void rec_event(unsigned kind, int device, uint64_t stream, uint64_t addr, uint64
     /* REC_LAUNCH records have their own layout (rec_internal.h): only rec_launch writes them.
      * PyTorch's kinds are the merge's, except an empty_cache gpumem's own allocator made
      * (gpumem_empty_cache: 36 flagged REC_F_FRAMEWORK) and a fraction it applied
-     * (gpumem_torch_memory_fraction: 37 flagged REC_F_FRAMEWORK); its allocator's markers (39,
-     * 40), synchronizations (41) and forgotten streams (42) come after them */
+     * (gpumem_torch_memory_fraction: 37 flagged REC_F_FRAMEWORK) and a reset of PyTorch's peaks it
+     * made (gpumem_torch_reset_peak_stats: 38 flagged REC_F_FRAMEWORK); its allocator's markers
+     * (39, 40), synchronizations (41) and forgotten streams (42) come after them */
     if (k == 0 ||
         (k >= REC_KIND_MAX_ && k != REC_TORCH_EMPTY_CACHE && k != REC_TORCH_MEMORY_FRACTION &&
+         k != REC_TORCH_RESET_PEAK &&
          k != REC_MARKER_RECORD && k != REC_MARKER_DONE && k != REC_ALLOC_SYNC && k != REC_STREAM_FORGET &&
          k != REC_ALLOC_WAIT) ||
         k == REC_LAUNCH)

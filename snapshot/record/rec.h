@@ -121,7 +121,10 @@ enum rec_torch_kind {
                                       thread: its limit is the lower of the cap and the
                                       configured limit)                                       */
     REC_TORCH_RESET_PEAK = 38      /* torch.cuda.reset_peak_memory_stats(device): from here its
-                                      max_memory_allocated/_reserved() count only what follows */
+                                      max_memory_allocated/_reserved() count only what follows;
+                                      flagged REC_F_FRAMEWORK: gpumem's allocator, PyTorch's,
+                                      restarted them (gpumem_torch_reset_peak_stats, written by
+                                      the program's thread under that allocator's lock) */
 };
 
 /* 39-40 (after PyTorch's numbers): gpumem's allocator's marker events, for the replay of its

@@ -42,6 +42,9 @@ SCRIPT_TESTS += tests/torch/torch_summary.sh
 # OOM recorded, the program going on; PyTorch's hooks reaching gpumem: set_per_process_memory_fraction
 # caps it, record_stream fences a free, emptyCache by its C name empties it (torch_gm_oom.sh)
 SCRIPT_TESTS += tests/torch/torch_gm_oom.sh
+# gpumem as PyTorch's allocator answers PyTorch's memory statistics (memory_stats, max_memory_*,
+# memory_summary, the resets), equal to the report's figures, with and without libgpumem_torch.so
+SCRIPT_TESTS += tests/torch/torch_stats.sh
 # tests/gpu/'s PyTorch scripts: on the virtual GPU here (tests/gpu/common.bash, gpu_or_sim), on the
 # GPU where nvidia-smi lists one
 SCRIPT_TESTS += tests/gpu/pytorch_three_ways.sh tests/gpu/pytorch_frames.sh tests/gpu/pytorch_parity.sh

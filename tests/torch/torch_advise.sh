@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # torch_advise.sh — `gpumem advise` on a PyTorch recording (issue 39, items 3-4): the GPT-2 script
 # recorded under `gpumem record` (hooks on), under PyTorch's own allocator and with gpumem as its
-# allocator (--allocator gpumem, --no-stats: a pluggable allocator has no memory_stats):
+# allocator (--allocator gpumem, --no-stats: from before gpumem answered PyTorch's statistics,
+# tests/torch/torch_stats.sh; the measured figures under it are gpumem's, from the recording):
 #   - the unmodified trace replays to the recorded peaks (PyTorch's: what the script's
 #     max_memory_allocated() / max_memory_reserved() printed; gpumem's under its allocator);
 #   - every recommendation says the change in PyTorch's terms ("change"), what it acts on

@@ -30,8 +30,8 @@ end; --memory-fraction F calls torch.cuda.set_per_process_memory_fraction(F) fir
 prints the segments of torch.cuda.memory_snapshot() at the end ("segments N" then their sizes).
 
 At exit it prints, one per line: max_memory_allocated N, max_memory_reserved N, requested_peak N
-(memory_stats()["requested_bytes.all.peak"]) — unless --no-stats: a pluggable allocator
-(gpumem's) keeps no statistics and torch throws on them.
+(memory_stats()["requested_bytes.all.peak"]) — unless --no-stats (gpumem's pluggable allocator
+answers them since 2026-12-07, tests/torch/torch_stats.sh; before, torch threw on them).
 
 cuDNN's attention is turned off (torch.backends.cuda.enable_cudnn_sdp(False)): its workspace
 comes from the real engine, which the virtual GPU does not have; on a GPU the same flag keeps

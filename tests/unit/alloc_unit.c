@@ -831,6 +831,39 @@ static void test_stats(void **state)
     fx_done(&f);
 }
 
+/* The program's peaks (PyTorch's reset_peak_memory_stats under --allocator gpumem) restart at the
+ * current values while the whole-run peaks, which the allocator's release decisions and the
+ * recording read, stay; each stat's accumulated sums (PyTorch's "allocated" / "freed") add every
+ * increase and decrease, allocated - freed = current (alloc_check checks it after every call). */
+static void test_stats_program_peaks(void **state)
+{
+    (void)state;
+    fx_t f = mk("gpumem", NULL, (alloc_mem_opts_t){0});
+    uint64_t a = must_alloc(f.a, 1000, 0), b = must_alloc(f.a, 3000, 0);
+    alloc_free(f.a, b);
+    alloc_reset_program_peaks(f.a, NULL, NULL);
+    OK_CHECK(f.a);
+    alloc_stats_t s = stats(f.a);
+    assert_int_equal(s.allocated_bytes.peak, 4096);         /* the whole run's: kept */
+    assert_int_equal(s.allocated_bytes.reset_peak, 1024);   /* the program's: now */
+    assert_int_equal(s.requested_bytes.reset_peak, 1000);
+    assert_int_equal(s.allocation.reset_peak, 1);
+    assert_int_equal(s.reserved_bytes.reset_peak, s.reserved_bytes.current);
+    uint64_t c = must_alloc(f.a, 2000, 0);
+    s = stats(f.a);
+    assert_int_equal(s.allocated_bytes.reset_peak, 1024 + 2048); /* the next top, from there */
+    assert_int_equal(s.allocated_bytes.peak, 4096);
+    assert_int_equal(s.allocated_bytes.allocated, 1024 + 3072 + 2048);
+    assert_int_equal(s.allocated_bytes.freed, 3072);
+    assert_int_equal(s.allocation.allocated, 3);
+    assert_int_equal(s.allocation.freed, 1);
+    assert_int_equal(s.requested_bytes.allocated - s.requested_bytes.freed, s.requested_bytes.current);
+    alloc_free(f.a, a);
+    alloc_free(f.a, c);
+    OK_CHECK(f.a);
+    fx_done(&f);
+}
+
 /* Memory-info view: free = total - reserved + cached idle; total capped by the limit. */
 static void test_mem_info(void **state)
 {
@@ -1568,6 +1601,7 @@ int main(void)
         cmocka_unit_test(test_release_threshold),
         cmocka_unit_test(test_nocache),
         cmocka_unit_test(test_stats),
+        cmocka_unit_test(test_stats_program_peaks),
         cmocka_unit_test(test_mem_info),
         cmocka_unit_test(test_hooks),
         cmocka_unit_test(test_backend_call_counts),

@@ -255,8 +255,11 @@ def use_as_allocator():
     a request gpumem refuses raises torch.OutOfMemoryError, as under PyTorch's own allocator;
     set_per_process_memory_fraction caps gpumem's allocator (fraction x the device's total,
     replacing GPUMEM_CONF's per_process_memory_fraction key, as PyTorch replaces its own key);
-    Tensor.record_stream reaches gpumem (gpumem_record_stream); and PyTorch's emptyCache, whichever
-    way it is called (torch.cuda.empty_cache, torch._C._cuda_emptyCache), empties gpumem's cache.
+    Tensor.record_stream reaches gpumem (gpumem_record_stream); PyTorch's emptyCache, whichever
+    way it is called (torch.cuda.empty_cache, torch._C._cuda_emptyCache), empties gpumem's cache;
+    and PyTorch's memory statistics (memory_stats, memory_allocated, max_memory_reserved,
+    memory_summary, reset_peak_memory_stats, ...) are gpumem's allocator's (gpumem_torch_stats;
+    preload/README.md "PyTorch" says what each figure is), also without that library (_stats_from_gpumem).
     Without that library (not built, or built for another torch) it warns once and plugs in
     gpumem_torch_malloc / gpumem_torch_free through torch.cuda.memory.CUDAPluggableAllocator, where
     PyTorch checks nothing: a refused request is then a tensor without memory, failing at its first
@@ -285,6 +288,7 @@ def use_as_allocator():
         alloc = tcm.CUDAPluggableAllocator(path, "gpumem_torch_malloc", "gpumem_torch_free")
         tcm.change_current_allocator(alloc)
         _empty_cache_to_gpumem(path)  # the shim's reset hook does it for every caller
+        _stats_from_gpumem(torch, path)  # the shim's allocator answers them itself
         done = True
     return done
 
@@ -338,6 +342,88 @@ def _empty_cache_to_gpumem(path):
                       % path, RuntimeWarning, stacklevel=3)
         return
     _empty_cache_then(torch, fn)
+
+
+class _Stat(ctypes.Structure):
+    """gpumem.h's gpumem_torch_stat_t: one of PyTorch's statistics (c10's Stat)."""
+    _fields_ = [("current", ctypes.c_int64), ("peak", ctypes.c_int64), ("allocated", ctypes.c_int64),
+                ("freed", ctypes.c_int64)]
+
+
+# gpumem.h's gpumem_torch_stats_t, in its order: the Stat fields, then the counts
+_STATS = ("allocated_bytes", "requested_bytes", "allocation", "reserved_bytes", "segment", "active_bytes",
+          "active", "inactive_split_bytes", "inactive_split")
+_COUNTS = ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free", "num_sync_all_streams",
+           "max_split_size")
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [(n, _Stat) for n in _STATS] + [(n, ctypes.c_int64) for n in _COUNTS]
+
+
+def _stats_from_gpumem(torch, path):
+    """Without libgpumem_torch.so: PyTorch's memory statistics from gpumem's allocator, as the
+    shim's allocator gives them (gpumem_torch_stats, preload/gpumem.h). PyTorch's
+    CUDAPluggableAllocator made from Python refuses them ("does not yet support getDeviceStats"),
+    and torch.cuda.memory_stats, memory_allocated, max_memory_reserved, memory_summary,
+    reset_peak_memory_stats, ... raised; every one of them goes through three functions of
+    torch._C, replaced here by ctypes reads of libgpumem.so giving the same nested dict."""
+    try:
+        lib = ctypes.CDLL(path)
+        read, peak, acc = (lib.gpumem_torch_stats, lib.gpumem_torch_reset_peak_stats,
+                           lib.gpumem_torch_reset_accumulated_stats)
+    except (AttributeError, OSError):
+        warnings.warn("gpumem.use_as_allocator: %s has no gpumem_torch_stats (an older libgpumem.so): "
+                      "torch.cuda.memory_stats() and the names built on it will raise" % path,
+                      RuntimeWarning, stacklevel=3)
+        return
+    read.argtypes, read.restype = [ctypes.c_int, ctypes.POINTER(_Stats), ctypes.c_size_t], ctypes.c_int
+    peak.argtypes = acc.argtypes = [ctypes.c_int]
+    peak.restype = acc.restype = None
+    C = torch._C
+
+    def device_of(device):
+        return torch.cuda.current_device() if device is None or device < 0 else int(device)
+
+    def memory_stats(device):
+        st = _Stats()
+        dev = device_of(device)
+        if read(dev, ctypes.byref(st), ctypes.sizeof(st)) != 0:
+            raise RuntimeError("gpumem: no memory statistics for device %d: gpumem's allocator does not serve "
+                               "PyTorch's tensors here (GPUMEM_MODE=record or off: the driver serves each); "
+                               "run in mode replace (the default)" % dev)
+        zero = {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
+        d = {n: getattr(st, n) for n in _COUNTS[:-1]}
+        d["max_split_size"] = st.max_split_size
+        d["num_oom_rejections"] = 0
+        for n in _STATS:
+            s = getattr(st, n)
+            d[n] = {"all": {"current": s.current, "peak": s.peak, "allocated": s.allocated, "freed": s.freed},
+                    "small_pool": dict(zero), "large_pool": dict(zero)}  # gpumem's pools are not PyTorch's
+        d["reserved_bytes_by_private_pools"] = {}
+        d["oversize_allocations"], d["oversize_segments"] = dict(zero), dict(zero)
+        return d
+
+    def reset_peak(device):
+        peak(device_of(device))
+
+    def reset_accumulated(device):
+        acc(device_of(device))
+
+    fraction = getattr(lib, "gpumem_torch_get_memory_fraction", None)
+    if fraction is not None:
+        fraction.argtypes, fraction.restype = [ctypes.c_int], ctypes.c_double
+
+    def memory_fraction(device):
+        return fraction(device_of(device))
+
+    for name, fn in (("_cuda_memoryStats", memory_stats), ("_cuda_resetPeakMemoryStats", reset_peak),
+                     ("_cuda_resetAccumulatedMemoryStats", reset_accumulated),
+                     ("_cuda_getMemoryFraction", memory_fraction if fraction is not None else None)):
+        if fn is None:
+            continue
+        fn.__wrapped__ = getattr(C, name, None)
+        setattr(C, name, fn)
 
 
 def _empty_cache_then(torch, fn):

@@ -126,7 +126,7 @@ def _setup(torch):
         except Exception as e:  # noqa: BLE001 - never break the program
             _warn("making gpumem PyTorch's allocator", e)
         if _env("GPUMEM_TORCH_OPS", "0") == "1" and _env("GPUMEM_TORCH_SNAPSHOT"):
-            try:  # placed by the recorder's seq: a pluggable allocator keeps no statistics
+            try:  # placed by the recorder's seq, which the merge reads (not memory_stats' count)
                 _ops(torch, position=_seq_fn(ctypes.CDLL(None)))
                 atexit.register(_dump_ops)
             except Exception as e:  # noqa: BLE001
@@ -532,9 +532,10 @@ def _ops(torch, position=None):
     resets the accumulated statistics gets a log the merge cannot place (its storages are
     unmatched, and the merge counts them: meta.torch_op_args_unmatched).
 
-    Under gpumem as PyTorch's allocator (position: libgpumem's gpumem_torch_trace_seq), PyTorch
-    keeps no statistics: the count is the recorder's last seq instead, and the merge finds each
-    storage's allocation as the last one recorded at its address at or before that seq."""
+    Under gpumem as PyTorch's allocator (position: libgpumem's gpumem_torch_trace_seq) there is no
+    history of PyTorch's to count in (memory_stats' allocation count is gpumem's, of PyTorch's
+    tensors only, since 2026-12-07): the count is the recorder's last seq instead, and the merge
+    finds each storage's allocation as the last one recorded at its address at or before that seq."""
     from torch.nn.modules import module as M
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
