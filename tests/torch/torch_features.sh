@@ -45,10 +45,10 @@
 #        program's empty_cache, noted by gpumem's hooks before its frees, none of them), 0 where
 #        max_split_size_mb's release of the blocks over it sufficed (split), and the text says so.
 #        Under garbage_collection_threshold, whose collection frees inside an allocation too, the
-#        count was "at most" (gc at 0.5: 6 for PyTorch's 0; retry at 0.95: 5, PyTorch's, not
-#        known to be exact): the cap tells the collection's frees from a retry's (gm_report.c,
-#        gc_release_retried), exactly at 0.5 and 0.95; at 0.8 some releases may be either (4 at
-#        most for PyTorch's 2: the collection's rounds go by the blocks' ages), still "at most".
+#        count was "at most" (gc at 0.5: 6 for PyTorch's 0; at 0.8: 5 for 1; retry at 0.8: 5 for
+#        2; retry at 0.95: 5, PyTorch's, not known to be exact): the cap tells the collection's
+#        frees from a retry's, and where it cannot, the collection replayed by the blocks' ages
+#        (gm_report.c, gc_release_retried, gc_replay_retried): PyTorch's count, exact.
 #   tied  advise listed "offload saved activations ... (saves 0 B)" as a recommendation right
 #        under "in short: nothing here lowers the peak reserved": it is listed apart ("lowers the
 #        peak allocated only", reserved "as it is"; JSON .lowers "allocated", the baseline's
@@ -85,7 +85,8 @@ table=(
   "split#PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:40#report --json#.torch.alloc_retries | (.count == \$retries), .exact#true false"
   "gc#PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.5#report --json#.torch.alloc_retries | (.count == \$retries), \$retries, .exact#true 0 true"
   "retry#PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.95#report --json#.torch.alloc_retries | (.count == \$retries), \$retries, .exact#true 5 true"
-  "retry#PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8#report --json#.torch.alloc_retries | (.count >= \$retries), .exact#true false"
+  "retry#PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8#report --json#.torch.alloc_retries | (.count == \$retries), \$retries, .exact#true 2 true"
+  "gc#PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.8#report --json#.torch.alloc_retries | (.count == \$retries), \$retries, .exact#true 1 true"
   "tied#-#advise --json#(.baseline.peak_reserved == \$res), ([.recommendations[] | select(.target == \"saved activations\") | .lowers] | join(\",\"))#true allocated"
   "amp#--torch-ops#advise --json#(.baseline.peak_allocated == \$maxmem), (.baseline.peak_reserved == \$res)#true true"
   "tied#--allocator gpumem#advise --json#(.baseline.peak_allocated == .recorded.peak_allocated), (.baseline.peak_reserved == .recorded.peak_reserved)#true true"
@@ -190,8 +191,10 @@ if [[ -f $db ]]; then
 fi
 # gc, split: tune's replay of PyTorch's allocator without the recorded key is what the program
 # reserves without it
-for kind in gc split; do
-  db=$(compgen -G "$tmp/$kind-PYTORCH_CUDA_ALLOC_CONF_*.db") || continue
+for row in "gc#garbage_collection_threshold:0.5" "split#max_split_size_mb:40"; do
+  kind=${row%%#*} env=PYTORCH_CUDA_ALLOC_CONF=${row#*#}
+  db=$tmp/$kind-${env//[^a-zA-Z0-9]/_}.db
+  [[ -f $db ]] || continue
   GPUMEM_SIM_BACKING=memory torch_run -- "$script" $kind > "$tmp/nokey.out" 2>&1
   measured=$(awk '$1 == "max_memory_reserved" { print $2 }' "$tmp/nokey.out")
   got=$("$G" tune --json "$db" | jq -r '.results[] | select(.conf == "preset:pytorch") | .peak_reserved')
