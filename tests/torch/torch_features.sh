@@ -195,7 +195,7 @@ for row in "gc#garbage_collection_threshold:0.5" "split#max_split_size_mb:40"; d
   kind=${row%%#*} env=PYTORCH_CUDA_ALLOC_CONF=${row#*#}
   db=$tmp/$kind-${env//[^a-zA-Z0-9]/_}.db
   [[ -f $db ]] || continue
-  GPUMEM_SIM_BACKING=memory torch_run -- "$script" $kind > "$tmp/nokey.out" 2>&1
+  GPUMEM_SIM_BACKING=memory torch_run -- "$script" "$kind" > "$tmp/nokey.out" 2>&1
   measured=$(awk '$1 == "max_memory_reserved" { print $2 }' "$tmp/nokey.out")
   got=$("$G" tune --json "$db" | jq -r '.results[] | select(.conf == "preset:pytorch") | .peak_reserved')
   [[ -n $measured && $got == "$measured" ]] && ok "$kind: tune's preset:pytorch predicts $got, what the program reserves without the key" \
