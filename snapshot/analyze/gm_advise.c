@@ -235,6 +235,8 @@ typedef struct rinfo {
     uint64_t op; /* the range as an op of every step: its path without "step N/", numbered from
                   * 1 by its bytes (one number for one path, never for two); 0 without one */
     uint32_t mod; /* a PyTorch recording's: the range's own name, its module's path (interned) */
+    uint32_t prev, first; /* a phase's child: the phase's child before it and its first (the root
+                           * module's, in a forward), UINT32_MAX none */
 } rinfo;
 
 /* PyTorch's hooks name a range by its module's path ("h.3.attn.c_attn"); what checkpointing and
@@ -281,6 +283,7 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
     rinfo *r = NULL;
     size_t n = 0, cap = 0, scap = 0;
     u64map snum = {0}; /* step number -> index into m->steps */
+    u64map kids = {0}; /* a phase range's id -> its latest child (rinfo index) */
     bytemap paths = {0}; /* a path without "step N/" -> its op number */
     while (sqlite3_step(s) == SQLITE_ROW) {
         if (gm_grow((void **)&r, &cap, n + 1, sizeof *r)) break;
@@ -293,6 +296,7 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
         x->end = sqlite3_column_type(s, 4) == SQLITE_NULL ? x->start
                                                           : (uint64_t)sqlite3_column_int64(s, 4);
         x->step = -1;
+        x->prev = x->first = UINT32_MAX;
         const char *path = (const char *)sqlite3_column_text(s, 5);
         if (path && !strncmp(path, "step ", 5)) {
             const char *slash = strchr(path, '/');
@@ -309,7 +313,13 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
         if (p) {
             p->has_child = 1;
             x->phase = p->phase, x->step = p->step, x->lr = p->lr, x->lr_name = p->lr_name;
-            if (p->is_phase) x->lr = (uint64_t)x->id, x->lr_name = intern(m, m->torch ? block_of(name, blk, sizeof blk) : name);
+            if (p->is_phase) {
+                x->lr = (uint64_t)x->id, x->lr_name = intern(m, m->torch ? block_of(name, blk, sizeof blk) : name);
+                uint64_t *k = u64map_get(&kids, (uint64_t)parent);
+                x->prev = k ? (uint32_t)*k : UINT32_MAX;
+                x->first = k ? r[*k].first : (uint32_t)n;
+                if (u64map_put(&kids, (uint64_t)parent, n) != 0) break; /* out of memory: the ranges read */
+            }
         }
         int ph = adv_phase_of_name(name);
         /* a forward inside the backward is torch.utils.checkpoint's recompute (PyTorch's hooks
@@ -341,6 +351,7 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
     }
     sqlite3_finalize(s);
     u64map_free(&snum);
+    u64map_free(&kids);
     bytemap_free(&paths);
     *out = r;
     *nout = n;
@@ -677,6 +688,68 @@ static int passed_to_module(adv_model *m, const rinfo *r, const uint32_t *evri)
         }
         m->tholds[e->a] = m->evs[last].a;
     }
+    return 0;
+}
+
+/* Is module path `in` inside the module of forward range f (its path, or any module where f is
+ * the root's: the pass's first range; the root's path is its class name, no prefix of its
+ * children's)? */
+static int inside_module(const adv_model *m, const rinfo *r, const rinfo *f, uint32_t in)
+{
+    if (f->first != UINT32_MAX && r[f->first].mod == f->mod) return 1;
+    const char *p = adv_str(m, f->mod), *c = adv_str(m, in);
+    size_t n = strlen(p);
+    return !strncmp(c, p, n) && c[n] == '.';
+}
+
+/* PyTorch's hooks open a module's backward range when autograd runs the node that made the
+ * module's output. A module that returns its last child's output as it is (an nn.Sequential; a
+ * root whose forward ends in its head) shares that node with the child, and the hooks, the
+ * child's first, then the parent's, leave the parent's range open: the child's backward reads
+ * as the parent's ("bwd/Tied" holding the head's matmul, "bwd/body" the Sequential's last
+ * Linear), and the parent's forward range, entered again after the child returned, made
+ * nothing. Paired by name with that forward, the child's saved tensors (its input; the GELU's
+ * output the last Linear saved) were saved by no pair: offload and recompute left them on the
+ * device through the backward (the tied model of tests/torch/torch_features.py: 5 MiB over
+ * what save_on_cpu measures). Such a backward range takes the name of the child whose output
+ * its module returned: the forward range before the module's last one, a range of a module
+ * inside it, again while that one made nothing either. evri: each event's rinfo. 0, or -1 out
+ * of memory. */
+static int bwd_of_returned_child(adv_model *m, const rinfo *r, size_t nr, const uint32_t *evri)
+{
+    uint8_t *made = calloc(nr + 1, 1);
+    uint32_t *name = calloc(nr + 1, sizeof *name); /* a backward range's new lr_name, 0 none */
+    if (!made || !name) {
+        free(made), free(name);
+        return -1;
+    }
+    for (size_t i = 0; i < m->nevs; i++)
+        if (m->evs[i].kind == ADV_EV_ALLOC && evri[i] != UINT32_MAX) made[evri[i]] = 1;
+    u64map fwd = {0}; /* module path -> its latest forward range */
+    size_t renamed = 0;
+    for (size_t k = 0; k < nr; k++) {
+        const rinfo *x = &r[k];
+        if (!x->mod || x->lr != (uint64_t)x->id || (x->phase != ADV_PH_FWD && x->phase != ADV_PH_BWD)) continue;
+        if (x->phase == ADV_PH_FWD) {
+            if (u64map_put(&fwd, x->mod, k) == 0) continue;
+            u64map_free(&fwd);
+            free(made), free(name);
+            return -1;
+        }
+        uint64_t *fi = u64map_get(&fwd, x->mod);
+        if (!fi || r[*fi].step != x->step) continue;
+        const rinfo *f = &r[*fi];
+        while (!made[f - r] && f->prev != UINT32_MAX && inside_module(m, r, f, r[f->prev].mod))
+            f = &r[f->prev];
+        if (f->mod == x->mod) continue;
+        char blk[256];
+        name[k] = intern(m, block_of(adv_str(m, f->mod), blk, sizeof blk));
+        renamed++;
+    }
+    for (size_t i = 0; renamed && i < m->nevs; i++)
+        if (evri[i] != UINT32_MAX && name[evri[i]]) m->evs[i].lr_name = name[evri[i]];
+    u64map_free(&fwd);
+    free(made), free(name);
     return 0;
 }
 
@@ -1899,6 +1972,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     u64map_free(&live);
     /* the op log: under PyTorch's allocator and under gpumem as its allocator (births: seqs) */
     if (m->torch && !nomem && tops_load(d, m, births) != 0) nomem = 1;
+    if (m->torch && !nomem && L.evri && bwd_of_returned_child(m, r, nr, L.evri) != 0) nomem = 1;
     /* without it, what the module calls tell */
     if (m->torch && !nomem && !m->ntops && L.evri && passed_to_module(m, r, L.evri) != 0) nomem = 1;
     free(L.evri), L.evri = NULL;

@@ -1534,8 +1534,9 @@ static void print_retries_text(FILE *out, const gm_torch_retries_t *rt) {
                  "an OOM: lower the peak (a smaller batch, checkpointing, gpumem advise) or raise the memory fraction; "
                  "expandable_segments:True lets the cache fit the requests closer%s\n",
             rt->exact ? "" : "at most ", rt->count, rt->count == 1 ? "" : "s", rt->first_seq, rt->last_seq, rt->segments, b,
-            rt->exact ? "" : " (garbage_collection_threshold's collection and max_split_size_mb's release free inside "
-                             "an allocation too: some of these may be theirs alone)");
+            rt->exact ? "" : " (max_split_size_mb's release, and garbage_collection_threshold's collection where "
+                             "gpumem's replay of it is not what PyTorch did, free inside an allocation too: some of "
+                             "these may be theirs alone)");
 }
 
 static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE *out) {
@@ -2792,12 +2793,15 @@ void gm_torch_reset_note(const gm_torch_reset *rs, char *out, size_t n) {
  * the allocation's segment_alloc or alloc) after which no segment it holds is wholly free. An
  * empty_cache (36, noted by gpumem's hooks before its frees) frees the same way outside an
  * allocation; the releases that are no retry (garbage_collection_threshold's collection, the
- * blocks over max_split_size_mb at the cap) free some whole segments and leave others. A
+ * blocks over max_split_size_mb at the cap) free some whole segments and most often leave
+ * others (the collection's that do not are told apart by the cap: gc_release_retried). A
  * release an OOM follows was a retry that failed: num_alloc_retries counts every OOM outside a
- * graph capture too, and report lists those apart (its OOMs). */
+ * graph capture too, and report lists those apart (its OOMs). A retry whose release freed
+ * nothing is one of those: the cap, or the device, refuses the same request again. */
 typedef struct tseg {
     uint64_t addr, size;
     uint64_t live; /* blocks handed out and not free_completed */
+    uint64_t base; /* large-pool allocations before it was last wholly freed: its age's origin */
 } tseg;
 
 static size_t tseg_find(const tseg *s, size_t n, uint64_t addr)
@@ -2819,7 +2823,7 @@ static int tseg_add(tseg **s, size_t *n, size_t *cap, uint64_t addr, uint64_t si
         (*s)[i] = (*s)[i - 1];
         i--;
     }
-    (*s)[i] = (tseg){addr, size, 0};
+    (*s)[i] = (tseg){addr, size, 0, 0};
     (*n)++;
     return 0;
 }
@@ -2831,33 +2835,151 @@ static int tseg_any_free(const tseg *s, size_t n)
     return 0;
 }
 
+/* garbage_collection_threshold's collection (garbage_collect_cached_blocks) runs only under a
+ * memory fraction, before the allocation's first try, when PyTorch's reserve is over the
+ * threshold's share of the fraction's cap; it gives back wholly free segments of the large pool
+ * only (never the small pool's 2 MiB ones, never an expandable segment), round by round, the
+ * older blocks first, until it has given back the reserve's excess over that share, or all it
+ * can. A retry's release after a failed first try gives back every wholly free segment left, of
+ * both pools. In the history both are segment frees inside the allocation, the collection's
+ * first; the failed first try between them leaves no entry. The cap tells them apart: the first
+ * try fails when the reserve after the collection and the new segment pass it. Frees that reach
+ * the excess and leave room for the segment under the cap were the collection's alone (it frees
+ * no fewer); frees of the small pool, or under the threshold, were a retry's. Only where the
+ * frees that reach the excess leave no room, and more follow, it may be either: the collection
+ * stops at the end of a round, and its rounds go by the blocks' ages (gc_replay_retried).
+ * 1 a retry, 0 none, -1 either.
+ * sizes: the segments freed, in order; r0: the reserve before them; seg: the new segment. */
+#define TORCH_SMALL_SEGMENT (2u << 20) /* kSmallBuffer: a small-pool segment; a large one is >= 10 MiB */
+#define TORCH_SMALL_SIZE (1u << 20)    /* kSmallSize: the largest block of the small pool */
+static int gc_release_retried(const uint64_t *sizes, size_t n, uint64_t r0, uint64_t cap, double threshold,
+                              uint64_t seg)
+{
+    uint64_t share = (uint64_t)(threshold * (double)cap);
+    if (!cap || r0 <= share) return 1; /* no collection: no fraction, or under its share */
+    for (size_t i = 0; i < n; i++)
+        if (sizes[i] == TORCH_SMALL_SEGMENT) return 1;
+    uint64_t freed = 0;
+    size_t k = 0;
+    while (k < n && freed < r0 - share)
+        freed += sizes[k++];
+    if (k == n || r0 - freed + seg <= cap) return 0;
+    return -1;
+}
+
+/* The collection's frees replayed, where the cap leaves the release undecided
+ * (gc_release_retried's -1): the collection considers the wholly free segments of the large pool
+ * (c: address, size and base, taken before the release's first free) and frees, round by round
+ * until it has the reserve's excess over the threshold's share, every one at least as old as
+ * their mean age. A block's age is the large pool's allocations since it was freed whole
+ * (get_free_block's count less the count when the pool took it back), so "at least the mean
+ * age" is "a base at most the mean base". Then the retry is the first try that fails: the
+ * reserve after the collection and the new segment over the cap. Its frees must be among those
+ * recorded (all of them where no retry follows), else -1: the replay is not PyTorch's. */
+typedef struct gc_cand {
+    uint64_t addr, size, base;
+} gc_cand;
+
+static int gc_replay_retried(const gc_cand *c, size_t n, const uint64_t *freed_addr, size_t nfreed, uint64_t r0,
+                             uint64_t cap, double threshold, uint64_t seg)
+{
+    uint8_t *gone = calloc(n + 1, 1);
+    if (!gone) return -1;
+    uint64_t share = (uint64_t)(threshold * (double)cap), reclaimed = 0, sum = 0;
+    size_t count = n, ngone = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += c[i].base;
+    for (int any = 1; reclaimed < r0 - share && any && count;) {
+        uint64_t sum0 = sum, count0 = count; /* the round's mean: sum0 / count0 */
+        any = 0;
+        for (size_t i = 0; i < n; i++)
+            if (!gone[i] && c[i].base * count0 <= sum0) {
+                gone[i] = 1, any = 1, ngone++;
+                reclaimed += c[i].size, sum -= c[i].base, count--;
+            }
+    }
+    int retried = r0 - reclaimed + seg > cap;
+    int ok = retried ? ngone < nfreed : ngone == nfreed;
+    for (size_t i = 0; i < n && ok; i++) {
+        int found = !gone[i];
+        for (size_t j = 0; j < nfreed && !found; j++)
+            found = freed_addr[j] == c[i].addr;
+        ok = found;
+    }
+    free(gone);
+    return ok ? retried : -1;
+}
+
+/* PyTorch's allocator configuration's garbage_collection_threshold, 0 without it */
+static double torch_gc_threshold(const char *conf)
+{
+    const char *k = strstr(conf, "garbage_collection_threshold:");
+    return k ? strtod(k + strlen("garbage_collection_threshold:"), NULL) : 0;
+}
+
+#define TORCH_RETRY_DEVICES 64 /* devices whose cap and reserve the collection's test follows */
+
 int gm_torch_retries(gm_db *d, gm_torch_retries_t *r)
 {
     memset(r, 0, sizeof *r);
     r->exact = 1;
     if (gm_meta_int(d, "torch_history", 0) <= 0) return 0;
+    char conf[512];
+    gm_meta_text(d, "torch_conf", conf, sizeof conf);
+    /* max_split_size_mb's release of the blocks over it, after a failed first try, frees inside an
+     * allocation too and may free every wholly free segment: there a release counted here may be
+     * one of its alone. The collection's are told apart (gc_release_retried) but with expandable
+     * segments, which it never gives back. */
+    int split = strstr(conf, "max_split_size_mb") != NULL;
+    double gc = gm_meta_int(d, "torch_expandable", 0) ? 0 : torch_gc_threshold(conf);
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(d->db, "SELECT kind, addr, size, seq, device FROM events WHERE kind IN (13, 31, 33, 34, 35, 36) "
-                                  "ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(d->db, "SELECT kind, addr, size, seq, device, flags FROM events WHERE kind IN "
+                                  "(13, 31, 33, 34, 35, 36, 37) ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
         return 0;
     tseg *seg = NULL;
     size_t n = 0, cap = 0;
-    /* freed: the segments given back since the last allocation; asked: by an empty_cache */
-    uint64_t freed = 0, freed_bytes = 0, first = 0;
+    /* freed: the segments given back since the last allocation, their sizes and the device's
+     * reserve before them; asked: by an empty_cache */
+    uint64_t freed = 0, freed_bytes = 0, first = 0, r0 = 0;
+    uint64_t *sizes = NULL, *faddr = NULL; /* the release's segments: sizes, addresses */
+    size_t scap = 0, acap = 0;
+    gc_cand *cand = NULL; /* the wholly free large-pool segments before the release */
+    size_t ncand = 0, ccap = 0;
+    uint64_t large = 0; /* large-pool allocations so far (the collection's clock) */
+    uint64_t fraction[TORCH_RETRY_DEVICES] = {0}, reserved[TORCH_RETRY_DEVICES] = {0};
     int asked = 0, rc = 1;
     while (rc > 0 && sqlite3_step(st) == SQLITE_ROW) {
         int kind = sqlite3_column_int(st, 0);
         uint64_t addr = (uint64_t)sqlite3_column_int64(st, 1), size = (uint64_t)sqlite3_column_int64(st, 2);
         uint64_t seq = (uint64_t)sqlite3_column_int64(st, 3);
-        addr += (uint64_t)sqlite3_column_int(st, 4) << 56; /* devices' addresses apart */
+        int dev = sqlite3_column_int(st, 4);
+        uint64_t flags = (uint64_t)sqlite3_column_int64(st, 5);
+        uint64_t *res = dev >= 0 && dev < TORCH_RETRY_DEVICES ? &reserved[dev] : NULL;
+        addr += (uint64_t)dev << 56; /* devices' addresses apart */
         size_t i = n;
-        if (kind == REC_TORCH_EMPTY_CACHE) asked = 1;
+        if (kind == REC_TORCH_MEMORY_FRACTION) { /* PyTorch's cap (gpumem's allocator's: flagged) */
+            if (res && !(flags & REC_F_FRAMEWORK)) fraction[dev] = size;
+        } else if (kind == REC_TORCH_EMPTY_CACHE) asked = 1;
         else if (kind == REC_OOM) { /* the retry failed too: an OOM, which report lists apart */
             freed = freed_bytes = 0, asked = 0;
+            if (size > TORCH_SMALL_SIZE) large++;
             continue;
         } else if (kind == REC_TORCH_SEG_UNMAP) {
-            if (!freed) first = seq;
+            if (!freed) {
+                first = seq, r0 = res ? *res : 0, ncand = 0;
+                for (size_t j = 0; gc > 0 && j < n && rc > 0; j++)
+                    if (!seg[j].live && seg[j].size != TORCH_SMALL_SEGMENT && seg[j].addr >> 56 == (uint64_t)dev) {
+                        if (gm_grow_fast((void **)&cand, &ccap, ncand + 1, sizeof *cand)) rc = -1;
+                        else cand[ncand++] = (gc_cand){seg[j].addr, seg[j].size, seg[j].base};
+                    }
+            }
+            if (gm_grow_fast((void **)&sizes, &scap, freed + 1, sizeof *sizes) ||
+                gm_grow_fast((void **)&faddr, &acap, freed + 1, sizeof *faddr))
+                rc = -1;
+            else
+                sizes[freed] = size, faddr[freed] = addr;
             freed++, freed_bytes += size;
+            if (res) *res -= size < *res ? size : *res;
             if ((i = tseg_find(seg, n, addr)) < n && seg[i].addr == addr && seg[i].size == size) {
                 memmove(&seg[i], &seg[i + 1], (n - i - 1) * sizeof *seg);
                 n--;
@@ -2866,28 +2988,34 @@ int gm_torch_retries(gm_db *d, gm_torch_retries_t *r)
             }
             continue;
         } else if (kind == REC_TORCH_FREE_COMPLETED) {
-            if ((i = tseg_find(seg, n, addr)) < n && seg[i].live) seg[i].live--;
+            if ((i = tseg_find(seg, n, addr)) < n && seg[i].live && !--seg[i].live) seg[i].base = large;
             continue;
         } else { /* an allocation: the frees since the last one were inside it */
             if (freed && !asked && !tseg_any_free(seg, n)) {
-                if (!r->count) r->first_seq = first;
-                r->count++, r->segments += freed, r->bytes += freed_bytes, r->last_seq = first;
+                /* a new segment after the frees: the collection, if any, tells by the cap */
+                int retried = 1;
+                if (kind == REC_TORCH_SEG_MAP && gc > 0 && !split)
+                    retried = res && rc > 0 ? gc_release_retried(sizes, (size_t)freed, r0, fraction[dev], gc, size) : -1;
+                if (retried < 0 && res && rc > 0)
+                    retried = gc_replay_retried(cand, ncand, faddr, (size_t)freed, r0, fraction[dev], gc, size);
+                if (retried) {
+                    if (!r->count) r->first_seq = first;
+                    r->count++, r->segments += freed, r->bytes += freed_bytes, r->last_seq = first;
+                }
+                if (retried < 0) r->exact = 0;
             }
             freed = freed_bytes = 0, asked = 0;
             if (kind == REC_TORCH_SEG_MAP) {
+                if (res) *res += size;
                 if (tseg_add(&seg, &n, &cap, addr, size)) rc = -1;
             } else if ((i = tseg_find(seg, n, addr)) < n) {
                 seg[i].live++;
             }
+            if (kind == REC_TORCH_ALLOC && size > TORCH_SMALL_SIZE) large++;
         }
     }
     sqlite3_finalize(st);
-    free(seg);
-    /* garbage_collection_threshold's collection and max_split_size_mb's release of the blocks
-     * over it free inside an allocation too, and may happen to free every wholly free segment:
-     * there a release counted here may be one of theirs alone */
-    char conf[512];
-    gm_meta_text(d, "torch_conf", conf, sizeof conf);
-    r->exact = !strstr(conf, "garbage_collection_threshold") && !strstr(conf, "max_split_size_mb");
+    free(seg), free(sizes), free(faddr), free(cand);
+    if (split) r->exact = 0;
     return rc < 0 ? -1 : r->count > 0;
 }

@@ -81,7 +81,9 @@ typedef struct gm_torch_retries_t {
     uint64_t count;          /* allocations retried after such a release */
     uint64_t segments, bytes; /* the segments those releases gave back, their bytes */
     uint64_t first_seq, last_seq; /* the first and last release's first segment free */
-    int exact;               /* 0: under garbage_collection_threshold or max_split_size_mb,
+    int exact;               /* 0: under max_split_size_mb, or where a release under
+                                garbage_collection_threshold may be its collection's alone
+                                (gm_report.c, gc_replay_retried: a replay unlike the history),
                                 whose releases free inside an allocation too: count is at most */
 } gm_torch_retries_t;
 int gm_torch_retries(gm_db *d, gm_torch_retries_t *r);

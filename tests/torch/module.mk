@@ -84,7 +84,9 @@ SCRIPT_TESTS += tests/torch/torch_truths.sh
 # memory_allocated() at the end of the iteration; the replays reach max_memory_reserved() under a
 # memory fraction with garbage_collection_threshold or max_split_size_mb; a MemPool is not called a
 # graph capture; report says PyTorch's retries at its cap (num_alloc_retries, an empty_cache none);
-# advise lists a technique that lowers the peak allocated only apart (torch_features.sh, .py)
+# advise lists a technique that lowers the peak allocated only apart; advise's offload of saved
+# activations predicts what save_on_cpu measures (tied, amp), a Sequential's or a model's last
+# module's saved tensors offloaded too (torch_features.sh, .py)
 SCRIPT_TESTS += tests/torch/torch_features.sh
 # a script with no module and no optimizer, with pinned host memory: report and advise say the
 # hooks were on and what the script lacked for them (no "record with the hooks"), and the pinned
