@@ -101,6 +101,9 @@ for row in "${table[@]}"; do
     || bad "$name: .torch.devices[].peak_reset counts $w, want [4,null]"
   "$G" report "$tmp/$name.db" 2>/dev/null | grepq "^  since the reset  .* bytes; max_memory_allocated(0)).*reset_peak_memory_stats(0), several times" \
     && ok "$name: report's text has the since-the-reset line" || bad "$name: report's text: $("$G" report "$tmp/$name.db" 2>/dev/null | grep -A3 'PyTorch through gpumem')"
+  n=$(sqlite3 "$tmp/$name.db" "SELECT value FROM meta WHERE key = 'gpumem_peak_resets'")
+  [[ $n == 4 ]] && ok "$name: meta gpumem_peak_resets 4 (the readers scan for them where it is not 0)" \
+    || bad "$name: meta gpumem_peak_resets '$n', want 4"
   # the other readers of the reset, on two devices: each reads device 0's (the busiest), its resets
   # and figures alone (tests/torch/torch_tune.sh has every reader on one device)
   cp "$tmp/$name.db" "$tmp/$name-2.db"
