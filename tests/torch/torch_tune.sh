@@ -359,7 +359,7 @@ for al in pytorch gpumem; do
     fi
     if [[ $filter == - ]]; then
       grep -Eq -- "$want" "$o.txt" && ok "$al: $name says the reset, the script's figures since: /$want/" \
-        || bad "$al: $name: no /$want/: $(grep -iE 'reset|max_memory' "$o.txt" | head -3 | cut -c1-300)"
+        || bad "$al: $name: no /$want/: $(grep -iE 'reset|max_memory' "$o.txt" | cut -c1-300 | sed -n 1,3p)"
     else
       got=$(jq -r "$filter" "$o.txt" 2>&1 | paste -sd' ')
       [[ $got == "$want" ]] && ok "$al: $name: $filter = '$got', the script's figures since its reset" \
