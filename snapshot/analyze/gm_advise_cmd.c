@@ -1536,14 +1536,16 @@ int gm_advise_main(int argc, char **argv)
                                                                        : "",
                      c.m.device_peak_reserved > c.m.rec_peak_reserved
                                      ? c.m.device_peak_reserved - c.m.rec_peak_reserved : 0);
-            /* a reset of PyTorch's peak stats: what its max_memory_*() say then, and since when */
-            if (reset.count && (size_t)c.nnotes < sizeof c.notes / sizeof *c.notes)
-                gm_torch_reset_note(&reset, c.notes[c.nnotes++], sizeof c.notes[0]);
         } else {
             snprintf(c.notes[c.nnotes++], sizeof c.notes[0],
                      "gpumem was PyTorch's allocator in this recording: predicted peaks are gpumem's (its "
-                     "allocations, the libraries' beside PyTorch's tensors)");
+                     "allocations, the libraries' beside PyTorch's tensors%s)",
+                     reset.count ? "; the whole run's, not its max_memory_allocated/_reserved() after its reset" : "");
         }
+        /* a reset of PyTorch's peak stats (its allocator's, or gpumem's as PyTorch's): what its
+         * max_memory_*() say then, and since when */
+        if (reset.count && (size_t)c.nnotes < sizeof c.notes / sizeof *c.notes)
+            gm_torch_reset_note(&reset, c.notes[c.nnotes++], sizeof c.notes[0]);
         if (c.m.ntops) {
             size_t nb = 0;
             for (size_t i = 0; i < c.m.ntops; i++)

@@ -144,8 +144,9 @@ static int load_side(const char *path, side *s, int frames_all, int json, int de
                 path, ndev, lo, hi, s->device,
                 w);
     }
-    /* PyTorch's max_memory_*() count from the program's last reset of that device */
-    if (s->torch) gm_torch_peak_reset(&s->d, s->device >= 0 ? s->device : GM_TORCH_ALL_DEVICES, &s->reset);
+    /* PyTorch's max_memory_*() count from the program's last reset of that device (PyTorch's
+     * allocator's, or gpumem's as PyTorch's: --allocator gpumem) */
+    gm_torch_peak_reset(&s->d, s->device >= 0 ? s->device : GM_TORCH_ALL_DEVICES, &s->reset);
     const gm_model *m = &s->m;
     size_t nlive = 0;
     for (size_t i = 0; i < m->nallocs; i++) {

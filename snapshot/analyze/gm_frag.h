@@ -134,8 +134,9 @@ typedef struct gm_frag {
     int pytorch_recorded; /* PyTorch's allocator ran it, its trace gpumem's events (an imported
                            * snapshot): torch_conf is its setting, recorded_conf only replays it */
     size_t best_gpumem;   /* torch: the best fix of gpumem's allocator (SIZE_MAX: none) */
-    gm_torch_reset reset; /* torch: where the program reset PyTorch's peak stats (the peaks here
-                           * are then the whole run's, not its max_memory_reserved()) */
+    gm_torch_reset reset; /* where the program reset PyTorch's peak stats (PyTorch's allocator, or
+                           * gpumem's as PyTorch's): the peaks here are then the whole run's, not
+                           * its max_memory_reserved() */
 } gm_frag;
 
 /* Runs the whole analysis. m: the loaded model (gm_model_load). Returns 0, or -1 with err. */

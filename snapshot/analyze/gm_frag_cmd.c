@@ -360,8 +360,9 @@ static void print_text(gm_db *d, const gm_model *m, const gm_frag *f, int top, F
     else if (f->pytorch_recorded)
         fprintf(out, "  configuration  PyTorch's allocator (an imported snapshot), PYTORCH_CUDA_ALLOC_CONF=%s (replayed as GPUMEM_CONF=%s)\n",
                 f->torch_conf[0] ? f->torch_conf : "(unset)", f->recorded_conf);
-    else if (f->recorded_conf[0])
-        fprintf(out, "  configuration  GPUMEM_CONF=%s\n", f->recorded_conf);
+    else if (f->recorded_conf[0]) /* gpumem as PyTorch's allocator: the program's reset said too */
+        fprintf(out, "  configuration  GPUMEM_CONF=%s\n%s%s%s", f->recorded_conf, note[0] ? "  note           " : "", note,
+                note[0] ? "\n" : "");
     if (f->ntimeline) {
         uint64_t maxgap = 1;
         for (size_t i = 0; i < f->ntimeline; i++) {
@@ -505,8 +506,10 @@ static void print_json(gm_db *d, const gm_model *m, const gm_frag *f, const uint
     gm_json_str(out, f->recorded_conf[0] ? f->recorded_conf : NULL);
     fputs(",\"pytorch_conf\":", out); /* PyTorch's allocator ran it: its own setting */
     gm_json_str(out, f->torch || f->pytorch_recorded ? f->torch_conf : NULL);
-    fprintf(out, ",\"peak_reserved\":%" PRIu64 ",\"replayed_peak_reserved\":%" PRIu64 ",\"replay_oom\":%s}",
+    fprintf(out, ",\"peak_reserved\":%" PRIu64 ",\"replayed_peak_reserved\":%" PRIu64 ",\"replay_oom\":%s,",
             f->recorded_peak_reserved, f->replay_peak_reserved, f->replay_oom ? "true" : "false");
+    gm_torch_reset_json(out, &f->reset); /* whichever allocator was PyTorch's: the peaks are the whole run's */
+    fputc('}', out);
     fprintf(out, ",\"timeline_by\":\"%s\",\"timeline\":[", f->by_step ? "step" : "bucket");
     for (size_t i = 0; i < f->ntimeline; i++) {
         const gm_frag_point *p = &f->timeline[i];

@@ -282,8 +282,7 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, i
             r->torch_whole_run = m.torch.devs[r->torch_device].peak_allocated;
         }
         r->torch_peak_allocated = r->torch_whole_run;
-        if (m.torch.present == 1 &&
-            gm_torch_peak_reset(&d, r->torch_device >= 0 ? r->torch_device : GM_TORCH_ALL_DEVICES, &r->torch_reset))
+        if (gm_torch_peak_reset(&d, r->torch_device >= 0 ? r->torch_device : GM_TORCH_ALL_DEVICES, &r->torch_reset))
             r->torch_peak_allocated = r->torch_reset.max_allocated;
     }
     rc = !r->path || !r->peak_phase || (r->torch_absent[0] && !r->torch_absent_json) || rank_steps(pm, r) || rank_groups(&d, pm, r) ? -1 : 0;

@@ -9,6 +9,7 @@
 #include "snapshot/analyze/gm_category.h"
 #include "snapshot/read/gm_devused.h"
 #include "snapshot/record/rec.h"
+#include "snapshot/record/u64map.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -1413,12 +1414,28 @@ typedef struct lead_figs {
 } lead_figs;
 
 enum { LEAD_DEVICE = 1, LEAD_TORCH = 2 }; /* which of the two lead_make computes */
+static gm_dev_figs hook_lead(const gm_torch_view *tv, int asked, int *busy, int *n);
+
+/* The program's reset of PyTorch's peaks on the device whose figures the hook's are (hook_lead's
+ * busy: the lead of several, else the one that held tensors), as gpumem's allocator recorded it. */
+static void hook_lead_reset(gm_db *d, const gm_torch_view *tv, int busy, gm_torch_reset *rs) {
+    int lead = busy;
+    for (int i = 0; lead < 0 && tv->devs && i < GM_DEVICES; i++)
+        if (tv->devs[i].peak_allocated) lead = i;
+    gm_torch_peak_reset(d, lead < 0 ? 0 : lead, rs);
+}
+
 static void lead_make(gm_db *d, gm_model *m, int what, lead_figs *f) {
     memset(f, 0, sizeof *f);
     f->dev = m, f->dev_busy = -1, f->torch_busy = -1;
     if ((what & LEAD_DEVICE) && gm_model_devices(m, NULL, NULL) > 1 &&
         gm_model_device_view(m, gm_lead_device(m), &f->dv) == 0)
         f->dev_busy = f->dv.device_only - 1, f->dev = &f->dv;
+    if ((what & LEAD_TORCH) && m->torch.present == 2) { /* --allocator gpumem: its reset, the hook's lead's */
+        int hb, hn;
+        hook_lead(&m->torch, m->device_asked - 1, &hb, &hn);
+        hook_lead_reset(d, &m->torch, hb, &f->reset);
+    }
     if (!(what & LEAD_TORCH) || m->torch.present != 1) return;
     f->twhole = gm_model_torch_view(m), f->tv = f->twhole;
     if (gm_model_devices(&f->twhole, NULL, NULL) > 1 &&
@@ -1451,75 +1468,6 @@ static gm_dev_figs hook_lead(const gm_torch_view *tv, int asked, int *busy, int 
     if (*n > 1 && asked >= 0) best = asked; /* --device N */
     if (*n > 1) *busy = best, f = tv->devs[best];
     return f;
-}
-
-/* gpumem as PyTorch's allocator (torch.present == 2): the program's resets of PyTorch's peaks on
- * device dev (event 38 flagged REC_F_FRAMEWORK, gpumem_torch_reset_peak_stats: written under the
- * allocator's lock, among its allocations and frees) and what its max_memory_allocated(dev) /
- * max_memory_reserved(dev) read at the end, which gpumem's allocator gave it: the hook's
- * allocations' peak since the last reset (gpumem's blocks), and the device's reserved (its
- * mapped runs or segments) since then, each starting from its value at the reset. 1 with a
- * reset (rs filled), 0 without (rs->count 0). */
-typedef struct {
-    uint64_t seq;
-    int64_t delta;
-} seq_delta;
-
-static int seq_delta_cmp(const void *x, const void *y) {
-    const seq_delta *a = x, *b = y;
-    return a->seq < b->seq ? -1 : a->seq > b->seq;
-}
-
-static int hook_peak_reset(gm_db *d, const gm_model *m, int dev, gm_torch_reset *rs) {
-    memset(rs, 0, sizeof *rs);
-    rs->device = dev;
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, t FROM events WHERE kind = 38 AND (flags & 4096) != 0 AND device = ?1 "
-                                  "ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
-        return 0;
-    sqlite3_bind_int(st, 1, dev);
-    while (sqlite3_step(st) == SQLITE_ROW)
-        rs->count++, rs->seq = (uint64_t)sqlite3_column_int64(st, 0), rs->t_ns = (uint64_t)sqlite3_column_int64(st, 1);
-    sqlite3_finalize(st);
-    if (!rs->count) return 0;
-    /* allocated: the hook's allocations live at the reset, then each birth and death after it */
-    uint64_t r = rs->seq, now = 0;
-    seq_delta *ev = NULL;
-    size_t n = 0, cap = 0;
-    for (size_t i = 0; i < m->nallocs; i++) {
-        const gm_alloc *a = &m->allocs[i];
-        if (!(a->flags & GM_ALLOC_FRAMEWORK) || a->device != dev) continue;
-        int dead = a->death != 0;
-        if (a->birth < r && (!dead || a->death > r)) now += a->size;
-        if (gm_grow_fast((void **)&ev, &cap, n + 2, sizeof *ev)) break;
-        if (a->birth > r) ev[n++] = (seq_delta){a->birth, (int64_t)a->size};
-        if (dead && a->death > r && a->death > a->birth) ev[n++] = (seq_delta){a->death, -(int64_t)a->size};
-    }
-    qsort(ev, n, sizeof *ev, seq_delta_cmp);
-    rs->max_allocated = now;
-    for (size_t i = 0; i < n; i++) {
-        now = ev[i].delta < 0 && (uint64_t)-ev[i].delta > now ? 0 : now + (uint64_t)ev[i].delta;
-        if (now > rs->max_allocated) rs->max_allocated = now;
-    }
-    free(ev);
-    /* reserved: the device's maps and unmaps (the summary's reserved), from its value at the reset */
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, kind, size FROM events WHERE device = ?1 AND kind IN (14, 15, 18, 19) "
-                                  "ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
-        return 1;
-    sqlite3_bind_int(st, 1, dev);
-    uint64_t res = 0;
-    int after = 0;
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        uint64_t seq = (uint64_t)sqlite3_column_int64(st, 0), size = (uint64_t)sqlite3_column_int64(st, 2);
-        int kind = sqlite3_column_int(st, 1);
-        if (!after && seq > r) after = 1, rs->max_reserved = res;
-        if (kind == REC_SEG_MAP || kind == REC_DRIVER_ALLOC) res += size;
-        else res -= size < res ? size : res;
-        if (after && res > rs->max_reserved) rs->max_reserved = res;
-    }
-    if (!after) rs->max_reserved = res;
-    sqlite3_finalize(st);
-    return 1;
 }
 
 /* PyTorch's retries at its limit (gm_torch_retries): the run was at its edge, and each one cost a
@@ -1558,12 +1506,8 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
     if (tv->present == 2) { /* gpumem was PyTorch's allocator: the hook's allocations */
         int hb, hn;
         gm_dev_figs hf = hook_lead(tv, m->device_asked - 1, &hb, &hn);
-        /* the device whose figures these are: the lead of several, else the one that held tensors */
-        int lead = hb;
-        for (int i = 0; lead < 0 && tv->devs && i < GM_DEVICES; i++)
-            if (tv->devs[i].peak_allocated) lead = i;
         gm_torch_reset rs;
-        hook_peak_reset(d, m, lead < 0 ? 0 : lead, &rs);
+        hook_lead_reset(d, tv, hb, &rs);
         if (o->json) {
             fprintf(out, ",\"torch\":{\"allocator\":\"gpumem\",\"peak_requested\":%" PRIu64
                          ",\"peak_allocated\":%" PRIu64 ",\"peak_reserved\":null,\"peak_requested_seq\":%" PRIu64
@@ -1581,7 +1525,7 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
                         first ? "" : ",", i, f->peak_allocated, f->peak_allocated_seq, f->peak_requested,
                         f->peak_requested_seq);
                 gm_torch_reset drs;
-                hook_peak_reset(d, m, i, &drs);
+                gm_torch_peak_reset(d, i, &drs);
                 gm_torch_reset_json(out, &drs);
                 fputc('}', out);
                 first = 0;
@@ -2144,6 +2088,15 @@ static void summary_torch_line(gm_model *m, const lead_figs *f, FILE *out) {
         gm_fmt_bytes(hf.peak_requested, q, sizeof q);
         gm_fmt_bytes(hf.peak_allocated, a, sizeof a);
         if (hb >= 0) snprintf(on, sizeof on, " on device %d (%s of %d)", hb, m->device_asked ? "as --device asked" : "the busiest", hn);
+        if (f->reset.count) { /* the figures the program's max_memory_*() read, as report's "since the reset" */
+            char ra[32], rr[32];
+            gm_fmt_bytes(f->reset.max_allocated, ra, sizeof ra);
+            gm_fmt_bytes(f->reset.max_reserved, rr, sizeof rr);
+            fprintf(out, "gpumem: PyTorch through gpumem (every tensor served by gpumem's allocator): since the reset "
+                         "(reset_peak_memory_stats) %s allocated (max_memory_allocated), %s reserved (max_memory_reserved); "
+                         "the whole run%s: peak requested %s, peak allocated %s in gpumem's blocks\n", ra, rr, on, q, a);
+            return;
+        }
         fprintf(out, "gpumem: PyTorch through gpumem (every tensor served by gpumem's allocator): peak requested %s, "
                      "peak allocated %s in gpumem's blocks%s\n", q, a, on);
         return;
@@ -2760,9 +2713,78 @@ int gm_torch_peaks(gm_db *d, uint64_t *peak_allocated, uint64_t *peak_reserved) 
     return torch_peaks_sweep(d, GM_TORCH_ALL_DEVICES, peak_allocated, peak_reserved, &rs);
 }
 
+/* gpumem as PyTorch's allocator (--allocator gpumem): the program's resets of PyTorch's peaks (event
+ * 38 flagged REC_F_FRAMEWORK, gpumem_torch_reset_peak_stats: written under the device allocator's
+ * lock, among its allocations and frees) and what its max_memory_allocated(d) /
+ * max_memory_reserved(d) read at the end, which gpumem's allocator gave it: the peak of the hook's
+ * allocations (gpumem's blocks) since the last reset, and the device's reserved (its mapped runs or
+ * segments) since then, each from its value at the reset. The hook's allocations are paired with
+ * their frees by address, as the model pairs them (an address handed out again ends the one before).
+ * dev and the sums as torch_peaks_sweep's. A closed recording counts these resets (meta
+ * gpumem_peak_resets): where it is 0 nothing is scanned. */
+static void hook_peaks_sweep(gm_db *d, int dev, gm_torch_reset *rs) {
+    memset(rs, 0, sizeof *rs);
+    rs->device = dev;
+    if (gm_meta_int(d, "gpumem_peak_resets", -1) == 0) return;
+    typedef struct {
+        uint64_t a, r, since_a, since_r, count, seq, t;
+    } hdev;
+    sqlite3_stmt *st;
+    char sql[192];
+    snprintf(sql, sizeof sql, "SELECT 1 FROM events WHERE kind = %d AND (flags & %u) != 0 LIMIT 1", REC_TORCH_RESET_PEAK,
+             (unsigned)REC_F_FRAMEWORK);
+    if (sqlite3_prepare_v2(d->db, sql, -1, &st, NULL) != SQLITE_OK) return;
+    int any = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    hdev *t = any ? calloc(GM_DEVICES, sizeof *t) : NULL;
+    snprintf(sql, sizeof sql, "SELECT seq, t, kind, flags, device, addr, size FROM events WHERE kind IN (%d, %d, %d, %d, %d, "
+                              "%d, %d, %d, %d) ORDER BY seq", REC_ALLOC, REC_ALLOC_ASYNC, REC_FREE, REC_FREE_ASYNC,
+             REC_SEG_MAP, REC_SEG_UNMAP, REC_DRIVER_ALLOC, REC_DRIVER_FREE, REC_TORCH_RESET_PEAK);
+    if (!t || sqlite3_prepare_v2(d->db, sql, -1, &st, NULL) != SQLITE_OK) {
+        free(t);
+        return;
+    }
+    u64map live = {0}; /* a hook's allocation's address -> its size << 8 | its device */
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        unsigned kind = (unsigned)sqlite3_column_int(st, 2), flags = (unsigned)sqlite3_column_int(st, 3);
+        int on = sqlite3_column_int(st, 4);
+        uint64_t addr = (uint64_t)sqlite3_column_int64(st, 5), size = (uint64_t)sqlite3_column_int64(st, 6), old;
+        hdev *v = &t[on < 0 || on >= GM_DEVICES ? 0 : on];
+        if (kind == REC_TORCH_RESET_PEAK) {
+            if (!(flags & REC_F_FRAMEWORK)) continue; /* PyTorch's own allocator's, merged: not gpumem's */
+            v->count++;
+            v->seq = (uint64_t)sqlite3_column_int64(st, 0), v->t = (uint64_t)sqlite3_column_int64(st, 1);
+            v->since_a = v->a, v->since_r = v->r;
+            continue;
+        }
+        if (kind == REC_SEG_MAP || kind == REC_DRIVER_ALLOC) v->r += size;
+        else if (kind == REC_SEG_UNMAP || kind == REC_DRIVER_FREE) v->r -= size < v->r ? size : v->r;
+        else if ((kind == REC_FREE || kind == REC_FREE_ASYNC || rec_is_device_alloc(kind)) && u64map_del(&live, addr, &old)) {
+            hdev *w = &t[old & 0xff]; /* the hook's allocation there ends: freed, or its address handed out again */
+            w->a -= old >> 8 < w->a ? old >> 8 : w->a;
+        }
+        if (rec_is_framework_alloc(kind, flags) && u64map_put(&live, addr, size << 8 | (uint64_t)(v - t)) == 0) v->a += size;
+        if (v->a > v->since_a) v->since_a = v->a;
+        if (v->r > v->since_r) v->since_r = v->r;
+    }
+    sqlite3_finalize(st);
+    u64map_free(&live);
+    for (int i = 0; i < GM_DEVICES; i++) {
+        const hdev *v = &t[i];
+        if (dev >= 0 && i != dev) continue;
+        rs->count += v->count;
+        if (v->count && v->seq >= rs->seq) rs->seq = v->seq, rs->t_ns = v->t;
+        rs->max_allocated += v->since_a, rs->max_reserved += v->since_r;
+    }
+    free(t);
+}
+
+/* Either way a reset was recorded: merged from PyTorch's own allocator's history, or written by
+ * gpumem's allocator as PyTorch's (a recording has one or the other), so that no reader misses one. */
 int gm_torch_peak_reset(gm_db *d, int dev, gm_torch_reset *rs) {
     uint64_t a, r;
     torch_peaks_sweep(d, dev, &a, &r, rs);
+    if (gm_meta_int(d, "torch_history", 0) <= 0) hook_peaks_sweep(d, dev, rs);
     return rs->count > 0;
 }
 

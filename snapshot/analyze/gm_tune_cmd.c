@@ -158,8 +158,12 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
         fprintf(out, "  recorded   PyTorch's allocator (an imported snapshot), PYTORCH_CUDA_ALLOC_CONF=%s, peak reserved %s\n"
                      "             (replayed as GPUMEM_CONF=%s)\n",
                 t->torch_conf[0] ? t->torch_conf : "(unset)", rr, t->recorded_conf);
-    else
-        fprintf(out, "  recorded   GPUMEM_CONF=%s, peak reserved %s\n", t->recorded_conf, rr);
+    else {
+        char note[512]; /* gpumem as PyTorch's allocator: the program's max_memory_*() count from its reset */
+        gm_torch_reset_note(&t->reset, note, sizeof note);
+        fprintf(out, "  recorded   GPUMEM_CONF=%s, peak reserved %s\n%s%s%s", t->recorded_conf, rr,
+                note[0] ? "  note       " : "", note, note[0] ? "\n" : "");
+    }
     if (t->limit != ALLOC_NO_LIMIT) {
         bytes(t->limit, lim, sizeof lim);
         fprintf(out, "  limit      %s (a configuration that needs more meets an OOM)\n", lim);
@@ -279,8 +283,10 @@ static void print_json(const gm_db *d, const gm_tune *t, int objective, const ui
     gm_json_str(out, t->recorded_conf);
     fputs(",\"pytorch_conf\":", out); /* PyTorch's allocator ran it: its own setting */
     gm_json_str(out, t->torch || t->pytorch_recorded ? t->torch_conf : NULL);
-    fprintf(out, ",\"peak_reserved\":%" PRIu64 "},\"objective\":\"%s\",\"limit\":", t->recorded_peak_reserved,
-            objective == GM_TUNE_TIME ? "time" : "reserved");
+    /* the program's reset of PyTorch's peaks, whichever allocator was PyTorch's: peak_reserved is the whole run's */
+    fprintf(out, ",\"peak_reserved\":%" PRIu64 ",", t->recorded_peak_reserved);
+    gm_torch_reset_json(out, &t->reset);
+    fprintf(out, "},\"objective\":\"%s\",\"limit\":", objective == GM_TUNE_TIME ? "time" : "reserved");
     if (t->limit != ALLOC_NO_LIMIT) fprintf(out, "%" PRIu64, t->limit);
     else fputs("null", out);
     fprintf(out, ",\"events\":%zu,\"seconds\":%.3f,\"results\":[", t->nevents, t->seconds);

@@ -260,7 +260,7 @@ static inline int rec_is_own_segment(unsigned kind, unsigned flags) {
     return rec_is_device_alloc(kind) && (flags & (REC_F_POOL | REC_F_GRAPH)) != 0;
 }
 /* a device allocation made through the framework's allocator hook (PyTorch's pluggable
- * allocator). REC_F_FRAMEWORK on kinds 36 and 37 says gpumem's allocator was PyTorch's; on
+ * allocator). REC_F_FRAMEWORK on kinds 36, 37 and 38 says gpumem's allocator was PyTorch's; on
  * another kind it means nothing. */
 static inline int rec_is_framework_alloc(unsigned kind, unsigned flags) {
     return rec_is_device_alloc(kind) && (flags & REC_F_FRAMEWORK) != 0;

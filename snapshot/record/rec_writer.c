@@ -176,6 +176,7 @@ typedef struct writer {
     uint64_t txn_start;
     uint64_t events, last_seq;
     uint64_t own_segment_allocs; /* allocations the driver served outside the allocator (pool, graph) */
+    uint64_t gpumem_peak_resets; /* PyTorch's peak stats reset by gpumem's allocator, its own (38 flagged 4096) */
     uint64_t dropped_written;
     /* the counts of launches whose uses are unknown, as last written to meta: kept current at
      * each commit (as dropped_events), so that a killed recording still says its uses are
@@ -1158,6 +1159,7 @@ static void event_row(writer *w, uint64_t seq, const rec_rec *r, uint64_t size) 
     if (w->nev == EV_MULTI) flush_events(w);
     w->events++;
     w->own_segment_allocs += rec_is_own_segment(k, (unsigned)r->kind);
+    w->gpumem_peak_resets += k == REC_TORCH_RESET_PEAK && (r->kind & REC_F_FRAMEWORK);
 }
 
 /* ---------------------------------------------------------------- access tracking */
@@ -1623,6 +1625,8 @@ static void finish(writer *w, rec_state *g) {
     /* readers take the allocator's statistics as the recorded peaks where this is 0, without a
      * scan of the events for such rows (gm_recorded_peaks) */
     meta_int(w, "own_segment_allocs", (int64_t)w->own_segment_allocs);
+    /* readers find gpumem's resets of PyTorch's peaks without a scan where this is 0 (gm_torch_peak_reset) */
+    meta_int(w, "gpumem_peak_resets", (int64_t)w->gpumem_peak_resets);
     meta_int(w, "launches", (int64_t)w->n_launches);
     meta_int(w, "uses_rows", (int64_t)w->n_uses);
     meta_int(w, "launch_words_lost", (int64_t)w->words_lost);

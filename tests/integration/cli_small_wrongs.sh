@@ -421,8 +421,10 @@ uses --json @D@ --name '*'|.|database uses tracking launches_unread pattern id s
 diff --json @D@ @O@|.|a b delta classes sites gate|$R
 diff --json @D@ @O@ --fail-if-peak-grows 5|.|a b delta classes sites gate|$R
 frag --json @D@|.|database recorded timeline_by timeline at_peak ooms fixes recommended torch check|$R
+frag --json @D@|.recorded|conf pytorch_conf peak_reserved replayed_peak_reserved replay_oom peak_reset|$R
 frag --json @D@|.at_peak|seq device requested allocated reserved free_cached largest_free segments free_blocks attributed_pct causes request fragmentation histogram pools pinned_by|$R
 tune --json @D@|.|database recorded objective limit events seconds results recommended recorded_is_best check runaway_growth torch note|$R
+tune --json @D@|.recorded|conf pytorch_conf peak_reserved peak_reset|$R
 tune --json @D@ --limit 1G|.|database recorded objective limit events seconds results recommended recorded_is_best check runaway_growth torch note|$R
 advise --json @D@|.|baseline recorded trainer uses link_bytes_per_s step_s recorded_techniques phases_from steps_from notes oom recommendations combinations plan shortfall_bytes budget_known floor nearest why plan_over_budget_bytes check_failed|$A
 advise --json @D@ --budget 1M|.|baseline recorded trainer uses link_bytes_per_s step_s recorded_techniques phases_from steps_from notes oom recommendations combinations plan shortfall_bytes budget_known floor nearest why plan_over_budget_bytes check_failed|$A

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # torch_advise.sh — `gpumem advise` on a PyTorch recording (issue 39, items 3-4): the GPT-2 script
 # recorded under `gpumem record` (hooks on), under PyTorch's own allocator and with gpumem as its
-# allocator (--allocator gpumem, --no-stats: from before gpumem answered PyTorch's statistics,
-# tests/torch/torch_stats.sh; the measured figures under it are gpumem's, from the recording):
+# allocator (--allocator gpumem: the script's statistics are gpumem's, tests/torch/torch_stats.sh;
+# the measured figures under it are gpumem's, from the recording):
 #   - the unmodified trace replays to the recorded peaks (PyTorch's: what the script's
-#     max_memory_allocated() / max_memory_reserved() printed; gpumem's under its allocator);
+#     max_memory_allocated() / max_memory_reserved() printed; gpumem's under its allocator, whose
+#     peak reserved is what the script's max_memory_reserved() printed there);
 #   - every recommendation says the change in PyTorch's terms ("change"), what it acts on
 #     ("target": the hooks' module path h.* for checkpointing), "k" for accumulation (null
 #     otherwise) and the script's own flags;
@@ -45,10 +46,10 @@ for run in $RUNS; do
   esac
   {
     k=$size.$al
-    rargs=(--torch-ops) extra=()
-    [[ $al == gpumem ]] && rargs=(--allocator gpumem --torch-ops) extra=(--no-stats)
+    rargs=(--torch-ops)
+    [[ $al == gpumem ]] && rargs=(--allocator gpumem --torch-ops)
     if ! env "${envs[@]}" "$G" record -q -o "$tmp/$k.db" "${rargs[@]}" -- "$torch_py" "$script" "${args[@]}" \
-         "${extra[@]}" > "$tmp/$k.out" 2>&1; then
+         > "$tmp/$k.out" 2>&1; then
       bad "$k: recording failed: $(tail -3 "$tmp/$k.out")"
       continue
     fi
@@ -68,6 +69,11 @@ for run in $RUNS; do
     fi
     [[ -n $wa && $ba == "$wa" && $br == "$wr" ]] && ok "$k: the unmodified trace replays to $what ($ba / $br)" \
       || bad "$k: baseline $ba / $br, $what $wa / $wr"
+    if [[ $al == gpumem ]]; then # the script's own max_memory_reserved(): gpumem's reserved on the device
+      sr=$(awk '$1 == "max_memory_reserved" { print $2 }' "$tmp/$k.out")
+      [[ -n $sr && $sr == "$wr" ]] && ok "$k: the script's max_memory_reserved() $sr = gpumem's recorded peak reserved" \
+        || bad "$k: the script's max_memory_reserved() '$sr', gpumem's recorded peak reserved $wr"
+    fi
     # every recommendation in PyTorch's terms
     n=$(j '.recommendations | length')
     nbad=$(jq '[.recommendations[], .combinations[] | select((.change | type) != "string" or (.change | length) == 0

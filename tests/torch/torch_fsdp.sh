@@ -69,7 +69,7 @@ else
 fi
 # gpumem as PyTorch's allocator: gpumem's recorded peaks, predicted and re-run the same way
 if [[ ${#granks[@]} -gt 0 ]]; then
-  if "$G" record -q -o "$tmp/g.db" --allocator gpumem -- "$torch_py" "${args[@]}" --no-stats > "$tmp/recg.out" 2>&1; then
+  if "$G" record -q -o "$tmp/g.db" --allocator gpumem -- "$torch_py" "${args[@]}" > "$tmp/recg.out" 2>&1; then
     for n in "${granks[@]}"; do check_rows "$tmp/g.db" "$n" "gpumem's allocator"; done
   else
     bad "recording (--allocator gpumem) failed: $(tail -3 "$tmp/recg.out")"

@@ -13,10 +13,9 @@ source "$(dirname "$0")/common.bash"
 command -v valgrind > /dev/null || { echo "torch_memcheck.sh: no valgrind (make deps installs it); skipped" >&2; exit 77; }
 export GPUMEM_SIM_BACKING=memory
 for mode in torch gpumem; do
-  opts=() args=()
-  # a pluggable allocator has no memory_stats: the script's closing figures left out
-  [[ $mode == gpumem ]] && opts=(--allocator gpumem --torch-ops) args=(--no-stats)
-  "$G" record -q -o "$tmp/$mode.db" "${opts[@]}" -- "$torch_py" tests/torch/train_gpt2.py --model tiny --steps 3 "${args[@]}" \
+  opts=()
+  [[ $mode == gpumem ]] && opts=(--allocator gpumem --torch-ops)
+  "$G" record -q -o "$tmp/$mode.db" "${opts[@]}" -- "$torch_py" tests/torch/train_gpt2.py --model tiny --steps 3 \
     > "$tmp/$mode.rec" 2>&1 || { bad "$mode: recording failed: $(tail -3 "$tmp/$mode.rec")"; continue; }
   for cmd in "report" "leaks" "frag" "tune" "advise" "viz -o $tmp/$mode.html --force" \
              "diff $tmp/torch.db"; do

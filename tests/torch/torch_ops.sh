@@ -2,7 +2,8 @@
 # torch_ops.sh — `gpumem record --torch-ops` (GPUMEM_TORCH_OPS=1): the forward's dataflow, op by op,
 # merged as torch_ops / torch_op_args (snapshot/README.md), on the tiny GPT-2 script:
 #   - the log changes no allocation: PyTorch's allocations (their requested sizes, in order) and the
-#     script's max_memory_allocated/reserved() are those of the same run without it;
+#     script's max_memory_allocated/reserved() are those of the same run without it (with gpumem as
+#     PyTorch's allocator too: gpumem's allocations, and the figures gpumem gives the script);
 #   - every storage is matched to its allocation (meta.torch_op_args_unmatched = 0), with the
 #     allocation's requested size as its bytes, born at or before the op's seq; a view's own bytes
 #     (tensor_bytes) are its part of the storage;
@@ -125,14 +126,17 @@ autocast_check() {
 }
 autocast_check ops ""
 
-# gpumem as PyTorch's allocator (--allocator gpumem): no history, no statistics; each op placed by
-# the recorder's seq when it returned, each storage the gpumem allocation recorded at its address
-rec gplain --allocator gpumem -- --no-stats
-rec gops --allocator gpumem --torch-ops -- --no-stats
+# gpumem as PyTorch's allocator (--allocator gpumem): no history; the statistics gpumem's (the
+# script prints them: --no-stats was for when they raised); each op placed by the recorder's seq
+# when it returned, each storage the gpumem allocation recorded at its address
+rec gplain --allocator gpumem --
+rec gops --allocator gpumem --torch-ops --
 greqs() { q "$1" "SELECT group_concat(requested) FROM (SELECT requested FROM events WHERE kind IN (1, 3) ORDER BY seq)"; }
 [[ -n $(greqs gplain) && $(greqs gplain) == "$(greqs gops)" ]] \
   && ok "gops: the op log changes no allocation under gpumem's allocator ($(q gops "SELECT count(*) FROM events WHERE kind IN (1, 3)"), in order)" \
   || bad "gops: gpumem's allocations differ with the op log"
+[[ -n $(stats gplain) && $(stats gplain) == "$(stats gops)" ]] && ok "gops: and the same max_memory_allocated/reserved() from gpumem: $(stats gops | tr '\n' ' ')" \
+  || bad "gops: max_memory_* differ: $(stats gplain | tr '\n' ' ') / $(stats gops | tr '\n' ' ')"
 n=$(q gops "SELECT value FROM meta WHERE key = 'torch_ops'") um=$(q gops "SELECT value FROM meta WHERE key = 'torch_op_args_unmatched'")
 pos=$(q gops "SELECT value FROM meta WHERE key = 'torch_ops_position'")
 [[ $n -gt 50 && $um == 0 && $pos == seq ]] && ok "gops: $n ops logged and placed by the recorder's seq, every storage matched" \

@@ -199,13 +199,15 @@ grep -q "train_gpt2.py:$leak_line in main" "$tmp/grows.txt" \
   && ok "leaks: what grows each step is at train_gpt2.py:$leak_line (the planted leak)" \
   || { bad "leaks does not name train_gpt2.py:$leak_line"; cat "$tmp/leak.txt"; }
 
-# gpumem as PyTorch's allocator: the same tables, PyTorch's requested peak the default run's
-rec pluggable GPUMEM_SIM_BACKING=memory -- --allocator gpumem -- --model tiny --steps 3 --no-stats || true
+# gpumem as PyTorch's allocator: the same tables, PyTorch's requested peak the default run's, and
+# the one the script itself read from gpumem (memory_stats' requested_bytes)
+rec pluggable GPUMEM_SIM_BACKING=memory -- --allocator gpumem -- --model tiny --steps 3 || true
 "$G" report --json "$tmp/pluggable.db" > "$tmp/pluggable.json" 2>/dev/null
 pq=$(jq -r '.torch.peak_requested' "$tmp/pluggable.json") dq=$(fig tiny-default requested_peak)
-[[ $(jq -r '.torch.allocator' "$tmp/pluggable.json") == gpumem && $pq == "$dq" ]] \
-  && ok "--allocator gpumem: PyTorch's requested peak $pq = the default run's" \
-  || bad "--allocator gpumem: requested peak $pq, the default run's $dq"
+sq=$(fig pluggable requested_peak)
+[[ $(jq -r '.torch.allocator' "$tmp/pluggable.json") == gpumem && $pq == "$dq" && $sq == "$dq" ]] \
+  && ok "--allocator gpumem: PyTorch's requested peak $pq = the default run's = the script's own" \
+  || bad "--allocator gpumem: requested peak $pq, the default run's $dq, the script's own '$sq'"
 phases=$(jq -r '[.peak.by_phase[].phase] | join(" ")' "$tmp/pluggable.json")
 "$G" report --json --top 1000 "$tmp/pluggable.db" | jq -r '.peak.by_name[].name' > "$tmp/pnames"
 [[ $phases == *"/fwd/"* && $phases == *"/bwd/"* && $phases == *"/opt"* ]] && grep -q '^adam\.exp_avg\.' "$tmp/pnames" \

@@ -18,7 +18,8 @@
 #     top counts from there, below the whole run's (which the report keeps); the recording marks
 #     each reset (event 38 flagged 4096), and report's .torch.peak_reset has the program's own
 #     max_memory_allocated() / max_memory_reserved() at its end and the 4 resets of device 0
-#     (device 1, never reset: null), its text a "since the reset" line;
+#     (device 1, never reset: null), its text a "since the reset" line; tune, frag, diff and the
+#     ranks report read device 0's the same (torch_tune.sh has every reader on one device);
 #   - num_ooms counts a request over the device (report's .summary.ooms), num_alloc_retries the
 #     retry gpumem made after freeing its cache first, and
 #     reset_accumulated_memory_stats sets it and the accumulated counts back to 0;
@@ -100,6 +101,23 @@ for row in "${table[@]}"; do
     || bad "$name: .torch.devices[].peak_reset counts $w, want [4,null]"
   "$G" report "$tmp/$name.db" 2>/dev/null | grepq "^  since the reset  .* bytes; max_memory_allocated(0)).*reset_peak_memory_stats(0), several times" \
     && ok "$name: report's text has the since-the-reset line" || bad "$name: report's text: $("$G" report "$tmp/$name.db" 2>/dev/null | grep -A3 'PyTorch through gpumem')"
+  n=$(sqlite3 "$tmp/$name.db" "SELECT value FROM meta WHERE key = 'gpumem_peak_resets'")
+  [[ $n == 4 ]] && ok "$name: meta gpumem_peak_resets 4 (the readers scan for them where it is not 0)" \
+    || bad "$name: meta gpumem_peak_resets '$n', want 4"
+  # the other readers of the reset, on two devices: each reads device 0's (the busiest), its resets
+  # and figures alone (tests/torch/torch_tune.sh has every reader on one device)
+  cp "$tmp/$name.db" "$tmp/$name-2.db"
+  while IFS='|' read -r what args want filter; do
+    # shellcheck disable=SC2086
+    w=$("$G" $args 2>/dev/null | jq -r "$filter" | paste -sd' ')
+    [[ $w == "$want" ]] && ok "$name: $what: $w = 4 resets of device 0, the script's figures at its end" \
+      || bad "$name: $what: '$w', want '$want'"
+  done <<EOT
+tune .recorded.peak_reset|tune --json $tmp/$name.db|4 $ea $er|.recorded.peak_reset | "\\(.count) \\(.max_memory_allocated) \\(.max_memory_reserved)"
+frag .recorded.peak_reset|frag --json $tmp/$name.db|4 $ea $er|.recorded.peak_reset | "\\(.count) \\(.max_memory_allocated) \\(.max_memory_reserved)"
+diff .b.peak_reset|diff --json $tmp/$name.db $tmp/$name-2.db|4 $ea $er|.b.peak_reset | "\\(.count) \\(.max_memory_allocated) \\(.max_memory_reserved)"
+the ranks report's rank 1|report --json $tmp/$name.db $tmp/$name-2.db|4 $ea|.ranks[1] | "\\(.torch_peak_reset.count) \\(.torch_peak_allocated)"
+EOT
   grep -qx "FRACTION 1 $fraction" "$out" && ok "$name: get_per_process_memory_fraction 1, then $fraction" \
     || bad "$name: '$(grep '^FRACTION ' "$out")', want 'FRACTION 1 $fraction'"
 done

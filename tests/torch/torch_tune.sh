@@ -11,7 +11,10 @@
 #     win: the check runs with one that changes the result), and the measured
 #     max_memory_reserved() equals the predicted one, to the byte;
 #   - after torch.cuda.reset_peak_memory_stats() (torch_advise_phases.py) no command quotes a
-#     whole-run peak as max_memory_*(): the reset is recorded, and said with PyTorch's own figures.
+#     whole-run peak as max_memory_*(): the reset is recorded, and said with PyTorch's own figures;
+#     with PyTorch's allocator and with gpumem's (--allocator gpumem), every command that reads a
+#     reset (record's summary, report, tune, frag, advise, diff, the ranks report, viz) says it
+#     with the script's own max_memory_allocated() / max_memory_reserved() after it.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 GPUMEM_SIM_BACKING=virtual "$G" record -q -o "$tmp/run.db" -- "$torch_py" tests/torch/train_gpt2.py \
@@ -279,7 +282,7 @@ done
 # a whole-run peak under those names; each says the program reset them. tune --check compares the
 # re-run's whole run with the prediction, said so. "COMMAND|what it must say of the reset"
 ph=tests/torch/torch_advise_phases.py
-GPUMEM_SIM_BACKING=memory "$G" record -q -o "$tmp/ph.db" -- "$torch_py" "$ph" > "$tmp/ph.out" 2>&1 \
+GPUMEM_SIM_BACKING=memory "$G" record -o "$tmp/ph.db" -- "$torch_py" "$ph" > "$tmp/ph.out" 2>&1 \
   || bad "phases: the recording failed: $(tail -3 "$tmp/ph.out")"
 fig() { awk -v k="$1" '$1 == k { print $2 }' "$tmp/ph.out"; }
 mib() { awk -v b="$1" 'BEGIN { printf "%.2f MiB", b / 1048576 }'; }
@@ -308,4 +311,60 @@ pm=$(jq -r '"\(.torch.recommended.predicted.max_memory_reserved) \(.check.measur
 read -r p m s <<< "$pm"
 [[ $p =~ ^[0-9]+$ && $p == "$m" && $s =~ ^[0-9]+$ ]] && ok "phases: tune --check: the re-run's whole run $m = the predicted whole run $p (the reset said: .torch.peak_reset)" \
   || bad "phases: tune --check: predicted '$p', measured '$m', peak_reset.seq '$s': $(tail -2 "$tmp/ph.tune.err")"
+# Every reader of a reset, with either allocator as PyTorch's: gpumem's (--allocator gpumem, where
+# gpumem answers max_memory_*() and records the reset itself: event 38 flagged 4096) was read by
+# report alone; tune, frag, advise, diff, the ranks report, viz and record's summary said nothing
+# of it (ranks quoted the whole run as max_memory_allocated). Each row: the script's own figures
+# after its reset, A / R in bytes, a / r as the commands print them. "NAME|gpumem ARGS (DB the
+# recording, DB2 a copy: the ranks report; OUT its output; - the recording's own)|what the JSON
+# must give, or the text have (grep -E)|the jq filter on the JSON, - for the text"
+GPUMEM_SIM_BACKING=memory "$G" record -o "$tmp/phg.db" --allocator gpumem -- "$torch_py" "$ph" > "$tmp/phg.out" 2>&1 \
+  || bad "phases (gpumem): the recording failed: $(tail -3 "$tmp/phg.out")"
+reset_rows=$(cat <<'EOT'
+record's summary|-|since the reset \(reset_peak_memory_stats\) @a allocated \(max_memory_allocated\), @r reserved \(max_memory_reserved\)|-
+report|report --json DB|1 @A @R|.torch.peak_reset | "\(.count) \(.max_memory_allocated) \(.max_memory_reserved)"
+report text|report DB|since the reset +@a allocated \(@A bytes; max_memory_allocated\(\)\), @r reserved \(@R bytes; max_memory_reserved\(\)|-
+tune|tune --json DB|1 @A @R|.recorded.peak_reset | "\(.count) \(.max_memory_allocated) \(.max_memory_reserved)"
+tune text|tune DB|^  note .*the program reset PyTorch's peak stats .*count from there \(@a / @r at the end\)|-
+frag|frag --json DB|1 @A @R|.recorded.peak_reset | "\(.count) \(.max_memory_allocated) \(.max_memory_reserved)"
+frag text|frag DB|^  note .*the program reset PyTorch's peak stats .*count from there \(@a / @r at the end\)|-
+advise|advise DB|^note: the program reset PyTorch's peak stats .*count from there \(@a / @r at the end\)|-
+diff|diff --json DB DB|1 @A @R 1 @A @R|[.a, .b] | map(.peak_reset | "\(.count) \(.max_memory_allocated) \(.max_memory_reserved)") | join(" ")
+diff text|diff DB DB|^  B: the program reset PyTorch's peak stats .* since: @a / @r$|-
+ranks report|report --json DB DB2|1 @A 1 @A|.ranks[] | "\(.torch_peak_reset.count) \(.torch_peak_allocated)"
+ranks report text|report DB DB2|max_memory_allocated.*rank 1 @a since its reset_peak_memory_stats at event|-
+viz|viz -o OUT.html DB|The program reset PyTorch's peak stats .*count from there \(@a / @r at the end\)|-
+EOT
+)
+for al in pytorch gpumem; do
+  db=$tmp/ph.db out=$tmp/ph.out
+  [[ $al == gpumem ]] && db=$tmp/phg.db out=$tmp/phg.out
+  cp "$db" "${db%.db}-2.db"
+  fa=$(awk '$1 == "max_memory_allocated" { print $2 }' "$out") fr=$(awk '$1 == "max_memory_reserved" { print $2 }' "$out")
+  [[ -n $fa && -n $fr ]] || { bad "$al: the script printed no figures: $(tail -2 "$out")"; continue; }
+  while IFS='|' read -r name args want filter; do
+    want=${want//@A/$fa} want=${want//@R/$fr} want=${want//@a/$(mib "$fa")} want=${want//@r/$(mib "$fr")}
+    o=$tmp/$al-${name// /_}
+    args=${args//DB2/${db%.db}-2.db} args=${args//DB/$db} args=${args//OUT/$o}
+    if [[ $args == - ]]; then cp "$out" "$o.txt" # the recording's own output
+    else
+      # shellcheck disable=SC2086
+      GPUMEM_SIM_BACKING=memory "$G" $args > "$o.txt" 2> "$o.err" || { bad "$al: $name: gpumem $args failed: $(tail -2 "$o.err")"; continue; }
+    fi
+    if [[ $name == viz && -x /usr/bin/chromium ]]; then # the page as chromium renders it
+      timeout 60 /usr/bin/chromium --headless --no-sandbox --disable-gpu --dump-dom "file://$o.html" > "$o.txt" 2> /dev/null
+    elif [[ $name == viz ]]; then # without chromium, the page's data its notes are made of
+      cp "$o.html" "$o.txt"
+      want="\"recorded\":\\{[^}]*\"peak_reset\":\\{\"count\":1,[^}]*\"max_memory_allocated\":$fa,\"max_memory_reserved\":$fr\\}"
+    fi
+    if [[ $filter == - ]]; then
+      grep -Eq -- "$want" "$o.txt" && ok "$al: $name says the reset, the script's figures since: /$want/" \
+        || bad "$al: $name: no /$want/: $(grep -iE 'reset|max_memory' "$o.txt" | cut -c1-300 | sed -n 1,3p)"
+    else
+      got=$(jq -r "$filter" "$o.txt" 2>&1 | paste -sd' ')
+      [[ $got == "$want" ]] && ok "$al: $name: $filter = '$got', the script's figures since its reset" \
+        || bad "$al: $name: $filter = '$got', want '$want'"
+    fi
+  done <<< "$reset_rows"
+done
 exit $fail

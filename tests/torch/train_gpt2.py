@@ -31,7 +31,8 @@ prints the segments of torch.cuda.memory_snapshot() at the end ("segments N" the
 
 At exit it prints, one per line: max_memory_allocated N, max_memory_reserved N, requested_peak N
 (memory_stats()["requested_bytes.all.peak"]) — unless --no-stats (gpumem's pluggable allocator
-answers them since 2026-12-07, tests/torch/torch_stats.sh; before, torch threw on them).
+answers them since 2026-12-07, tests/torch/torch_stats.sh; before, torch threw on them, and the
+tests that record under --allocator gpumem passed --no-stats; they no longer do).
 
 cuDNN's attention is turned off (torch.backends.cuda.enable_cudnn_sdp(False)): its workspace
 comes from the real engine, which the virtual GPU does not have; on a GPU the same flag keeps
@@ -179,7 +180,7 @@ def parse_args(argv):
                    help="CPUOffloadPolicy(pin_memory=True): the parameter shards, their gradients "
                         "and the optimizer state in host memory")
     p.add_argument("--no-stats", action="store_true",
-                   help="print no torch.cuda memory statistics (pluggable allocators have none)")
+                   help="print no torch.cuda memory statistics")
     a = p.parse_args(argv)
     if a.T > MODELS[a.model][4]:
         p.error("-T %d is longer than the model's block size %d" % (a.T, MODELS[a.model][4]))
