@@ -4,7 +4,9 @@
  * its own shape (PyTorch's memory profiler draws the same picture from the autograd graph):
  *   - parameters: made before the first step, alive through every step;
  *   - gradients: made in the first step's backward and kept (or, set to none, made in each
- *     backward and freed in the update);
+ *     backward and freed in the update; or, sharded (ZeRO-2/3), made in the backward and handed
+ *     on at once to this rank's shard, a gradient: freed as the next thing after the shard's
+ *     birth, with nothing but copies between: handoffs);
  *   - optimizer state: made in the first update and kept (or, kept on the host, made in each
  *     update, filled from pinned host memory, and freed in it: load_from_host, host_homes);
  *   - activations: made in a forward, freed in the backward that follows;
@@ -180,6 +182,9 @@ typedef struct ctx {
     u64map host_homes;  /* sizes of pinned host allocations an update made and kept (host_homes) */
     uint64_t *launches; /* seqs of kernel launches, copies and memsets, sorted */
     size_t nlaunches;
+    uint64_t *computes; /* ... of those that are not copies (kernels, memsets), sorted */
+    size_t ncomputes;
+    u64map handoff;     /* a target's birth -> the index of the target it handed on to (handoffs) */
     u64map param_sizes, repeats; /* categorise's, for category_of (see there) */
     u64map step_idx;  /* steps_from_ranges: "step N" -> its slot in c->steps */
     size_t steps_cap;
@@ -225,12 +230,16 @@ static void load_launches(gm_db *d, ctx *x)
 {
     sqlite3_stmt *s;
     if (!d || !gm_table_exists(d, "launches") ||
-        sqlite3_prepare_v2(d->db, "SELECT seq FROM launches ORDER BY seq", -1, &s, NULL) != SQLITE_OK)
+        sqlite3_prepare_v2(d->db, "SELECT seq, op FROM launches ORDER BY seq", -1, &s, NULL) != SQLITE_OK)
         return;
-    size_t cap = 0;
+    size_t cap = 0, ccap = 0;
     while (sqlite3_step(s) == SQLITE_ROW) {
+        uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
         if (gm_grow((void **)&x->launches, &cap, x->nlaunches + 1, sizeof *x->launches)) break;
-        x->launches[x->nlaunches++] = (uint64_t)sqlite3_column_int64(s, 0);
+        x->launches[x->nlaunches++] = seq;
+        if (sqlite3_column_int(s, 1) == REC_OP_COPY) continue;
+        if (gm_grow((void **)&x->computes, &ccap, x->ncomputes + 1, sizeof *x->computes)) break;
+        x->computes[x->ncomputes++] = seq;
     }
     sqlite3_finalize(s);
 }
@@ -272,16 +281,64 @@ static int host_homes(ctx *x)
     return 0;
 }
 
-/* The first launch after seq, or NO_SEQ. */
-static uint64_t launch_after(const ctx *x, uint64_t seq)
+/* The first of the n sorted seqs s after seq, or NO_SEQ. */
+static uint64_t seq_after(const uint64_t *s, size_t n, uint64_t seq)
 {
-    size_t lo = 0, hi = x->nlaunches;
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (x->launches[mid] <= seq) lo = mid + 1;
+        if (s[mid] <= seq) lo = mid + 1;
         else hi = mid;
     }
-    return lo < x->nlaunches ? x->launches[lo] : NO_SEQ;
+    return lo < n ? s[lo] : NO_SEQ;
+}
+
+/* The first launch after seq, or NO_SEQ. */
+static uint64_t launch_after(const ctx *x, uint64_t seq) { return seq_after(x->launches, x->nlaunches, seq); }
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Handoffs, into x->handoff: target A freed as the next thing after target G's birth (no other
+ * free, no kernel or memset between: at most copies), G made after A, no larger, and outliving
+ * it. A's content went into G and A was let go: a full gradient reduce-scattered into this
+ * rank's shard and freed at once (ZeRO-2/3: on one rank a copy, in a dry run nothing at all).
+ * Where G is a gradient, so is A (unsure_decide); a temporary of the backward is otherwise
+ * freed after the kernels that read it, not right after a buffer is made. Without launches
+ * recorded a copy cannot be told from a kernel: no handoffs. 0, or -1 (no memory). */
+static int handoffs(ctx *x)
+{
+    const gm_model *m = x->m;
+    if (!x->nlaunches || x->nt < 2) return 0;
+    uint64_t *deaths = malloc(x->nt * sizeof *deaths);
+    if (!deaths) return -1;
+    size_t nd = 0;
+    for (size_t k = 0; k < x->nt; k++)
+        if (m->allocs[tgt(x, k)].death) deaths[nd++] = m->allocs[tgt(x, k)].death;
+    qsort(deaths, nd, sizeof *deaths, cmp_u64);
+    int rc = 0;
+    for (size_t k = 0; k < x->nt && !rc; k++) {
+        const gm_alloc *a = &m->allocs[tgt(x, k)];
+        if (!a->death) continue;
+        size_t lo = k + 1, hi = x->nt; /* the first target born after A's death */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (m->allocs[tgt(x, mid)].birth < a->death) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo == k + 1) continue; /* nothing made while A was alive */
+        size_t g = tgt(x, lo - 1);
+        const gm_alloc *b = &m->allocs[g];
+        if (b->requested > a->requested || (b->death && b->death < a->death)) continue;
+        if (seq_after(deaths, nd, b->birth) != a->death || seq_after(x->computes, x->ncomputes, b->birth) < a->death)
+            continue;
+        rc = u64map_put(&x->handoff, a->birth, g);
+    }
+    free(deaths);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ steps and phases from ranges */
@@ -1536,7 +1593,8 @@ static inline __attribute__((always_inline)) int category_decide(const ctx *x, c
         if (dp == GM_CPH_OPT && u64map_get(&x->param_sizes, a->requested)) {
             cat = GM_CAT_GRAD;
         } else {
-            if (dp == GM_CPH_OPT) *unsure = 1;
+            /* a handoff's category is its receiver's, known once that is decided */
+            if (dp == GM_CPH_OPT || (dp == GM_CPH_BWD && u64map_get(&x->handoff, a->birth))) *unsure = 1;
             cat = GM_CAT_TEMP;
         }
     } else if (dp == GM_CPH_OPT &&
@@ -1799,11 +1857,14 @@ static int unsure_decide(ctx *x)
     gm_cat_point *const tl = c->timeline;
     uint64_t work = 0, limit = 4 * (uint64_t)m->nallocs + (1u << 20);
     int again = !c->nsteps && x->nunsure;
-    for (size_t u = 0; u < x->nunsure; u++) {
+    /* from the last: a handoff's receiver, made after it, is decided before it */
+    for (size_t u = x->nunsure; u-- > 0;) {
         size_t i = x->unsure[u].i;
         const gm_alloc *a = &m->allocs[i];
         int sourced, unsure = 0;
         int k = category_decide(x, a, x->unsure[u].shape, &sourced, &unsure);
+        const uint64_t *g = k == GM_CAT_TEMP && sourced ? u64map_get(&x->handoff, a->birth) : NULL;
+        if (g && cat[*g] == GM_CAT_GRAD) k = GM_CAT_GRAD;
         int s = sourced ? c->phases_from : GM_CSRC_NONE;
         if (k == cat[i] && s == src[i]) continue;
         int ok = cat[i], os = src[i];
@@ -1857,9 +1918,10 @@ int gm_category_source(const gm_categories *c, int cat)
 
 static void ctx_free(ctx *x)
 {
-    free(x->t), free(x->launches), free(x->late), free(x->unsure), free(x->tk), free(x->lgap), free(x->fgap);
+    free(x->t), free(x->launches), free(x->computes), free(x->late), free(x->unsure), free(x->tk), free(x->lgap), free(x->fgap);
     u64map_free(&x->ranges), bytemap_free(&x->params), u64map_free(&x->seen), u64map_free(&x->step_idx);
     u64map_free(&x->param_sizes), u64map_free(&x->repeats), u64map_free(&x->from_host), u64map_free(&x->host_homes);
+    u64map_free(&x->handoff);
 }
 
 /* The first column of the one-row query q (0 where it fails: a file without that table or column). */
@@ -2017,6 +2079,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     c->at_seq = m->peak_allocated_seq;
     c->stopped_at = x.cut = c->phases_from != GM_CSRC_NONE ? cut_of(&x) : 0;
     if (x.host && c->phases_from != GM_CSRC_NONE && host_homes(&x)) goto nomem;
+    if (c->phases_from != GM_CSRC_NONE && handoffs(&x)) goto nomem;
     if (timeline(&x)) goto nomem;
     ctx_free(&x);
     return 0;

@@ -79,6 +79,12 @@
 #          gradient, and the backward was read from the next birth: 4,050 of 4,068. Now the
 #          highest point after the fall must be a peak (a free follows it), else the highest
 #          point before the gradient is the backward's.
+# One more of 2026-12-07, against its NVTX run:
+#   zero3  the trainer with --zero 3 (and --prefetch 2): each full gradient, made in the backward,
+#          is reduce-scattered into this rank's shard (a gradient, freed in the update) and freed
+#          at once: they were temporaries, 930 of 1098 allocations as the NVTX run. Now a
+#          backward's allocation freed as the next thing after the birth of something no larger
+#          that outlives it (no kernel, memset or other free between) is what that is: a gradient.
 # And what stays: frag_app's loop of one size (15 x 4 MiB, then an 8 MiB request) has no steps;
 # cat_app without an evaluation keeps its steps.
 # Table: NAME#COMMAND#jq filter over `report --json`#want (@NAME: what the filter gives on row NAME). A row whose NAME starts with "cat"
@@ -132,6 +138,10 @@ leakrec-nvtx#$TRAIN $tiny -T 64 --steps 6 --leak --recompute layer#.categories.s
 leakrec#$TRAIN $tiny -T 64 --steps 6 --leak --recompute layer#.categories_at_peak | tojson#@leakrec-nvtx
 gpt2recgn-nvtx#$TRAIN --model gpt2 -B 4 -T 64 --dry-run --steps 6 --recompute layer --grad-none#.categories.steps#6
 gpt2recgn#$TRAIN --model gpt2 -B 4 -T 64 --dry-run --steps 6 --recompute layer --grad-none#.categories_at_peak | tojson#@gpt2recgn-nvtx
+zero3-nvtx#$TRAIN $tiny -T 64 --steps 6 --zero 3#.categories.steps#6
+zero3#$TRAIN $tiny -T 64 --steps 6 --zero 3#.categories_at_peak | tojson#@zero3-nvtx
+zero3p2-nvtx#$TRAIN $tiny -T 64 --steps 6 --zero 3 --prefetch 2#.categories.steps#6
+zero3p2#$TRAIN $tiny -T 64 --steps 6 --zero 3 --prefetch 2#.categories_at_peak | tojson#@zero3p2-nvtx
 jitter-nvtx#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#.categories.steps#7
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$steps#inference inference 7 58 true
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$over#@jitter-nvtx
@@ -170,7 +180,7 @@ while IFS='#' read -r name cmd filter want; do
 done <<< "$table"
 # every allocation where the same run's NVTX ranges put it: each micro-batch of an --accum 2 step
 # has its forward and backward (read as one, the second's activations were temporaries)
-for name in accum accum4 gpt2accum gnaccum recompute offact recgn offactgn recaccum offopt bf16 leakrec gpt2recgn jitter churn1; do
+for name in accum accum4 gpt2accum gnaccum recompute offact recgn offactgn recaccum offopt bf16 leakrec gpt2recgn zero3 zero3p2 jitter churn1; do
   if r=$(python3 "$lib" same "$TMP/$name-nvtx.dump" "$TMP/$name.dump"); then echo "ok: $name: $r"
   else echo "FAIL: $name: $(paste -sd' ' <<< "$r")"; bad=1; fi
 done
