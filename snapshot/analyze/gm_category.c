@@ -2,13 +2,17 @@
  *
  * The story. A training program's memory is a few kinds of thing, and each kind has a life of
  * its own shape (PyTorch's memory profiler draws the same picture from the autograd graph):
- *   - parameters: made before the first step, alive through every step;
+ *   - parameters: made before the first step, alive through every step (or, kept on the host,
+ *     brought in from their home there for each use and freed: param_forms); a parameter's
+ *     size is also that of its other forms (the fp32 copy of a bf16 weight the ops read, its
+ *     fp32 master: the other operand of a launch of two, one a parameter; param_forms);
  *   - gradients: made in the first step's backward and kept (or, set to none, made in each
  *     backward and freed in the update; or, sharded (ZeRO-2/3), made in the backward and handed
  *     on at once to this rank's shard, a gradient: freed as the next thing after the shard's
  *     birth, with nothing but copies between: handoffs);
  *   - optimizer state: made in the first update and kept (or, kept on the host, made in each
- *     update, filled from pinned host memory, and freed in it: load_from_host, host_homes);
+ *     update, filled from pinned host memory, and freed in it: load_from_host, host_homes; not
+ *     a parameter's master weights brought in so, which the update converts into the parameter);
  *   - activations: made in a forward, freed in the backward that follows;
  *   - temporaries: made and freed inside one phase;
  *   - workspaces: a library's buffers, made once on first need (in a forward or a backward) and
@@ -178,7 +182,11 @@ typedef struct ctx {
     int python;         /* some allocation's stack has Python frames */
     size_t segments;    /* PyTorch's segments among the device allocations */
     size_t host;        /* allocations not on the device (pinned host, managed memory) */
-    u64map from_host;   /* births of device allocations a copy wrote from pinned host memory */
+    u64map from_host;   /* births of device allocations a copy wrote from pinned host memory ->
+                           the host allocation's birth */
+    u64map param_forms; /* sizes of parameters in the form the ops read (param_forms) */
+    u64map param_copies; /* births of targets a launch made from a parameter or made it from */
+    u64map brought;     /* births of targets that are a parameter brought from its host home */
     u64map host_homes;  /* sizes of pinned host allocations an update made and kept (host_homes) */
     uint64_t *launches; /* seqs of kernel launches, copies and memsets, sorted */
     size_t nlaunches;
@@ -245,14 +253,15 @@ static void load_launches(gm_db *d, ctx *x)
 }
 
 /* The device allocations a copy filled from pinned host memory (recorded uses: the copy writes
- * one and reads a host allocation), into x->from_host: optimizer state kept on the host and
- * brought in for each update (--offload optimizer). None without uses recorded. */
+ * one and reads a host allocation), into x->from_host with the host allocation's birth:
+ * optimizer state kept on the host and brought in for each update (--offload optimizer), or
+ * parameters (--offload params: param_forms). None without uses recorded. */
 static void load_from_host(gm_db *d, ctx *x)
 {
     sqlite3_stmt *s;
     char q[400];
     snprintf(q, sizeof q,
-             "SELECT DISTINCT w.birth FROM uses w JOIN launches l ON l.seq = w.seq AND l.op = 1 "
+             "SELECT DISTINCT w.birth, r.birth FROM uses w JOIN launches l ON l.seq = w.seq AND l.op = 1 "
              "JOIN uses r ON r.seq = w.seq AND r.access = 1 JOIN events h ON h.seq = r.birth AND h.kind = %d "
              "WHERE w.access = 2",
              REC_HOST_ALLOC);
@@ -260,7 +269,8 @@ static void load_from_host(gm_db *d, ctx *x)
         sqlite3_prepare_v2(d->db, q, -1, &s, NULL) != SQLITE_OK)
         return;
     while (sqlite3_step(s) == SQLITE_ROW)
-        if (u64map_put(&x->from_host, (uint64_t)sqlite3_column_int64(s, 0), 1)) break;
+        if (u64map_put(&x->from_host, (uint64_t)sqlite3_column_int64(s, 0), (uint64_t)sqlite3_column_int64(s, 1)))
+            break;
     sqlite3_finalize(s);
 }
 
@@ -278,6 +288,92 @@ static int host_homes(ctx *x)
         if (gm_category_phase_at(x->c, a->birth, &step) == GM_CPH_OPT && u64map_put(&x->host_homes, a->requested, 1))
             return -1;
     }
+    return 0;
+}
+
+/* The allocation born at seq birth, or NULL. */
+static const gm_alloc *alloc_born(const gm_model *m, uint64_t birth)
+{
+    size_t lo = 0, hi = m->nallocs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->allocs[mid].birth < birth) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < m->nallocs && m->allocs[lo].birth == birth ? &m->allocs[lo] : NULL;
+}
+
+/* Target a lives to the end: never freed, or only in the teardown (after the last birth). */
+static inline int kept_to_end(const ctx *x, const gm_alloc *a) { return !a->death || a->death > x->last_birth; }
+
+/* a (a target, or a pinned host allocation) is made before the first step and kept to the end:
+ * a parameter, or a parameter's home on the host. Steps known. */
+static inline int early_kept(const ctx *x, const gm_alloc *a)
+{
+    return a->birth < x->c->steps[0].start && kept_to_end(x, a);
+}
+
+/* Parameters in forms the ops read, found by behaviour where the device keeps no parameter in
+ * that form (bf16 weights computed on in fp32; ZeRO-3 shards; parameters or master weights kept
+ * on the host): a parameter's size is then also the size of
+ *   - the other operand of a launch of two operands, one a parameter (kept from before the first
+ *     step): a copy made from it (an fp32 gather buffer of a bf16 weight) or that it is made from
+ *     (fp32 master weights converted into it) — x->param_copies, the parameter in another form;
+ *   - what a copy fills from a parameter's home on the host (pinned, made before the first step,
+ *     kept to the end; of its size), not a copy of a device parameter: the parameter brought in
+ *     (--offload params), and what made before the first step is freed there while a home of its
+ *     size is made (looked for among the 64 allocations before the home): the parameter put
+ *     there — x->brought, parameters.
+ * Into x->param_forms (sizes), x->param_copies and x->brought (births). Steps known; without
+ * uses recorded, only the last. 0, or -1 (no memory). */
+static int param_forms(gm_db *d, ctx *x)
+{
+    const gm_model *m = x->m;
+    sqlite3_stmt *s;
+    int rc = 0;
+    if (!x->c->nsteps) return 0;
+    if (d && gm_table_exists(d, "uses") &&
+        sqlite3_prepare_v2(d->db, "SELECT min(birth), max(birth) FROM uses GROUP BY seq HAVING count(*) = 2", -1, &s,
+                           NULL) == SQLITE_OK) {
+        while (!rc && sqlite3_step(s) == SQLITE_ROW) {
+            const gm_alloc *p = alloc_born(m, (uint64_t)sqlite3_column_int64(s, 0));
+            const gm_alloc *q = alloc_born(m, (uint64_t)sqlite3_column_int64(s, 1));
+            if (!p || !q || !is_target(p) || !is_target(q)) continue;
+            if (!early_kept(x, p)) {
+                const gm_alloc *t = p;
+                p = q, q = t;
+            }
+            if (!early_kept(x, p) || early_kept(x, q)) continue;
+            rc = u64map_put(&x->param_forms, q->requested, 1) || u64map_put(&x->param_copies, q->birth, 1);
+        }
+        sqlite3_finalize(s);
+    }
+    for (size_t k = 0; k < x->nt && x->from_host.count && !rc; k++) {
+        const gm_alloc *a = &m->allocs[tgt(x, k)];
+        const uint64_t *h = u64map_get(&x->from_host, a->birth);
+        const gm_alloc *home = h ? alloc_born(m, *h) : NULL;
+        if (!home || !early_kept(x, home) || home->requested != a->requested || u64map_get(&x->param_copies, a->birth))
+            continue;
+        rc = u64map_put(&x->param_forms, a->requested, 1) || u64map_put(&x->brought, a->birth, 1);
+    }
+    for (size_t j = 0; j < m->nallocs && x->host && !rc && m->allocs[j].birth < x->c->steps[0].start; j++) {
+        const gm_alloc *home = &m->allocs[j];
+        if (home->kind != REC_HOST_ALLOC || !kept_to_end(x, home)) continue;
+        for (size_t k = j; k-- > 0 && j - k <= 64 && !rc;) {
+            const gm_alloc *a = &m->allocs[k];
+            if (is_target(a) && a->requested == home->requested && a->death > home->birth &&
+                a->death < x->c->steps[0].start && !u64map_get(&x->param_copies, a->birth))
+                rc = u64map_put(&x->param_forms, a->requested, 1) || u64map_put(&x->brought, a->birth, 1);
+        }
+    }
+    return rc;
+}
+
+/* Every key of from into to (value 1). 0, or -1 (no memory). */
+static int keys_add(u64map *to, const u64map *from)
+{
+    for (uint64_t k = 0; from->keys && k <= from->mask; k++)
+        if (from->keys[k] != U64MAP_EMPTY && u64map_put(to, from->keys[k], 1)) return -1;
     return 0;
 }
 
@@ -953,9 +1049,6 @@ static int passes_of(ctx *x, gm_cat_step *s, const life_ev *e, size_t ne, int64_
 
 static inline size_t steps_started(const gm_categories *c, uint64_t seq, size_t from);
 
-/* Target a lives to the end: never freed, or only in the teardown (after the last birth). */
-static inline int kept_to_end(const ctx *x, const gm_alloc *a) { return !a->death || a->death > x->last_birth; }
-
 /* The sizes of the parameters (targets made before the first step and kept to the end) into
  * *sizes, and into *growth the sizes kept from two steps or more (the value: the number of
  * steps in the high 32 bits), for backward_before_grads. 0, or -1 (no memory). */
@@ -967,6 +1060,7 @@ static int param_sizes_early(const ctx *x, u64map *sizes, u64map *growth)
         const gm_alloc *a = &m->allocs[tgt(x, i)];
         if (kept_to_end(x, a) && u64map_put(sizes, a->requested, 1)) return -1;
     }
+    if (keys_add(sizes, &x->param_forms)) return -1; /* ... and in their other forms */
     /* kept: never freed, or alive past the end of the step after its own (the last steps'
      * teardown frees are no sign: they come after the last birth). Low 32 bits: the last step
      * seen + 1; high: the steps counted (categorise's repeats) */
@@ -1097,9 +1191,15 @@ static uint64_t backward_copies(const ctx *x, const u64map *params, const life_e
     ib = i;
     uint64_t at = bwd;
     /* at most 256 (a unit's parameters, a few units ahead): a pathological recording stays linear */
-    for (size_t n = 0; i-- > 0 && n < 256 && e[i].birth >= lo && e[i].delta > 0; n++) {
-        const gm_alloc *a = &x->m->allocs[tgt(x, target_from(x, e[i].seq))];
-        if (!u64map_get(params, a->requested)) break;
+    for (size_t n = 0; i-- > 0 && n < 256 && e[i].birth >= lo; n++) {
+        const gm_alloc *a = &x->m->allocs[tgt(x, target_from(x, e[i].birth))];
+        /* a parameter brought from the host to be copied (--offload params), and freed once
+         * copied: the copies' staging, not the pass's own */
+        if (u64map_get(&x->brought, a->birth)) {
+            if (e[i].delta > 0) at = e[i].seq;
+            continue;
+        }
+        if (e[i].delta < 0 || !u64map_get(params, a->requested)) break;
         /* a copy lives through its layer's backward, past the first free of something made
          * before it (the logits', first); the forward's last activation, of a parameter's size
          * (a square layer's output), is freed first: no copy */
@@ -1556,6 +1656,11 @@ static inline __attribute__((always_inline)) int category_decide(const ctx *x, c
         *sourced = 0;
         return GM_CAT_OTHER;
     }
+    if (u64map_get(&x->brought, a->birth)) {
+        /* a parameter brought from its home on the host for one use, or put there (param_forms) */
+        *sourced = 1;
+        return GM_CAT_PARAM;
+    }
     if (bp == GM_CPH_PRE && (sh & SH_DEATH_STEP)) {
         /* made before the first step and freed in one: the loop's first input, made before
          * the step's range opened, held until the next input replaces it */
@@ -1603,7 +1708,8 @@ static inline __attribute__((always_inline)) int category_decide(const ctx *x, c
          * makes a host buffer of its size and keeps it) and freed in it: optimizer state kept on
          * the host, brought in for the update (--offload optimizer), with a parameter's size;
          * not the update's temporary */
-        if (u64map_get(&x->param_sizes, a->requested)) cat = GM_CAT_OPT;
+        if (u64map_get(&x->param_copies, a->birth)) cat = GM_CAT_TEMP; /* a parameter's fp32 master */
+        else if (u64map_get(&x->param_sizes, a->requested)) cat = GM_CAT_OPT;
         else *unsure = 1, cat = GM_CAT_TEMP;
     } else {
         cat = GM_CAT_TEMP;
@@ -1922,6 +2028,7 @@ static void ctx_free(ctx *x)
     u64map_free(&x->ranges), bytemap_free(&x->params), u64map_free(&x->seen), u64map_free(&x->step_idx);
     u64map_free(&x->param_sizes), u64map_free(&x->repeats), u64map_free(&x->from_host), u64map_free(&x->host_homes);
     u64map_free(&x->handoff);
+    u64map_free(&x->param_forms), u64map_free(&x->param_copies), u64map_free(&x->brought);
 }
 
 /* The first column of the one-row query q (0 where it fails: a file without that table or column). */
@@ -2064,6 +2171,8 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
         if (r > 0) c->steps_from = GM_CSRC_INFERENCE;
     }
     end_last_step(&x);
+    if (c->steps_from != GM_CSRC_NONE && (param_forms(d, &x) || keys_add(&x.param_sizes, &x.param_forms)))
+        goto nomem;
     if (c->steps_from != GM_CSRC_NONE) {
         if (x.phased) {
             c->phases_from = GM_CSRC_PHASES;

@@ -85,6 +85,20 @@
 #          at once: they were temporaries, 930 of 1098 allocations as the NVTX run. Now a
 #          backward's allocation freed as the next thing after the birth of something no larger
 #          that outlives it (no kernel, memset or other free between) is what that is: a gradient.
+# Two more of 2026-12-07, against their NVTX runs:
+#   bfoffopt --param-dtype bf16 --offload optimizer: the fp32 master weights live on the host, so
+#          no parameter on the device has the fp32 size: the gradients were workspaces, the
+#          backward's fp32 copies of the bf16 weights activations, the AdamW state brought in
+#          temporaries (830 of 1266). Now the other operand of a launch of two, one a parameter
+#          (a copy made from it, or the master it is made from), has a parameter's size, and
+#          such a copy brought from the host is no optimizer state (the master: a temporary, as
+#          its names say);
+#   zero3offp --zero 3 --offload params: the parameters live on the host, brought in for each
+#          use (662 of 1596: 526 parameters temporaries, 336 gradients temporaries). Now what a
+#          copy fills from a parameter's home on the host (pinned, made before the first step,
+#          kept, of its size), or made before the first step is freed as such a home of its size
+#          is made, is a parameter, of a parameter's size; and the backward's copies are found
+#          across those brought in and freed between them.
 # And what stays: frag_app's loop of one size (15 x 4 MiB, then an 8 MiB request) has no steps;
 # cat_app without an evaluation keeps its steps.
 # Table: NAME#COMMAND#jq filter over `report --json`#want (@NAME: what the filter gives on row NAME). A row whose NAME starts with "cat"
@@ -142,6 +156,10 @@ zero3-nvtx#$TRAIN $tiny -T 64 --steps 6 --zero 3#.categories.steps#6
 zero3#$TRAIN $tiny -T 64 --steps 6 --zero 3#.categories_at_peak | tojson#@zero3-nvtx
 zero3p2-nvtx#$TRAIN $tiny -T 64 --steps 6 --zero 3 --prefetch 2#.categories.steps#6
 zero3p2#$TRAIN $tiny -T 64 --steps 6 --zero 3 --prefetch 2#.categories_at_peak | tojson#@zero3p2-nvtx
+bfoffopt-nvtx#$TRAIN $tiny -T 64 --steps 6 --param-dtype bf16 --offload optimizer#.categories.steps#6
+bfoffopt#$TRAIN $tiny -T 64 --steps 6 --param-dtype bf16 --offload optimizer#.categories_at_peak | tojson#@bfoffopt-nvtx
+zero3offp-nvtx#$TRAIN $tiny -T 64 --steps 6 --zero 3 --offload params#.categories.steps#6
+zero3offp#$TRAIN $tiny -T 64 --steps 6 --zero 3 --offload params#.categories_at_peak | tojson#@zero3offp-nvtx
 jitter-nvtx#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#.categories.steps#7
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$steps#inference inference 7 58 true
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$over#@jitter-nvtx
@@ -180,7 +198,7 @@ while IFS='#' read -r name cmd filter want; do
 done <<< "$table"
 # every allocation where the same run's NVTX ranges put it: each micro-batch of an --accum 2 step
 # has its forward and backward (read as one, the second's activations were temporaries)
-for name in accum accum4 gpt2accum gnaccum recompute offact recgn offactgn recaccum offopt bf16 leakrec gpt2recgn zero3 zero3p2 jitter churn1; do
+for name in accum accum4 gpt2accum gnaccum recompute offact recgn offactgn recaccum offopt bf16 leakrec gpt2recgn zero3 zero3p2 bfoffopt zero3offp jitter churn1; do
   if r=$(python3 "$lib" same "$TMP/$name-nvtx.dump" "$TMP/$name.dump"); then echo "ok: $name: $r"
   else echo "FAIL: $name: $(paste -sd' ' <<< "$r")"; bad=1; fi
 done
