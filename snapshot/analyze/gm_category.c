@@ -3,13 +3,15 @@
  * The story. A training program's memory is a few kinds of thing, and each kind has a life of
  * its own shape (PyTorch's memory profiler draws the same picture from the autograd graph):
  *   - parameters: made before the first step, alive through every step (or, kept on the host,
- *     brought in from their home there for each use and freed: param_forms); a parameter's
- *     size is also that of its other forms (the fp32 copy of a bf16 weight the ops read, its
- *     fp32 master: the other operand of a launch of two, one a parameter; param_forms);
+ *     brought in from their home there for each use, a home a forward or backward reads, and
+ *     freed: param_forms, param_homes); a parameter's size is also that of its other forms (the
+ *     fp32 copy of a bf16 weight the ops read, its fp32 master: the other operand of a launch
+ *     of two, one a parameter; param_forms);
  *   - gradients: made in the first step's backward and kept (or, set to none, made in each
  *     backward and freed in the update; or, sharded (ZeRO-2/3), made in the backward and handed
  *     on at once to this rank's shard, a gradient: freed as the next thing after the shard's
- *     birth, with nothing but copies between: handoffs);
+ *     birth, with nothing but copies between, or right after a launch of the two alone added it
+ *     into the shard: handoffs);
  *   - optimizer state: made in the first update and kept (or, kept on the host, made in each
  *     update, filled from pinned host memory, and freed in it: load_from_host, host_homes; not
  *     a parameter's master weights brought in so, which the update converts into the parameter);
@@ -186,13 +188,16 @@ typedef struct ctx {
                            the host allocation's birth */
     u64map param_forms; /* sizes of parameters in the form the ops read (param_forms) */
     u64map param_copies; /* births of targets a launch made from a parameter or made it from */
-    u64map brought;     /* births of targets that are a parameter brought from its host home */
+    u64map brought;     /* births of targets brought from a home on the host -> the home's birth */
+    u64map param_homes; /* births of the homes on the host that hold parameters (param_homes) */
     u64map host_homes;  /* sizes of pinned host allocations an update made and kept (host_homes) */
     uint64_t *launches; /* seqs of kernel launches, copies and memsets, sorted */
     size_t nlaunches;
     uint64_t *computes; /* ... of those that are not copies (kernels, memsets), sorted */
     size_t ncomputes;
     u64map handoff;     /* a target's birth -> the index of the target it handed on to (handoffs) */
+    struct pair_ev *pairs; /* the launches of two operands, by seq (load_pairs) */
+    size_t npairs;
     u64map param_sizes, repeats; /* categorise's, for category_of (see there) */
     u64map step_idx;  /* steps_from_ranges: "step N" -> its slot in c->steps */
     size_t steps_cap;
@@ -248,6 +253,30 @@ static void load_launches(gm_db *d, ctx *x)
         if (sqlite3_column_int(s, 1) == REC_OP_COPY) continue;
         if (gm_grow((void **)&x->computes, &ccap, x->ncomputes + 1, sizeof *x->computes)) break;
         x->computes[x->ncomputes++] = seq;
+    }
+    sqlite3_finalize(s);
+}
+
+/* A launch of two operands (recorded uses): its seq and their births, b1 < b2. */
+typedef struct pair_ev {
+    uint64_t seq, b1, b2;
+} pair_ev;
+
+/* The launches of two operands, into x->pairs by seq: a copy or conversion of one buffer into
+ * another (param_forms), or one added into the other (handoffs). None without uses recorded. */
+static void load_pairs(gm_db *d, ctx *x)
+{
+    sqlite3_stmt *s;
+    if (!d || !gm_table_exists(d, "uses") ||
+        sqlite3_prepare_v2(d->db,
+                           "SELECT seq, min(birth), max(birth) FROM uses GROUP BY seq HAVING count(*) = 2 ORDER BY seq",
+                           -1, &s, NULL) != SQLITE_OK)
+        return;
+    size_t cap = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        if (gm_grow((void **)&x->pairs, &cap, x->npairs + 1, sizeof *x->pairs)) break;
+        x->pairs[x->npairs++] = (pair_ev){(uint64_t)sqlite3_column_int64(s, 0), (uint64_t)sqlite3_column_int64(s, 1),
+                                          (uint64_t)sqlite3_column_int64(s, 2)};
     }
     sqlite3_finalize(s);
 }
@@ -316,45 +345,28 @@ static inline int early_kept(const ctx *x, const gm_alloc *a)
 /* Parameters in forms the ops read, found by behaviour where the device keeps no parameter in
  * that form (bf16 weights computed on in fp32; ZeRO-3 shards; parameters or master weights kept
  * on the host): a parameter's size is then also the size of
+ *   - what a copy fills from a home on the host (pinned, made before the first step, kept to
+ *     the end; of its size), and what, made before the first step, is freed there while such a
+ *     home of its size is made (looked for among the 64 allocations before the home): a form of
+ *     a parameter brought in, or put there — x->brought (the home's birth); param_homes says
+ *     which are parameters;
  *   - the other operand of a launch of two operands, one a parameter (kept from before the first
- *     step): a copy made from it (an fp32 gather buffer of a bf16 weight) or that it is made from
- *     (fp32 master weights converted into it) — x->param_copies, the parameter in another form;
- *   - what a copy fills from a parameter's home on the host (pinned, made before the first step,
- *     kept to the end; of its size), not a copy of a device parameter: the parameter brought in
- *     (--offload params), and what made before the first step is freed there while a home of its
- *     size is made (looked for among the 64 allocations before the home): the parameter put
- *     there — x->brought, parameters.
- * Into x->param_forms (sizes), x->param_copies and x->brought (births). Steps known; without
- * uses recorded, only the last. 0, or -1 (no memory). */
-static int param_forms(gm_db *d, ctx *x)
+ *     step, or brought in): a copy made from it (an fp32 gather buffer of a bf16 weight, the
+ *     wire buffer a brought-in shard is gathered into) or that it is made from (fp32 master
+ *     weights converted into it) — x->param_copies, the parameter in another form.
+ * Into x->param_forms (sizes), x->brought and x->param_copies (births). Steps known; without
+ * uses recorded, only the put-there. 0, or -1 (no memory). */
+static int param_forms(ctx *x)
 {
     const gm_model *m = x->m;
-    sqlite3_stmt *s;
     int rc = 0;
     if (!x->c->nsteps) return 0;
-    if (d && gm_table_exists(d, "uses") &&
-        sqlite3_prepare_v2(d->db, "SELECT min(birth), max(birth) FROM uses GROUP BY seq HAVING count(*) = 2", -1, &s,
-                           NULL) == SQLITE_OK) {
-        while (!rc && sqlite3_step(s) == SQLITE_ROW) {
-            const gm_alloc *p = alloc_born(m, (uint64_t)sqlite3_column_int64(s, 0));
-            const gm_alloc *q = alloc_born(m, (uint64_t)sqlite3_column_int64(s, 1));
-            if (!p || !q || !is_target(p) || !is_target(q)) continue;
-            if (!early_kept(x, p)) {
-                const gm_alloc *t = p;
-                p = q, q = t;
-            }
-            if (!early_kept(x, p) || early_kept(x, q)) continue;
-            rc = u64map_put(&x->param_forms, q->requested, 1) || u64map_put(&x->param_copies, q->birth, 1);
-        }
-        sqlite3_finalize(s);
-    }
     for (size_t k = 0; k < x->nt && x->from_host.count && !rc; k++) {
         const gm_alloc *a = &m->allocs[tgt(x, k)];
         const uint64_t *h = u64map_get(&x->from_host, a->birth);
         const gm_alloc *home = h ? alloc_born(m, *h) : NULL;
-        if (!home || !early_kept(x, home) || home->requested != a->requested || u64map_get(&x->param_copies, a->birth))
-            continue;
-        rc = u64map_put(&x->param_forms, a->requested, 1) || u64map_put(&x->brought, a->birth, 1);
+        if (home && early_kept(x, home) && home->requested == a->requested)
+            rc = u64map_put(&x->param_forms, a->requested, 1) || u64map_put(&x->brought, a->birth, home->birth);
     }
     for (size_t j = 0; j < m->nallocs && x->host && !rc && m->allocs[j].birth < x->c->steps[0].start; j++) {
         const gm_alloc *home = &m->allocs[j];
@@ -362,11 +374,36 @@ static int param_forms(gm_db *d, ctx *x)
         for (size_t k = j; k-- > 0 && j - k <= 64 && !rc;) {
             const gm_alloc *a = &m->allocs[k];
             if (is_target(a) && a->requested == home->requested && a->death > home->birth &&
-                a->death < x->c->steps[0].start && !u64map_get(&x->param_copies, a->birth))
-                rc = u64map_put(&x->param_forms, a->requested, 1) || u64map_put(&x->brought, a->birth, 1);
+                a->death < x->c->steps[0].start)
+                rc = u64map_put(&x->param_forms, a->requested, 1) || u64map_put(&x->brought, a->birth, home->birth);
         }
     }
+    for (size_t k = 0; k < x->npairs && !rc; k++) {
+        const gm_alloc *p = alloc_born(m, x->pairs[k].b1), *q = alloc_born(m, x->pairs[k].b2);
+        if (!p || !q || !is_target(p) || !is_target(q)) continue;
+        int pp = early_kept(x, p) || u64map_get(&x->brought, p->birth);
+        int qp = early_kept(x, q) || u64map_get(&x->brought, q->birth);
+        if (pp == qp) continue;
+        if (qp) q = p;
+        rc = u64map_put(&x->param_forms, q->requested, 1) || u64map_put(&x->param_copies, q->birth, 1);
+    }
     return rc;
+}
+
+/* The homes on the host (x->brought's) that a forward or a backward brings a copy from, into
+ * x->param_homes: a parameter's, what is brought from it (or was put there) a parameter
+ * (--offload params: the forward reads it). A home only an update reads from holds the
+ * optimizer's own form of a parameter, its fp32 master (--param-dtype bf16 --offload optimizer):
+ * brought in, a temporary of the update, as its names say. Phases known. 0, or -1 (no memory). */
+static int param_homes(ctx *x)
+{
+    for (uint64_t k = 0; x->brought.keys && k <= x->brought.mask; k++) {
+        if (x->brought.keys[k] == U64MAP_EMPTY) continue;
+        long step;
+        int ph = gm_category_phase_at(x->c, x->brought.keys[k], &step);
+        if ((ph == GM_CPH_FWD || ph == GM_CPH_BWD) && u64map_put(&x->param_homes, x->brought.vals[k], 1)) return -1;
+    }
+    return 0;
 }
 
 /* Every key of from into to (value 1). 0, or -1 (no memory). */
@@ -398,12 +435,79 @@ static int cmp_u64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Handoffs, into x->handoff: target A freed as the next thing after target G's birth (no other
- * free, no kernel or memset between: at most copies), G made after A, no larger, and outliving
- * it. A's content went into G and A was let go: a full gradient reduce-scattered into this
- * rank's shard and freed at once (ZeRO-2/3: on one rank a copy, in a dry run nothing at all).
- * Where G is a gradient, so is A (unsure_decide); a temporary of the backward is otherwise
- * freed after the kernels that read it, not right after a buffer is made. Without launches
+static size_t target_from(const ctx *x, uint64_t seq);
+
+/* The last of the n sorted seqs s before seq, or NO_SEQ. */
+static uint64_t seq_before(const uint64_t *s, size_t n, uint64_t seq)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s[mid] < seq) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo ? s[lo - 1] : NO_SEQ;
+}
+
+/* The launch of two operands at seq, or NULL. */
+static const pair_ev *pair_at(const ctx *x, uint64_t seq)
+{
+    size_t lo = 0, hi = x->npairs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (x->pairs[mid].seq < seq) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < x->npairs && x->pairs[lo].seq == seq ? &x->pairs[lo] : NULL;
+}
+
+/* Target k's receiver made just before its free: the last target made before it, after target k,
+ * no larger, outliving it, nothing but copies between its birth and the free (deaths: every
+ * target's, sorted). Its index in m->allocs, or SIZE_MAX. */
+static size_t receiver_made(const ctx *x, const uint64_t *deaths, size_t nd, size_t k)
+{
+    const gm_model *m = x->m;
+    const gm_alloc *a = &m->allocs[tgt(x, k)];
+    size_t lo = k + 1, hi = x->nt; /* the first target born after A's death */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->allocs[tgt(x, mid)].birth < a->death) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == k + 1) return SIZE_MAX; /* nothing made while A was alive */
+    const gm_alloc *b = &m->allocs[tgt(x, lo - 1)];
+    if (b->requested > a->requested || (b->death && b->death < a->death)) return SIZE_MAX;
+    if (seq_after(deaths, nd, b->birth) != a->death || seq_after(x->computes, x->ncomputes, b->birth) < a->death)
+        return SIZE_MAX;
+    return tgt(x, lo - 1);
+}
+
+/* Target k's receiver written just before its free: the other operand of the launch of the two
+ * alone that comes last before the free, no larger, outliving it, with no other free or birth
+ * between. Its index in m->allocs, or SIZE_MAX. */
+static size_t receiver_written(const ctx *x, const uint64_t *deaths, size_t nd, size_t k)
+{
+    const gm_model *m = x->m;
+    const gm_alloc *a = &m->allocs[tgt(x, k)];
+    uint64_t l = seq_before(x->launches, x->nlaunches, a->death);
+    const pair_ev *p = l != NO_SEQ && l > a->birth ? pair_at(x, l) : NULL;
+    if (!p || (p->b1 != a->birth && p->b2 != a->birth) || seq_after(deaths, nd, l) != a->death) return SIZE_MAX;
+    size_t n = target_from(x, l); /* the first target made after the launch */
+    if (n < x->nt && m->allocs[tgt(x, n)].birth < a->death) return SIZE_MAX;
+    const gm_alloc *b = alloc_born(m, p->b1 == a->birth ? p->b2 : p->b1);
+    if (!b || !is_target(b) || b->requested > a->requested || (b->death && b->death <= a->death)) return SIZE_MAX;
+    return (size_t)(b - m->allocs);
+}
+
+/* Handoffs, into x->handoff: target A freed as the next thing after target G was made (no other
+ * free, no kernel or memset between: at most copies) or written by a launch of A and G alone
+ * (no other free or birth between), G no larger and outliving A. A's content went into G and A
+ * was let go: a full gradient reduce-scattered into this rank's shard and freed at once
+ * (ZeRO-2/3: on one rank a copy, in a dry run nothing at all), or, in a later micro-batch,
+ * reduce-scattered in place and added into the shard; PyTorch's AccumulateGrad adds a new
+ * gradient into the .grad it keeps so. Where G is a gradient, so is A (unsure_decide); a
+ * temporary of the backward is otherwise freed after the kernels that read it, not right after
+ * a buffer is made or as the last thing a launch of it and a gradient did. Without launches
  * recorded a copy cannot be told from a kernel: no handoffs. 0, or -1 (no memory). */
 static int handoffs(ctx *x)
 {
@@ -419,19 +523,9 @@ static int handoffs(ctx *x)
     for (size_t k = 0; k < x->nt && !rc; k++) {
         const gm_alloc *a = &m->allocs[tgt(x, k)];
         if (!a->death) continue;
-        size_t lo = k + 1, hi = x->nt; /* the first target born after A's death */
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (m->allocs[tgt(x, mid)].birth < a->death) lo = mid + 1;
-            else hi = mid;
-        }
-        if (lo == k + 1) continue; /* nothing made while A was alive */
-        size_t g = tgt(x, lo - 1);
-        const gm_alloc *b = &m->allocs[g];
-        if (b->requested > a->requested || (b->death && b->death < a->death)) continue;
-        if (seq_after(deaths, nd, b->birth) != a->death || seq_after(x->computes, x->ncomputes, b->birth) < a->death)
-            continue;
-        rc = u64map_put(&x->handoff, a->birth, g);
+        size_t g = receiver_made(x, deaths, nd, k);
+        if (g == SIZE_MAX) g = receiver_written(x, deaths, nd, k);
+        if (g != SIZE_MAX) rc = u64map_put(&x->handoff, a->birth, g);
     }
     free(deaths);
     return rc;
@@ -1193,9 +1287,10 @@ static uint64_t backward_copies(const ctx *x, const u64map *params, const life_e
     /* at most 256 (a unit's parameters, a few units ahead): a pathological recording stays linear */
     for (size_t n = 0; i-- > 0 && n < 256 && e[i].birth >= lo; n++) {
         const gm_alloc *a = &x->m->allocs[tgt(x, target_from(x, e[i].birth))];
-        /* a parameter brought from the host to be copied (--offload params), and freed once
-         * copied: the copies' staging, not the pass's own */
-        if (u64map_get(&x->brought, a->birth)) {
+        /* a parameter brought from the host (--offload params) or made from one (ZeRO-3's
+         * gathered bf16 shard) to be copied, freed before the backward: the copies' staging,
+         * not the pass's own */
+        if ((u64map_get(&x->brought, a->birth) || u64map_get(&x->param_copies, a->birth)) && a->death && a->death < bwd) {
             if (e[i].delta > 0) at = e[i].seq;
             continue;
         }
@@ -1656,7 +1751,8 @@ static inline __attribute__((always_inline)) int category_decide(const ctx *x, c
         *sourced = 0;
         return GM_CAT_OTHER;
     }
-    if (u64map_get(&x->brought, a->birth)) {
+    const uint64_t *home = u64map_get(&x->brought, a->birth);
+    if (home && u64map_get(&x->param_homes, *home)) {
         /* a parameter brought from its home on the host for one use, or put there (param_forms) */
         *sourced = 1;
         return GM_CAT_PARAM;
@@ -2024,11 +2120,12 @@ int gm_category_source(const gm_categories *c, int cat)
 
 static void ctx_free(ctx *x)
 {
-    free(x->t), free(x->launches), free(x->computes), free(x->late), free(x->unsure), free(x->tk), free(x->lgap), free(x->fgap);
+    free(x->t), free(x->launches), free(x->computes), free(x->pairs), free(x->late), free(x->unsure), free(x->tk), free(x->lgap), free(x->fgap);
     u64map_free(&x->ranges), bytemap_free(&x->params), u64map_free(&x->seen), u64map_free(&x->step_idx);
     u64map_free(&x->param_sizes), u64map_free(&x->repeats), u64map_free(&x->from_host), u64map_free(&x->host_homes);
     u64map_free(&x->handoff);
     u64map_free(&x->param_forms), u64map_free(&x->param_copies), u64map_free(&x->brought);
+    u64map_free(&x->param_homes);
 }
 
 /* The first column of the one-row query q (0 where it fails: a file without that table or column). */
@@ -2159,6 +2256,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     x.nt = nt, x.phased = phased;
     load_launches(d, &x);
     load_from_host(d, &x);
+    load_pairs(d, &x);
     for (size_t f = 0; f < m->nframes && !x.python; f++)
         x.python = m->frames[f].python;
     int r = steps_from_ranges(&x);
@@ -2171,7 +2269,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
         if (r > 0) c->steps_from = GM_CSRC_INFERENCE;
     }
     end_last_step(&x);
-    if (c->steps_from != GM_CSRC_NONE && (param_forms(d, &x) || keys_add(&x.param_sizes, &x.param_forms)))
+    if (c->steps_from != GM_CSRC_NONE && (param_forms(&x) || keys_add(&x.param_sizes, &x.param_forms)))
         goto nomem;
     if (c->steps_from != GM_CSRC_NONE) {
         if (x.phased) {
@@ -2188,7 +2286,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     c->at_seq = m->peak_allocated_seq;
     c->stopped_at = x.cut = c->phases_from != GM_CSRC_NONE ? cut_of(&x) : 0;
     if (x.host && c->phases_from != GM_CSRC_NONE && host_homes(&x)) goto nomem;
-    if (c->phases_from != GM_CSRC_NONE && handoffs(&x)) goto nomem;
+    if (c->phases_from != GM_CSRC_NONE && (handoffs(&x) || param_homes(&x))) goto nomem;
     if (timeline(&x)) goto nomem;
     ctx_free(&x);
     return 0;

@@ -84,7 +84,9 @@
 #          is reduce-scattered into this rank's shard (a gradient, freed in the update) and freed
 #          at once: they were temporaries, 930 of 1098 allocations as the NVTX run. Now a
 #          backward's allocation freed as the next thing after the birth of something no larger
-#          that outlives it (no kernel, memset or other free between) is what that is: a gradient.
+#          that outlives it (no kernel, memset or other free between) is what that is: a gradient;
+#          so too with --accum 2 (zero3accum: 1608 of 1944), whose second micro-batch adds each
+#          full gradient into the shard by a launch of the two alone, then frees it.
 # Two more of 2026-12-07, against their NVTX runs:
 #   bfoffopt --param-dtype bf16 --offload optimizer: the fp32 master weights live on the host, so
 #          no parameter on the device has the fp32 size: the gradients were workspaces, the
@@ -154,6 +156,8 @@ gpt2recgn-nvtx#$TRAIN --model gpt2 -B 4 -T 64 --dry-run --steps 6 --recompute la
 gpt2recgn#$TRAIN --model gpt2 -B 4 -T 64 --dry-run --steps 6 --recompute layer --grad-none#.categories_at_peak | tojson#@gpt2recgn-nvtx
 zero3-nvtx#$TRAIN $tiny -T 64 --steps 6 --zero 3#.categories.steps#6
 zero3#$TRAIN $tiny -T 64 --steps 6 --zero 3#.categories_at_peak | tojson#@zero3-nvtx
+zero3accum-nvtx#$TRAIN $tiny -T 64 --steps 6 --zero 3 --accum 2#.categories.steps#6
+zero3accum#$TRAIN $tiny -T 64 --steps 6 --zero 3 --accum 2#.categories_at_peak | tojson#@zero3accum-nvtx
 zero3p2-nvtx#$TRAIN $tiny -T 64 --steps 6 --zero 3 --prefetch 2#.categories.steps#6
 zero3p2#$TRAIN $tiny -T 64 --steps 6 --zero 3 --prefetch 2#.categories_at_peak | tojson#@zero3p2-nvtx
 bfoffopt-nvtx#$TRAIN $tiny -T 64 --steps 6 --param-dtype bf16 --offload optimizer#.categories.steps#6
@@ -198,7 +202,7 @@ while IFS='#' read -r name cmd filter want; do
 done <<< "$table"
 # every allocation where the same run's NVTX ranges put it: each micro-batch of an --accum 2 step
 # has its forward and backward (read as one, the second's activations were temporaries)
-for name in accum accum4 gpt2accum gnaccum recompute offact recgn offactgn recaccum offopt bf16 leakrec gpt2recgn zero3 zero3p2 bfoffopt zero3offp jitter churn1; do
+for name in accum accum4 gpt2accum gnaccum recompute offact recgn offactgn recaccum offopt bf16 leakrec gpt2recgn zero3 zero3accum zero3p2 bfoffopt zero3offp jitter churn1; do
   if r=$(python3 "$lib" same "$TMP/$name-nvtx.dump" "$TMP/$name.dump"); then echo "ok: $name: $r"
   else echo "FAIL: $name: $(paste -sd' ' <<< "$r")"; bad=1; fi
 done
