@@ -13,7 +13,7 @@
  *     birth, with nothing but copies between, or right after a launch of the two alone added it
  *     into the shard: handoffs);
  *   - optimizer state: made in the first update and kept (or, kept on the host, made in each
- *     update, filled from pinned host memory, and freed in it: load_from_host, host_homes; not
+ *     update, filled from pinned host memory, and freed in it: load_uses, host_homes; not
  *     a parameter's master weights brought in so, which the update converts into the parameter);
  *   - activations: made in a forward, freed in the backward that follows;
  *   - temporaries: made and freed inside one phase;
@@ -196,7 +196,7 @@ typedef struct ctx {
     uint64_t *computes; /* ... of those that are not copies (kernels, memsets), sorted */
     size_t ncomputes;
     u64map handoff;     /* a target's birth -> the index of the target it handed on to (handoffs) */
-    struct pair_ev *pairs; /* the launches of two operands, by seq (load_pairs) */
+    struct pair_ev *pairs; /* the launches of two operands, by seq (load_uses) */
     size_t npairs;
     u64map param_sizes, repeats; /* categorise's, for category_of (see there) */
     u64map step_idx;  /* steps_from_ranges: "step N" -> its slot in c->steps */
@@ -262,44 +262,72 @@ typedef struct pair_ev {
     uint64_t seq, b1, b2;
 } pair_ev;
 
-/* The launches of two operands, into x->pairs by seq: a copy or conversion of one buffer into
- * another (param_forms), or one added into the other (handoffs). None without uses recorded. */
-static void load_pairs(gm_db *d, ctx *x)
+/* A use: an allocation's birth and how a launch accessed it (1 read, 2 write, 0 unknown). */
+typedef struct use_row {
+    uint64_t birth;
+    int access;
+} use_row;
+
+/* The allocation born at seq birth, or NULL. */
+static const gm_alloc *alloc_born(const gm_model *m, uint64_t birth)
+{
+    size_t lo = 0, hi = m->nallocs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->allocs[mid].birth < birth) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < m->nallocs && m->allocs[lo].birth == birth ? &m->allocs[lo] : NULL;
+}
+
+/* What one launch's uses u[0, n) say (launches l and computes c: the cursors of a walk in seq
+ * order): a copy that writes one allocation and reads a pinned host allocation fills the first
+ * from the host (x->from_host: optimizer state kept on the host and brought in for each update,
+ * --offload optimizer; parameters, --offload params: param_forms); a launch of two operands is a
+ * pair (x->pairs: a copy or conversion of one buffer into another, param_forms; one added into
+ * the other, handoffs). 0, or -1 (no memory). */
+static int uses_of(ctx *x, uint64_t seq, const use_row *u, size_t n, size_t *l, size_t *c, size_t *cap)
+{
+    while (*l < x->nlaunches && x->launches[*l] < seq)
+        ++*l;
+    while (*c < x->ncomputes && x->computes[*c] < seq)
+        ++*c;
+    if (n == 2) {
+        if (gm_grow((void **)&x->pairs, cap, x->npairs + 1, sizeof *x->pairs)) return -1;
+        x->pairs[x->npairs++] = (pair_ev){seq, u[0].birth, u[1].birth}; /* by the key: b1 < b2 */
+    }
+    int copy = *l < x->nlaunches && x->launches[*l] == seq && !(*c < x->ncomputes && x->computes[*c] == seq);
+    for (size_t w = 0; copy && w < n; w++) {
+        if (u[w].access != 2) continue;
+        for (size_t r = 0; r < n; r++) {
+            const gm_alloc *h = u[r].access == 1 ? alloc_born(x->m, u[r].birth) : NULL;
+            if (h && h->kind == REC_HOST_ALLOC && u64map_put(&x->from_host, u[w].birth, u[r].birth)) return -1;
+        }
+    }
+    return 0;
+}
+
+/* The recorded uses read once, in the table's order (by launch): x->from_host and x->pairs
+ * (uses_of). After load_launches; none without uses recorded. */
+static void load_uses(gm_db *d, ctx *x)
 {
     sqlite3_stmt *s;
     if (!d || !gm_table_exists(d, "uses") ||
-        sqlite3_prepare_v2(d->db,
-                           "SELECT seq, min(birth), max(birth) FROM uses GROUP BY seq HAVING count(*) = 2 ORDER BY seq",
-                           -1, &s, NULL) != SQLITE_OK)
+        sqlite3_prepare_v2(d->db, "SELECT seq, birth, access FROM uses ORDER BY seq, birth", -1, &s, NULL) != SQLITE_OK)
         return;
-    size_t cap = 0;
-    while (sqlite3_step(s) == SQLITE_ROW) {
-        if (gm_grow((void **)&x->pairs, &cap, x->npairs + 1, sizeof *x->pairs)) break;
-        x->pairs[x->npairs++] = (pair_ev){(uint64_t)sqlite3_column_int64(s, 0), (uint64_t)sqlite3_column_int64(s, 1),
-                                          (uint64_t)sqlite3_column_int64(s, 2)};
+    use_row *u = NULL;
+    size_t n = 0, ucap = 0, l = 0, c = 0, cap = 0;
+    uint64_t seq = 0;
+    int rc = 0;
+    while (!rc && sqlite3_step(s) == SQLITE_ROW) {
+        uint64_t q = (uint64_t)sqlite3_column_int64(s, 0);
+        if (n && q != seq) rc = uses_of(x, seq, u, n, &l, &c, &cap), n = 0;
+        seq = q;
+        if (rc || gm_grow((void **)&u, &ucap, n + 1, sizeof *u)) break;
+        u[n++] = (use_row){(uint64_t)sqlite3_column_int64(s, 1), sqlite3_column_int(s, 2)};
     }
-    sqlite3_finalize(s);
-}
-
-/* The device allocations a copy filled from pinned host memory (recorded uses: the copy writes
- * one and reads a host allocation), into x->from_host with the host allocation's birth:
- * optimizer state kept on the host and brought in for each update (--offload optimizer), or
- * parameters (--offload params: param_forms). None without uses recorded. */
-static void load_from_host(gm_db *d, ctx *x)
-{
-    sqlite3_stmt *s;
-    char q[400];
-    snprintf(q, sizeof q,
-             "SELECT DISTINCT w.birth, r.birth FROM uses w JOIN launches l ON l.seq = w.seq AND l.op = 1 "
-             "JOIN uses r ON r.seq = w.seq AND r.access = 1 JOIN events h ON h.seq = r.birth AND h.kind = %d "
-             "WHERE w.access = 2",
-             REC_HOST_ALLOC);
-    if (!d || !gm_table_exists(d, "uses") || !gm_table_exists(d, "launches") ||
-        sqlite3_prepare_v2(d->db, q, -1, &s, NULL) != SQLITE_OK)
-        return;
-    while (sqlite3_step(s) == SQLITE_ROW)
-        if (u64map_put(&x->from_host, (uint64_t)sqlite3_column_int64(s, 0), (uint64_t)sqlite3_column_int64(s, 1)))
-            break;
+    if (!rc && n) uses_of(x, seq, u, n, &l, &c, &cap);
+    free(u);
     sqlite3_finalize(s);
 }
 
@@ -318,18 +346,6 @@ static int host_homes(ctx *x)
             return -1;
     }
     return 0;
-}
-
-/* The allocation born at seq birth, or NULL. */
-static const gm_alloc *alloc_born(const gm_model *m, uint64_t birth)
-{
-    size_t lo = 0, hi = m->nallocs;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (m->allocs[mid].birth < birth) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < m->nallocs && m->allocs[lo].birth == birth ? &m->allocs[lo] : NULL;
 }
 
 /* Target a lives to the end: never freed, or only in the teardown (after the last birth). */
@@ -2255,8 +2271,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     }
     x.nt = nt, x.phased = phased;
     load_launches(d, &x);
-    load_from_host(d, &x);
-    load_pairs(d, &x);
+    load_uses(d, &x);
     for (size_t f = 0; f < m->nframes && !x.python; f++)
         x.python = m->frames[f].python;
     int r = steps_from_ranges(&x);
