@@ -101,6 +101,13 @@
 #          kept, of its size), or made before the first step is freed as such a home of its size
 #          is made, is a parameter, of a parameter's size; and the backward's copies are found
 #          across those brought in and freed between them.
+#   bfzero3 --param-dtype bf16 --zero 3: the wire buffers each bf16 shard is gathered into,
+#          named gather.bf16.<p>, were optimizer state by the names ("K.S.<p>": an optimizer's
+#          slot of <p>; 386 allocations of the NVTX run for AdamW's 56), the gather buffers of
+#          the backward's first layer, made across those freed wire buffers, activations: 886 of
+#          1456 allocations as the NVTX run. Now the trainer names them gather.<p>.bf16, and a
+#          buffer made from a brought-in or kept parameter is its copy (param_forms): the
+#          backward's copies are found across them.
 # And what stays: frag_app's loop of one size (15 x 4 MiB, then an 8 MiB request) has no steps;
 # cat_app without an evaluation keeps its steps.
 # Table: NAME#COMMAND#jq filter over `report --json`#want (@NAME: what the filter gives on row NAME). A row whose NAME starts with "cat"
@@ -162,6 +169,8 @@ zero3p2-nvtx#$TRAIN $tiny -T 64 --steps 6 --zero 3 --prefetch 2#.categories.step
 zero3p2#$TRAIN $tiny -T 64 --steps 6 --zero 3 --prefetch 2#.categories_at_peak | tojson#@zero3p2-nvtx
 bfoffopt-nvtx#$TRAIN $tiny -T 64 --steps 6 --param-dtype bf16 --offload optimizer#.categories.steps#6
 bfoffopt#$TRAIN $tiny -T 64 --steps 6 --param-dtype bf16 --offload optimizer#.categories_at_peak | tojson#@bfoffopt-nvtx
+bfzero3-nvtx#$TRAIN $tiny -T 64 --steps 6 --param-dtype bf16 --zero 3#.categories.steps#6
+bfzero3#$TRAIN $tiny -T 64 --steps 6 --param-dtype bf16 --zero 3#.categories_at_peak | tojson#@bfzero3-nvtx
 zero3offp-nvtx#$TRAIN $tiny -T 64 --steps 6 --zero 3 --offload params#.categories.steps#6
 zero3offp#$TRAIN $tiny -T 64 --steps 6 --zero 3 --offload params#.categories_at_peak | tojson#@zero3offp-nvtx
 jitter-nvtx#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#.categories.steps#7
@@ -202,7 +211,7 @@ while IFS='#' read -r name cmd filter want; do
 done <<< "$table"
 # every allocation where the same run's NVTX ranges put it: each micro-batch of an --accum 2 step
 # has its forward and backward (read as one, the second's activations were temporaries)
-for name in accum accum4 gpt2accum gnaccum recompute offact recgn offactgn recaccum offopt bf16 leakrec gpt2recgn zero3 zero3accum zero3p2 bfoffopt zero3offp jitter churn1; do
+for name in accum accum4 gpt2accum gnaccum recompute offact recgn offactgn recaccum offopt bf16 leakrec gpt2recgn zero3 zero3accum zero3p2 bfoffopt bfzero3 zero3offp jitter churn1; do
   if r=$(python3 "$lib" same "$TMP/$name-nvtx.dump" "$TMP/$name.dump"); then echo "ok: $name: $r"
   else echo "FAIL: $name: $(paste -sd' ' <<< "$r")"; bad=1; fi
 done
