@@ -362,7 +362,7 @@ static inline int early_kept(const ctx *x, const gm_alloc *a)
  * that form (bf16 weights computed on in fp32; ZeRO-3 shards; parameters or master weights kept
  * on the host): a parameter's size is then also the size of
  *   - what a copy fills from a home on the host (pinned, made before the first step, kept to
- *     the end; of its size), and what, made before the first step, is freed there while such a
+ *     the end; of its size, as everything copies fill from it), and what, made before the first step, is freed there while such a
  *     home of its size is made (looked for among the 64 allocations before the home): a form of
  *     a parameter brought in, or put there — x->brought (the home's birth); param_homes says
  *     which are parameters;
@@ -377,13 +377,23 @@ static int param_forms(ctx *x)
     const gm_model *m = x->m;
     int rc = 0;
     if (!x->c->nsteps) return 0;
+    /* a staging buffer (a collective's through host memory) is made before the first step and
+     * kept too, but fills buffers of many sizes: a home fills only its own size */
+    u64map mixed = {0};
     for (size_t k = 0; k < x->nt && x->from_host.count && !rc; k++) {
         const gm_alloc *a = &m->allocs[tgt(x, k)];
         const uint64_t *h = u64map_get(&x->from_host, a->birth);
         const gm_alloc *home = h ? alloc_born(m, *h) : NULL;
-        if (home && early_kept(x, home) && home->requested == a->requested)
+        if (home && home->requested != a->requested) rc = u64map_put(&mixed, home->birth, 1);
+    }
+    for (size_t k = 0; k < x->nt && x->from_host.count && !rc; k++) {
+        const gm_alloc *a = &m->allocs[tgt(x, k)];
+        const uint64_t *h = u64map_get(&x->from_host, a->birth);
+        const gm_alloc *home = h ? alloc_born(m, *h) : NULL;
+        if (home && early_kept(x, home) && home->requested == a->requested && !u64map_get(&mixed, home->birth))
             rc = u64map_put(&x->param_forms, a->requested, 1) || u64map_put(&x->brought, a->birth, home->birth);
     }
+    u64map_free(&mixed);
     for (size_t j = 0; j < m->nallocs && x->host && !rc && m->allocs[j].birth < x->c->steps[0].start; j++) {
         const gm_alloc *home = &m->allocs[j];
         if (home->kind != REC_HOST_ALLOC || !kept_to_end(x, home)) continue;

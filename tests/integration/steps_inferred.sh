@@ -218,4 +218,36 @@ done
 # the text says why nothing is an activation
 "$GPUMEM" report "$TMP/churn.db" | grepq '^  no backward: no step makes something after its highest point' \
   || { echo "FAIL: churn: the text does not say no backward was found"; bad=1; }
+# staged: --zero 3 on 2 ranks, the collectives through a pinned host buffer (TRAIN_DIST_STAGED=1;
+# rank 0's recording, inferred and with its NVTX ranges): that buffer, made before the first step
+# and kept, fills the gather buffer of its own size (wte's) in each forward as a parameter's home
+# on the host would, and every one of those (72 temporaries, 6 activations) read as a parameter
+# (467,968 bytes of parameters at the peak for 271,360), in the NVTX run too (its phases read the
+# same rule: the names do not decide gather.wte). A home fills only its own size.
+if command -v mpirun > /dev/null && [[ $(ldd "$TRAIN" 2> /dev/null) == *libmpi* ]]; then
+  (
+    source tests/mpi.bash
+    mpi_setup steps_inferred "$TRAIN"
+    export TRAIN_DIST_STAGED=1 ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+    for v in nvtx inf; do
+      off=()
+      [[ $v == inf ]] && off=(GPUMEM_NAMES=0 GPUMEM_NVTX=0)
+      env "${off[@]}" timeout 300 mpirun -np 2 -x TRAIN_DIST_STAGED "$GPUMEM" record -q -o "$TMP/staged-$v-%r.db" -- \
+        "$TRAIN" --model tiny -B 8 -T 64 --steps 6 --threads 1 --zero 3 > "$TMP/staged-$v.out" 2>&1
+      "$GPUMEM" report --json "$TMP/staged-$v-0.db" > "$TMP/staged-$v.json" 2>&1
+    done
+  )
+  # the truth by the names alone: what is alive at the peak and named as some grad.X's X
+  p=$(jq -r .peak.seq "$TMP/staged-nvtx.json" 2>&1)
+  want=$(sqlite3 "$TMP/staged-nvtx-0.db" "SELECT sum(a.size) FROM allocations a WHERE a.birth_seq <= $p
+         AND (a.death_seq IS NULL OR a.death_seq > $p) AND EXISTS (SELECT 1 FROM allocations g
+         WHERE g.name = 'grad.shard.' || a.name OR g.name = 'grad.' || a.name)" 2>&1)
+  for v in nvtx inf; do
+    got=$(jq -r .categories_at_peak.parameters "$TMP/staged-$v.json" 2>&1)
+    if [[ $got == "$want" && $want == [1-9]* ]]; then echo "ok: staged-$v: parameters at the peak $got, those named so"
+    else echo "FAIL: staged-$v: parameters at the peak '$got', those named so '$want'"; bad=1; fi
+  done
+else
+  echo "skip: staged: mpirun missing or $TRAIN built without MPI"
+fi
 exit $bad
