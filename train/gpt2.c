@@ -380,12 +380,12 @@ static int unit_gather_param(gpt2 *m, gpt2_tensor *g, gpt2_tensor *p)
             COMM("allgather", dist_allgather_from(p->p, g->p, p->numel, 4));
         return 0;
     }
-    /* bf16: at zero 3 the bf16 shards gathered into gather.bf16.<p> first (freed once
-     * converted); the full bf16 parameter converted into the fp32 gather.<p>. */
+    /* bf16: at zero 3 the bf16 shards gathered into gather.<p>.bf16 first (freed once converted;
+     * not gather.bf16.<p>: "K.S.<p>" names optimizer state); then into the fp32 gather.<p>. */
     gpt2_tensor wire = {0};
     const void *src = p->p;
     if (m->o.zero == 3) {
-        TRY(t_alloc_on(m, &wire, p->numel, 1, m->stream, "gather.bf16.%s", p->name));
+        TRY(t_alloc_on(m, &wire, p->numel, 1, m->stream, "gather.%s.bf16", p->name));
         if (dist_world() == 1)
             CK(copy_async(m, wire.p, p->p, p->bytes, cudaMemcpyDeviceToDevice, m->stream),
                "cudaMemcpyAsync");

@@ -2,11 +2,19 @@
  *
  * The story. A training program's memory is a few kinds of thing, and each kind has a life of
  * its own shape (PyTorch's memory profiler draws the same picture from the autograd graph):
- *   - parameters: made before the first step, alive through every step;
+ *   - parameters: made before the first step, alive through every step (or, kept on the host,
+ *     brought in from their home there for each use, a home a forward or backward reads, and
+ *     freed: param_forms, param_homes); a parameter's size is also that of its other forms (the
+ *     fp32 copy of a bf16 weight the ops read, its fp32 master: the other operand of a launch
+ *     of two, one a parameter; param_forms);
  *   - gradients: made in the first step's backward and kept (or, set to none, made in each
- *     backward and freed in the update);
+ *     backward and freed in the update; or, sharded (ZeRO-2/3), made in the backward and handed
+ *     on at once to this rank's shard, a gradient: freed as the next thing after the shard's
+ *     birth, with nothing but copies between, or right after a launch of the two alone added it
+ *     into the shard: handoffs);
  *   - optimizer state: made in the first update and kept (or, kept on the host, made in each
- *     update, filled from pinned host memory, and freed in it: load_from_host, host_homes);
+ *     update, filled from pinned host memory, and freed in it: load_uses, host_homes; not
+ *     a parameter's master weights brought in so, which the update converts into the parameter);
  *   - activations: made in a forward, freed in the backward that follows;
  *   - temporaries: made and freed inside one phase;
  *   - workspaces: a library's buffers, made once on first need (in a forward or a backward) and
@@ -176,10 +184,20 @@ typedef struct ctx {
     int python;         /* some allocation's stack has Python frames */
     size_t segments;    /* PyTorch's segments among the device allocations */
     size_t host;        /* allocations not on the device (pinned host, managed memory) */
-    u64map from_host;   /* births of device allocations a copy wrote from pinned host memory */
+    u64map from_host;   /* births of device allocations a copy wrote from pinned host memory ->
+                           the host allocation's birth */
+    u64map param_forms; /* sizes of parameters in the form the ops read (param_forms) */
+    u64map param_copies; /* births of targets a launch made from a parameter or made it from */
+    u64map brought;     /* births of targets brought from a home on the host -> the home's birth */
+    u64map param_homes; /* births of the homes on the host that hold parameters (param_homes) */
     u64map host_homes;  /* sizes of pinned host allocations an update made and kept (host_homes) */
     uint64_t *launches; /* seqs of kernel launches, copies and memsets, sorted */
     size_t nlaunches;
+    uint64_t *computes; /* ... of those that are not copies (kernels, memsets), sorted */
+    size_t ncomputes;
+    u64map handoff;     /* a target's birth -> the index of the target it handed on to (handoffs) */
+    struct pair_ev *pairs; /* the launches of two operands, by seq (load_uses) */
+    size_t npairs;
     u64map param_sizes, repeats; /* categorise's, for category_of (see there) */
     u64map step_idx;  /* steps_from_ranges: "step N" -> its slot in c->steps */
     size_t steps_cap;
@@ -225,33 +243,91 @@ static void load_launches(gm_db *d, ctx *x)
 {
     sqlite3_stmt *s;
     if (!d || !gm_table_exists(d, "launches") ||
-        sqlite3_prepare_v2(d->db, "SELECT seq FROM launches ORDER BY seq", -1, &s, NULL) != SQLITE_OK)
+        sqlite3_prepare_v2(d->db, "SELECT seq, op FROM launches ORDER BY seq", -1, &s, NULL) != SQLITE_OK)
         return;
-    size_t cap = 0;
+    size_t cap = 0, ccap = 0;
     while (sqlite3_step(s) == SQLITE_ROW) {
+        uint64_t seq = (uint64_t)sqlite3_column_int64(s, 0);
         if (gm_grow((void **)&x->launches, &cap, x->nlaunches + 1, sizeof *x->launches)) break;
-        x->launches[x->nlaunches++] = (uint64_t)sqlite3_column_int64(s, 0);
+        x->launches[x->nlaunches++] = seq;
+        if (sqlite3_column_int(s, 1) == REC_OP_COPY) continue;
+        if (gm_grow((void **)&x->computes, &ccap, x->ncomputes + 1, sizeof *x->computes)) break;
+        x->computes[x->ncomputes++] = seq;
     }
     sqlite3_finalize(s);
 }
 
-/* The device allocations a copy filled from pinned host memory (recorded uses: the copy writes
- * one and reads a host allocation), into x->from_host: optimizer state kept on the host and
- * brought in for each update (--offload optimizer). None without uses recorded. */
-static void load_from_host(gm_db *d, ctx *x)
+/* A launch of two operands (recorded uses): its seq and their births, b1 < b2. */
+typedef struct pair_ev {
+    uint64_t seq, b1, b2;
+} pair_ev;
+
+/* A use: an allocation's birth and how a launch accessed it (1 read, 2 write, 0 unknown). */
+typedef struct use_row {
+    uint64_t birth;
+    int access;
+} use_row;
+
+/* The allocation born at seq birth, or NULL. */
+static const gm_alloc *alloc_born(const gm_model *m, uint64_t birth)
+{
+    size_t lo = 0, hi = m->nallocs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->allocs[mid].birth < birth) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < m->nallocs && m->allocs[lo].birth == birth ? &m->allocs[lo] : NULL;
+}
+
+/* What one launch's uses u[0, n) say (launches l and computes c: the cursors of a walk in seq
+ * order): a copy that writes one allocation and reads a pinned host allocation fills the first
+ * from the host (x->from_host: optimizer state kept on the host and brought in for each update,
+ * --offload optimizer; parameters, --offload params: param_forms); a launch of two operands is a
+ * pair (x->pairs: a copy or conversion of one buffer into another, param_forms; one added into
+ * the other, handoffs). 0, or -1 (no memory). */
+static int uses_of(ctx *x, uint64_t seq, const use_row *u, size_t n, size_t *l, size_t *c, size_t *cap)
+{
+    while (*l < x->nlaunches && x->launches[*l] < seq)
+        ++*l;
+    while (*c < x->ncomputes && x->computes[*c] < seq)
+        ++*c;
+    if (n == 2) {
+        if (gm_grow((void **)&x->pairs, cap, x->npairs + 1, sizeof *x->pairs)) return -1;
+        x->pairs[x->npairs++] = (pair_ev){seq, u[0].birth, u[1].birth}; /* by the key: b1 < b2 */
+    }
+    int copy = *l < x->nlaunches && x->launches[*l] == seq && !(*c < x->ncomputes && x->computes[*c] == seq);
+    for (size_t w = 0; copy && w < n; w++) {
+        if (u[w].access != 2) continue;
+        for (size_t r = 0; r < n; r++) {
+            const gm_alloc *h = u[r].access == 1 ? alloc_born(x->m, u[r].birth) : NULL;
+            if (h && h->kind == REC_HOST_ALLOC && u64map_put(&x->from_host, u[w].birth, u[r].birth)) return -1;
+        }
+    }
+    return 0;
+}
+
+/* The recorded uses read once, in the table's order (by launch): x->from_host and x->pairs
+ * (uses_of). After load_launches; none without uses recorded. */
+static void load_uses(gm_db *d, ctx *x)
 {
     sqlite3_stmt *s;
-    char q[400];
-    snprintf(q, sizeof q,
-             "SELECT DISTINCT w.birth FROM uses w JOIN launches l ON l.seq = w.seq AND l.op = 1 "
-             "JOIN uses r ON r.seq = w.seq AND r.access = 1 JOIN events h ON h.seq = r.birth AND h.kind = %d "
-             "WHERE w.access = 2",
-             REC_HOST_ALLOC);
-    if (!d || !gm_table_exists(d, "uses") || !gm_table_exists(d, "launches") ||
-        sqlite3_prepare_v2(d->db, q, -1, &s, NULL) != SQLITE_OK)
+    if (!d || !gm_table_exists(d, "uses") ||
+        sqlite3_prepare_v2(d->db, "SELECT seq, birth, access FROM uses ORDER BY seq, birth", -1, &s, NULL) != SQLITE_OK)
         return;
-    while (sqlite3_step(s) == SQLITE_ROW)
-        if (u64map_put(&x->from_host, (uint64_t)sqlite3_column_int64(s, 0), 1)) break;
+    use_row *u = NULL;
+    size_t n = 0, ucap = 0, l = 0, c = 0, cap = 0;
+    uint64_t seq = 0;
+    int rc = 0;
+    while (!rc && sqlite3_step(s) == SQLITE_ROW) {
+        uint64_t q = (uint64_t)sqlite3_column_int64(s, 0);
+        if (n && q != seq) rc = uses_of(x, seq, u, n, &l, &c, &cap), n = 0;
+        seq = q;
+        if (rc || gm_grow((void **)&u, &ucap, n + 1, sizeof *u)) break;
+        u[n++] = (use_row){(uint64_t)sqlite3_column_int64(s, 1), sqlite3_column_int(s, 2)};
+    }
+    if (!rc && n) uses_of(x, seq, u, n, &l, &c, &cap);
+    free(u);
     sqlite3_finalize(s);
 }
 
@@ -272,16 +348,213 @@ static int host_homes(ctx *x)
     return 0;
 }
 
-/* The first launch after seq, or NO_SEQ. */
-static uint64_t launch_after(const ctx *x, uint64_t seq)
+/* Target a lives to the end: never freed, or only in the teardown (after the last birth). */
+static inline int kept_to_end(const ctx *x, const gm_alloc *a) { return !a->death || a->death > x->last_birth; }
+
+/* a (a target, or a pinned host allocation) is made before the first step and kept to the end:
+ * a parameter, or a parameter's home on the host. Steps known. */
+static inline int early_kept(const ctx *x, const gm_alloc *a)
 {
-    size_t lo = 0, hi = x->nlaunches;
+    return a->birth < x->c->steps[0].start && kept_to_end(x, a);
+}
+
+/* Parameters in forms the ops read, found by behaviour where the device keeps no parameter in
+ * that form (bf16 weights computed on in fp32; ZeRO-3 shards; parameters or master weights kept
+ * on the host): a parameter's size is then also the size of
+ *   - what a copy fills from a home on the host (pinned, made before the first step, kept to
+ *     the end; of its size, as everything copies fill from it), and what, made before the first step, is freed there while such a
+ *     home of its size is made (looked for among the 64 allocations before the home): a form of
+ *     a parameter brought in, or put there — x->brought (the home's birth); param_homes says
+ *     which are parameters;
+ *   - the other operand of a launch of two operands, one a parameter (kept from before the first
+ *     step, or brought in): a copy made from it (an fp32 gather buffer of a bf16 weight, the
+ *     wire buffer a brought-in shard is gathered into) or that it is made from (fp32 master
+ *     weights converted into it) — x->param_copies, the parameter in another form.
+ * Into x->param_forms (sizes), x->brought and x->param_copies (births). Steps known; without
+ * uses recorded, only the put-there. 0, or -1 (no memory). */
+static int param_forms(ctx *x)
+{
+    const gm_model *m = x->m;
+    int rc = 0;
+    if (!x->c->nsteps) return 0;
+    /* a staging buffer (a collective's through host memory) is made before the first step and
+     * kept too, but fills buffers of many sizes: a home fills only its own size */
+    u64map mixed = {0};
+    for (size_t k = 0; k < x->nt && x->from_host.count && !rc; k++) {
+        const gm_alloc *a = &m->allocs[tgt(x, k)];
+        const uint64_t *h = u64map_get(&x->from_host, a->birth);
+        const gm_alloc *home = h ? alloc_born(m, *h) : NULL;
+        if (home && home->requested != a->requested) rc = u64map_put(&mixed, home->birth, 1);
+    }
+    for (size_t k = 0; k < x->nt && x->from_host.count && !rc; k++) {
+        const gm_alloc *a = &m->allocs[tgt(x, k)];
+        const uint64_t *h = u64map_get(&x->from_host, a->birth);
+        const gm_alloc *home = h ? alloc_born(m, *h) : NULL;
+        if (home && early_kept(x, home) && home->requested == a->requested && !u64map_get(&mixed, home->birth))
+            rc = u64map_put(&x->param_forms, a->requested, 1) || u64map_put(&x->brought, a->birth, home->birth);
+    }
+    u64map_free(&mixed);
+    for (size_t j = 0; j < m->nallocs && x->host && !rc && m->allocs[j].birth < x->c->steps[0].start; j++) {
+        const gm_alloc *home = &m->allocs[j];
+        if (home->kind != REC_HOST_ALLOC || !kept_to_end(x, home)) continue;
+        for (size_t k = j; k-- > 0 && j - k <= 64 && !rc;) {
+            const gm_alloc *a = &m->allocs[k];
+            if (is_target(a) && a->requested == home->requested && a->death > home->birth &&
+                a->death < x->c->steps[0].start)
+                rc = u64map_put(&x->param_forms, a->requested, 1) || u64map_put(&x->brought, a->birth, home->birth);
+        }
+    }
+    for (size_t k = 0; k < x->npairs && !rc; k++) {
+        const gm_alloc *p = alloc_born(m, x->pairs[k].b1), *q = alloc_born(m, x->pairs[k].b2);
+        if (!p || !q || !is_target(p) || !is_target(q)) continue;
+        int pp = early_kept(x, p) || u64map_get(&x->brought, p->birth);
+        int qp = early_kept(x, q) || u64map_get(&x->brought, q->birth);
+        if (pp == qp) continue;
+        if (qp) q = p;
+        rc = u64map_put(&x->param_forms, q->requested, 1) || u64map_put(&x->param_copies, q->birth, 1);
+    }
+    return rc;
+}
+
+/* The homes on the host (x->brought's) that a forward or a backward brings a copy from, into
+ * x->param_homes: a parameter's, what is brought from it (or was put there) a parameter
+ * (--offload params: the forward reads it). A home only an update reads from holds the
+ * optimizer's own form of a parameter, its fp32 master (--param-dtype bf16 --offload optimizer):
+ * brought in, a temporary of the update, as its names say. Phases known. 0, or -1 (no memory). */
+static int param_homes(ctx *x)
+{
+    for (uint64_t k = 0; x->brought.keys && k <= x->brought.mask; k++) {
+        if (x->brought.keys[k] == U64MAP_EMPTY) continue;
+        long step;
+        int ph = gm_category_phase_at(x->c, x->brought.keys[k], &step);
+        if ((ph == GM_CPH_FWD || ph == GM_CPH_BWD) && u64map_put(&x->param_homes, x->brought.vals[k], 1)) return -1;
+    }
+    return 0;
+}
+
+/* Every key of from into to (value 1). 0, or -1 (no memory). */
+static int keys_add(u64map *to, const u64map *from)
+{
+    for (uint64_t k = 0; from->keys && k <= from->mask; k++)
+        if (from->keys[k] != U64MAP_EMPTY && u64map_put(to, from->keys[k], 1)) return -1;
+    return 0;
+}
+
+/* The first of the n sorted seqs s after seq, or NO_SEQ. */
+static uint64_t seq_after(const uint64_t *s, size_t n, uint64_t seq)
+{
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (x->launches[mid] <= seq) lo = mid + 1;
+        if (s[mid] <= seq) lo = mid + 1;
         else hi = mid;
     }
-    return lo < x->nlaunches ? x->launches[lo] : NO_SEQ;
+    return lo < n ? s[lo] : NO_SEQ;
+}
+
+/* The first launch after seq, or NO_SEQ. */
+static uint64_t launch_after(const ctx *x, uint64_t seq) { return seq_after(x->launches, x->nlaunches, seq); }
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static size_t target_from(const ctx *x, uint64_t seq);
+
+/* The last of the n sorted seqs s before seq, or NO_SEQ. */
+static uint64_t seq_before(const uint64_t *s, size_t n, uint64_t seq)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s[mid] < seq) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo ? s[lo - 1] : NO_SEQ;
+}
+
+/* The launch of two operands at seq, or NULL. */
+static const pair_ev *pair_at(const ctx *x, uint64_t seq)
+{
+    size_t lo = 0, hi = x->npairs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (x->pairs[mid].seq < seq) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < x->npairs && x->pairs[lo].seq == seq ? &x->pairs[lo] : NULL;
+}
+
+/* Target k's receiver made just before its free: the last target made before it, after target k,
+ * no larger, outliving it, nothing but copies between its birth and the free (deaths: every
+ * target's, sorted). Its index in m->allocs, or SIZE_MAX. */
+static size_t receiver_made(const ctx *x, const uint64_t *deaths, size_t nd, size_t k)
+{
+    const gm_model *m = x->m;
+    const gm_alloc *a = &m->allocs[tgt(x, k)];
+    size_t lo = k + 1, hi = x->nt; /* the first target born after A's death */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->allocs[tgt(x, mid)].birth < a->death) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == k + 1) return SIZE_MAX; /* nothing made while A was alive */
+    const gm_alloc *b = &m->allocs[tgt(x, lo - 1)];
+    if (b->requested > a->requested || (b->death && b->death < a->death)) return SIZE_MAX;
+    if (seq_after(deaths, nd, b->birth) != a->death || seq_after(x->computes, x->ncomputes, b->birth) < a->death)
+        return SIZE_MAX;
+    return tgt(x, lo - 1);
+}
+
+/* Target k's receiver written just before its free: the other operand of the launch of the two
+ * alone that comes last before the free, no larger, outliving it, with no other free or birth
+ * between. Its index in m->allocs, or SIZE_MAX. */
+static size_t receiver_written(const ctx *x, const uint64_t *deaths, size_t nd, size_t k)
+{
+    const gm_model *m = x->m;
+    const gm_alloc *a = &m->allocs[tgt(x, k)];
+    uint64_t l = seq_before(x->launches, x->nlaunches, a->death);
+    const pair_ev *p = l != NO_SEQ && l > a->birth ? pair_at(x, l) : NULL;
+    if (!p || (p->b1 != a->birth && p->b2 != a->birth) || seq_after(deaths, nd, l) != a->death) return SIZE_MAX;
+    size_t n = target_from(x, l); /* the first target made after the launch */
+    if (n < x->nt && m->allocs[tgt(x, n)].birth < a->death) return SIZE_MAX;
+    const gm_alloc *b = alloc_born(m, p->b1 == a->birth ? p->b2 : p->b1);
+    if (!b || !is_target(b) || b->requested > a->requested || (b->death && b->death <= a->death)) return SIZE_MAX;
+    return (size_t)(b - m->allocs);
+}
+
+/* Handoffs, into x->handoff: target A freed as the next thing after target G was made (no other
+ * free, no kernel or memset between: at most copies) or written by a launch of A and G alone
+ * (no other free or birth between), G no larger and outliving A. A's content went into G and A
+ * was let go: a full gradient reduce-scattered into this rank's shard and freed at once
+ * (ZeRO-2/3: on one rank a copy, in a dry run nothing at all), or, in a later micro-batch,
+ * reduce-scattered in place and added into the shard; PyTorch's AccumulateGrad adds a new
+ * gradient into the .grad it keeps so. Where G is a gradient, so is A (unsure_decide); a
+ * temporary of the backward is otherwise freed after the kernels that read it, not right after
+ * a buffer is made or as the last thing a launch of it and a gradient did. Without launches
+ * recorded a copy cannot be told from a kernel: no handoffs. 0, or -1 (no memory). */
+static int handoffs(ctx *x)
+{
+    const gm_model *m = x->m;
+    if (!x->nlaunches || x->nt < 2) return 0;
+    uint64_t *deaths = malloc(x->nt * sizeof *deaths);
+    if (!deaths) return -1;
+    size_t nd = 0;
+    for (size_t k = 0; k < x->nt; k++)
+        if (m->allocs[tgt(x, k)].death) deaths[nd++] = m->allocs[tgt(x, k)].death;
+    qsort(deaths, nd, sizeof *deaths, cmp_u64);
+    int rc = 0;
+    for (size_t k = 0; k < x->nt && !rc; k++) {
+        const gm_alloc *a = &m->allocs[tgt(x, k)];
+        if (!a->death) continue;
+        size_t g = receiver_made(x, deaths, nd, k);
+        if (g == SIZE_MAX) g = receiver_written(x, deaths, nd, k);
+        if (g != SIZE_MAX) rc = u64map_put(&x->handoff, a->birth, g);
+    }
+    free(deaths);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ steps and phases from ranges */
@@ -896,9 +1169,6 @@ static int passes_of(ctx *x, gm_cat_step *s, const life_ev *e, size_t ne, int64_
 
 static inline size_t steps_started(const gm_categories *c, uint64_t seq, size_t from);
 
-/* Target a lives to the end: never freed, or only in the teardown (after the last birth). */
-static inline int kept_to_end(const ctx *x, const gm_alloc *a) { return !a->death || a->death > x->last_birth; }
-
 /* The sizes of the parameters (targets made before the first step and kept to the end) into
  * *sizes, and into *growth the sizes kept from two steps or more (the value: the number of
  * steps in the high 32 bits), for backward_before_grads. 0, or -1 (no memory). */
@@ -910,6 +1180,7 @@ static int param_sizes_early(const ctx *x, u64map *sizes, u64map *growth)
         const gm_alloc *a = &m->allocs[tgt(x, i)];
         if (kept_to_end(x, a) && u64map_put(sizes, a->requested, 1)) return -1;
     }
+    if (keys_add(sizes, &x->param_forms)) return -1; /* ... and in their other forms */
     /* kept: never freed, or alive past the end of the step after its own (the last steps'
      * teardown frees are no sign: they come after the last birth). Low 32 bits: the last step
      * seen + 1; high: the steps counted (categorise's repeats) */
@@ -1040,9 +1311,16 @@ static uint64_t backward_copies(const ctx *x, const u64map *params, const life_e
     ib = i;
     uint64_t at = bwd;
     /* at most 256 (a unit's parameters, a few units ahead): a pathological recording stays linear */
-    for (size_t n = 0; i-- > 0 && n < 256 && e[i].birth >= lo && e[i].delta > 0; n++) {
-        const gm_alloc *a = &x->m->allocs[tgt(x, target_from(x, e[i].seq))];
-        if (!u64map_get(params, a->requested)) break;
+    for (size_t n = 0; i-- > 0 && n < 256 && e[i].birth >= lo; n++) {
+        const gm_alloc *a = &x->m->allocs[tgt(x, target_from(x, e[i].birth))];
+        /* a parameter brought from the host (--offload params) or made from one (ZeRO-3's
+         * gathered bf16 shard) to be copied, freed before the backward: the copies' staging,
+         * not the pass's own */
+        if ((u64map_get(&x->brought, a->birth) || u64map_get(&x->param_copies, a->birth)) && a->death && a->death < bwd) {
+            if (e[i].delta > 0) at = e[i].seq;
+            continue;
+        }
+        if (e[i].delta < 0 || !u64map_get(params, a->requested)) break;
         /* a copy lives through its layer's backward, past the first free of something made
          * before it (the logits', first); the forward's last activation, of a parameter's size
          * (a square layer's output), is freed first: no copy */
@@ -1499,6 +1777,12 @@ static inline __attribute__((always_inline)) int category_decide(const ctx *x, c
         *sourced = 0;
         return GM_CAT_OTHER;
     }
+    const uint64_t *home = u64map_get(&x->brought, a->birth);
+    if (home && u64map_get(&x->param_homes, *home)) {
+        /* a parameter brought from its home on the host for one use, or put there (param_forms) */
+        *sourced = 1;
+        return GM_CAT_PARAM;
+    }
     if (bp == GM_CPH_PRE && (sh & SH_DEATH_STEP)) {
         /* made before the first step and freed in one: the loop's first input, made before
          * the step's range opened, held until the next input replaces it */
@@ -1536,7 +1820,8 @@ static inline __attribute__((always_inline)) int category_decide(const ctx *x, c
         if (dp == GM_CPH_OPT && u64map_get(&x->param_sizes, a->requested)) {
             cat = GM_CAT_GRAD;
         } else {
-            if (dp == GM_CPH_OPT) *unsure = 1;
+            /* a handoff's category is its receiver's, known once that is decided */
+            if (dp == GM_CPH_OPT || (dp == GM_CPH_BWD && u64map_get(&x->handoff, a->birth))) *unsure = 1;
             cat = GM_CAT_TEMP;
         }
     } else if (dp == GM_CPH_OPT &&
@@ -1545,7 +1830,8 @@ static inline __attribute__((always_inline)) int category_decide(const ctx *x, c
          * makes a host buffer of its size and keeps it) and freed in it: optimizer state kept on
          * the host, brought in for the update (--offload optimizer), with a parameter's size;
          * not the update's temporary */
-        if (u64map_get(&x->param_sizes, a->requested)) cat = GM_CAT_OPT;
+        if (u64map_get(&x->param_copies, a->birth)) cat = GM_CAT_TEMP; /* a parameter's fp32 master */
+        else if (u64map_get(&x->param_sizes, a->requested)) cat = GM_CAT_OPT;
         else *unsure = 1, cat = GM_CAT_TEMP;
     } else {
         cat = GM_CAT_TEMP;
@@ -1799,11 +2085,14 @@ static int unsure_decide(ctx *x)
     gm_cat_point *const tl = c->timeline;
     uint64_t work = 0, limit = 4 * (uint64_t)m->nallocs + (1u << 20);
     int again = !c->nsteps && x->nunsure;
-    for (size_t u = 0; u < x->nunsure; u++) {
+    /* from the last: a handoff's receiver, made after it, is decided before it */
+    for (size_t u = x->nunsure; u-- > 0;) {
         size_t i = x->unsure[u].i;
         const gm_alloc *a = &m->allocs[i];
         int sourced, unsure = 0;
         int k = category_decide(x, a, x->unsure[u].shape, &sourced, &unsure);
+        const uint64_t *g = k == GM_CAT_TEMP && sourced ? u64map_get(&x->handoff, a->birth) : NULL;
+        if (g && cat[*g] == GM_CAT_GRAD) k = GM_CAT_GRAD;
         int s = sourced ? c->phases_from : GM_CSRC_NONE;
         if (k == cat[i] && s == src[i]) continue;
         int ok = cat[i], os = src[i];
@@ -1857,9 +2146,12 @@ int gm_category_source(const gm_categories *c, int cat)
 
 static void ctx_free(ctx *x)
 {
-    free(x->t), free(x->launches), free(x->late), free(x->unsure), free(x->tk), free(x->lgap), free(x->fgap);
+    free(x->t), free(x->launches), free(x->computes), free(x->pairs), free(x->late), free(x->unsure), free(x->tk), free(x->lgap), free(x->fgap);
     u64map_free(&x->ranges), bytemap_free(&x->params), u64map_free(&x->seen), u64map_free(&x->step_idx);
     u64map_free(&x->param_sizes), u64map_free(&x->repeats), u64map_free(&x->from_host), u64map_free(&x->host_homes);
+    u64map_free(&x->handoff);
+    u64map_free(&x->param_forms), u64map_free(&x->param_copies), u64map_free(&x->brought);
+    u64map_free(&x->param_homes);
 }
 
 /* The first column of the one-row query q (0 where it fails: a file without that table or column). */
@@ -1989,7 +2281,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     }
     x.nt = nt, x.phased = phased;
     load_launches(d, &x);
-    load_from_host(d, &x);
+    load_uses(d, &x);
     for (size_t f = 0; f < m->nframes && !x.python; f++)
         x.python = m->frames[f].python;
     int r = steps_from_ranges(&x);
@@ -2002,6 +2294,8 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
         if (r > 0) c->steps_from = GM_CSRC_INFERENCE;
     }
     end_last_step(&x);
+    if (c->steps_from != GM_CSRC_NONE && (param_forms(&x) || keys_add(&x.param_sizes, &x.param_forms)))
+        goto nomem;
     if (c->steps_from != GM_CSRC_NONE) {
         if (x.phased) {
             c->phases_from = GM_CSRC_PHASES;
@@ -2017,6 +2311,7 @@ int gm_categories_build(gm_db *d, const gm_model *m, gm_categories *c, char *err
     c->at_seq = m->peak_allocated_seq;
     c->stopped_at = x.cut = c->phases_from != GM_CSRC_NONE ? cut_of(&x) : 0;
     if (x.host && c->phases_from != GM_CSRC_NONE && host_homes(&x)) goto nomem;
+    if (c->phases_from != GM_CSRC_NONE && (handoffs(&x) || param_homes(&x))) goto nomem;
     if (timeline(&x)) goto nomem;
     ctx_free(&x);
     return 0;

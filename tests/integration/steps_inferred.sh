@@ -79,6 +79,35 @@
 #          gradient, and the backward was read from the next birth: 4,050 of 4,068. Now the
 #          highest point after the fall must be a peak (a free follows it), else the highest
 #          point before the gradient is the backward's.
+# One more of 2026-12-07, against its NVTX run:
+#   zero3  the trainer with --zero 3 (and --prefetch 2): each full gradient, made in the backward,
+#          is reduce-scattered into this rank's shard (a gradient, freed in the update) and freed
+#          at once: they were temporaries, 930 of 1098 allocations as the NVTX run. Now a
+#          backward's allocation freed as the next thing after the birth of something no larger
+#          that outlives it (no kernel, memset or other free between) is what that is: a gradient;
+#          so too with --accum 2 (zero3accum: 1608 of 1944), whose second micro-batch adds each
+#          full gradient into the shard by a launch of the two alone, then frees it.
+# Two more of 2026-12-07, against their NVTX runs:
+#   bfoffopt --param-dtype bf16 --offload optimizer: the fp32 master weights live on the host, so
+#          no parameter on the device has the fp32 size: the gradients were workspaces, the
+#          backward's fp32 copies of the bf16 weights activations, the AdamW state brought in
+#          temporaries (830 of 1266). Now the other operand of a launch of two, one a parameter
+#          (a copy made from it, or the master it is made from), has a parameter's size, and
+#          such a copy brought from the host is no optimizer state (the master: a temporary, as
+#          its names say);
+#   zero3offp --zero 3 --offload params: the parameters live on the host, brought in for each
+#          use (662 of 1596: 526 parameters temporaries, 336 gradients temporaries). Now what a
+#          copy fills from a parameter's home on the host (pinned, made before the first step,
+#          kept, of its size), or made before the first step is freed as such a home of its size
+#          is made, is a parameter, of a parameter's size; and the backward's copies are found
+#          across those brought in and freed between them.
+#   bfzero3 --param-dtype bf16 --zero 3: the wire buffers each bf16 shard is gathered into,
+#          named gather.bf16.<p>, were optimizer state by the names ("K.S.<p>": an optimizer's
+#          slot of <p>; 386 allocations of the NVTX run for AdamW's 56), the gather buffers of
+#          the backward's first layer, made across those freed wire buffers, activations: 886 of
+#          1456 allocations as the NVTX run. Now the trainer names them gather.<p>.bf16, and a
+#          buffer made from a brought-in or kept parameter is its copy (param_forms): the
+#          backward's copies are found across them.
 # And what stays: frag_app's loop of one size (15 x 4 MiB, then an 8 MiB request) has no steps;
 # cat_app without an evaluation keeps its steps.
 # Table: NAME#COMMAND#jq filter over `report --json`#want (@NAME: what the filter gives on row NAME). A row whose NAME starts with "cat"
@@ -132,6 +161,18 @@ leakrec-nvtx#$TRAIN $tiny -T 64 --steps 6 --leak --recompute layer#.categories.s
 leakrec#$TRAIN $tiny -T 64 --steps 6 --leak --recompute layer#.categories_at_peak | tojson#@leakrec-nvtx
 gpt2recgn-nvtx#$TRAIN --model gpt2 -B 4 -T 64 --dry-run --steps 6 --recompute layer --grad-none#.categories.steps#6
 gpt2recgn#$TRAIN --model gpt2 -B 4 -T 64 --dry-run --steps 6 --recompute layer --grad-none#.categories_at_peak | tojson#@gpt2recgn-nvtx
+zero3-nvtx#$TRAIN $tiny -T 64 --steps 6 --zero 3#.categories.steps#6
+zero3#$TRAIN $tiny -T 64 --steps 6 --zero 3#.categories_at_peak | tojson#@zero3-nvtx
+zero3accum-nvtx#$TRAIN $tiny -T 64 --steps 6 --zero 3 --accum 2#.categories.steps#6
+zero3accum#$TRAIN $tiny -T 64 --steps 6 --zero 3 --accum 2#.categories_at_peak | tojson#@zero3accum-nvtx
+zero3p2-nvtx#$TRAIN $tiny -T 64 --steps 6 --zero 3 --prefetch 2#.categories.steps#6
+zero3p2#$TRAIN $tiny -T 64 --steps 6 --zero 3 --prefetch 2#.categories_at_peak | tojson#@zero3p2-nvtx
+bfoffopt-nvtx#$TRAIN $tiny -T 64 --steps 6 --param-dtype bf16 --offload optimizer#.categories.steps#6
+bfoffopt#$TRAIN $tiny -T 64 --steps 6 --param-dtype bf16 --offload optimizer#.categories_at_peak | tojson#@bfoffopt-nvtx
+bfzero3-nvtx#$TRAIN $tiny -T 64 --steps 6 --param-dtype bf16 --zero 3#.categories.steps#6
+bfzero3#$TRAIN $tiny -T 64 --steps 6 --param-dtype bf16 --zero 3#.categories_at_peak | tojson#@bfzero3-nvtx
+zero3offp-nvtx#$TRAIN $tiny -T 64 --steps 6 --zero 3 --offload params#.categories.steps#6
+zero3offp#$TRAIN $tiny -T 64 --steps 6 --zero 3 --offload params#.categories_at_peak | tojson#@zero3offp-nvtx
 jitter-nvtx#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#.categories.steps#7
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$steps#inference inference 7 58 true
 jitter#$TRAIN $tiny -T 256 --steps 7 --seq-jitter#$over#@jitter-nvtx
@@ -170,11 +211,43 @@ while IFS='#' read -r name cmd filter want; do
 done <<< "$table"
 # every allocation where the same run's NVTX ranges put it: each micro-batch of an --accum 2 step
 # has its forward and backward (read as one, the second's activations were temporaries)
-for name in accum accum4 gpt2accum gnaccum recompute offact recgn offactgn recaccum offopt bf16 leakrec gpt2recgn jitter churn1; do
+for name in accum accum4 gpt2accum gnaccum recompute offact recgn offactgn recaccum offopt bf16 leakrec gpt2recgn zero3 zero3accum zero3p2 bfoffopt bfzero3 zero3offp jitter churn1; do
   if r=$(python3 "$lib" same "$TMP/$name-nvtx.dump" "$TMP/$name.dump"); then echo "ok: $name: $r"
   else echo "FAIL: $name: $(paste -sd' ' <<< "$r")"; bad=1; fi
 done
 # the text says why nothing is an activation
 "$GPUMEM" report "$TMP/churn.db" | grepq '^  no backward: no step makes something after its highest point' \
   || { echo "FAIL: churn: the text does not say no backward was found"; bad=1; }
+# staged: --zero 3 on 2 ranks, the collectives through a pinned host buffer (TRAIN_DIST_STAGED=1;
+# rank 0's recording, inferred and with its NVTX ranges): that buffer, made before the first step
+# and kept, fills the gather buffer of its own size (wte's) in each forward as a parameter's home
+# on the host would, and every one of those (72 temporaries, 6 activations) read as a parameter
+# (467,968 bytes of parameters at the peak for 271,360), in the NVTX run too (its phases read the
+# same rule: the names do not decide gather.wte). A home fills only its own size.
+if command -v mpirun > /dev/null && [[ $(ldd "$TRAIN" 2> /dev/null) == *libmpi* ]]; then
+  (
+    source tests/mpi.bash
+    mpi_setup steps_inferred "$TRAIN"
+    export TRAIN_DIST_STAGED=1 ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+    for v in nvtx inf; do
+      off=()
+      [[ $v == inf ]] && off=(GPUMEM_NAMES=0 GPUMEM_NVTX=0)
+      env "${off[@]}" timeout 300 mpirun -np 2 -x TRAIN_DIST_STAGED "$GPUMEM" record -q -o "$TMP/staged-$v-%r.db" -- \
+        "$TRAIN" --model tiny -B 8 -T 64 --steps 6 --threads 1 --zero 3 > "$TMP/staged-$v.out" 2>&1
+      "$GPUMEM" report --json "$TMP/staged-$v-0.db" > "$TMP/staged-$v.json" 2>&1
+    done
+  )
+  # the truth by the names alone: what is alive at the peak and named as some grad.X's X
+  p=$(jq -r .peak.seq "$TMP/staged-nvtx.json" 2>&1)
+  want=$(sqlite3 "$TMP/staged-nvtx-0.db" "SELECT sum(a.size) FROM allocations a WHERE a.birth_seq <= $p
+         AND (a.death_seq IS NULL OR a.death_seq > $p) AND EXISTS (SELECT 1 FROM allocations g
+         WHERE g.name = 'grad.shard.' || a.name OR g.name = 'grad.' || a.name)" 2>&1)
+  for v in nvtx inf; do
+    got=$(jq -r .categories_at_peak.parameters "$TMP/staged-$v.json" 2>&1)
+    if [[ $got == "$want" && $want == [1-9]* ]]; then echo "ok: staged-$v: parameters at the peak $got, those named so"
+    else echo "FAIL: staged-$v: parameters at the peak '$got', those named so '$want'"; bad=1; fi
+  done
+else
+  echo "skip: staged: mpirun missing or $TRAIN built without MPI"
+fi
 exit $bad
