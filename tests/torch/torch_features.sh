@@ -63,6 +63,11 @@
 #        with the parent's forward, which made nothing, the child's saved tensors were no saved
 #        activations (gm_advise.c, bwd_of_returned_child). ckpt recommends none: its run under
 #        save_on_cpu saves nothing.
+#   phases  that same backward read as the parent's in every other command: report's phases put
+#        the head's backward (tied: 64 MiB of the peak) under "step */bwd/Tied", a root
+#        Sequential's last Linear's (stepend: 36 MiB) under "step */bwd/Sequential". The hooks
+#        now leave a node that a module shares with its child to the child ("step */bwd/head",
+#        "step */bwd/2": preload/torch_hooks.c, hook_node).
 # Table: KIND#ENV (or gpumem record's options, "--...")#COMMAND#jq filter#want ($mem, $res: the
 # recording's printed memory_allocated, max_memory_reserved; $maxmem: its max_memory_allocated;
 # $steps: its step_allocated lines; $retries: its num_alloc_retries).
@@ -92,6 +97,9 @@ table=(
   "tied#--allocator gpumem#advise --json#(.baseline.peak_allocated == .recorded.peak_allocated), (.baseline.peak_reserved == .recorded.peak_reserved)#true true"
   "stepend#-#leaks --json#([.steps[].allocated_at_end] == \$steps), (\$steps | length)#true 3"
   "stepend#--allocator gpumem#leaks --json#.leaked_held_bytes as \$h | [.steps[].allocated_at_end | . == \$h] | map(tostring) | join(\",\")#true,true,true"
+  "tied#-#report --json#[.torch.peak.by_phase[].phase | select(test(\"/bwd/\"))] | join(\",\")#step */bwd/head"
+  "tied#--allocator gpumem#report --json#[.peak.by_phase[].phase | select(test(\"/bwd/\"))] | join(\",\")#step */bwd/head"
+  "stepend#-#report --json#[.torch.peak.by_phase[].phase | select(test(\"/bwd/\"))] | join(\",\")#step */bwd/2,step */bwd/0"
 )
 for row in "${table[@]}"; do
   IFS='#' read -r kind env cmd filter want <<< "$row"
