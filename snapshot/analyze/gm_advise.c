@@ -713,8 +713,10 @@ static int inside_module(const adv_model *m, const rinfo *r, const rinfo *f, uin
  * device through the backward (the tied model of tests/torch/torch_features.py: 5 MiB over
  * what save_on_cpu measures). Such a backward range takes the name of the child whose output
  * its module returned: the forward range before the module's last one, a range of a module
- * inside it, again while that one made nothing either. evri: each event's rinfo. 0, or -1 out
- * of memory. */
+ * inside it, again while that one made nothing either. Only in a recording made before the
+ * hooks left such a node to the child (gm_torch_bwd_innermost: every command reads those ranges
+ * so, gm_analyze.c's torch_bwd_names; advise loads its ranges itself). evri: each event's rinfo.
+ * 0, or -1 out of memory. */
 static int bwd_of_returned_child(adv_model *m, const rinfo *r, size_t nr, const uint32_t *evri)
 {
     uint8_t *made = calloc(nr + 1, 1);
@@ -1972,7 +1974,8 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     u64map_free(&live);
     /* the op log: under PyTorch's allocator and under gpumem as its allocator (births: seqs) */
     if (m->torch && !nomem && tops_load(d, m, births) != 0) nomem = 1;
-    if (m->torch && !nomem && L.evri && bwd_of_returned_child(m, r, nr, L.evri) != 0) nomem = 1;
+    if (m->torch && !nomem && L.evri && !gm_torch_bwd_innermost(d) && bwd_of_returned_child(m, r, nr, L.evri) != 0)
+        nomem = 1;
     /* without it, what the module calls tell */
     if (m->torch && !nomem && !m->ntops && L.evri && passed_to_module(m, r, L.evri) != 0) nomem = 1;
     free(L.evri), L.evri = NULL;

@@ -21,6 +21,7 @@
 #include "snapshot/read/gm.h"
 #include "snapshot/read/gm_analyze_pages.h"
 #include "snapshot/read/gm_devused.h"
+#include "snapshot/record/bytemap.h"
 #include "snapshot/record/rec.h"
 
 #include <ctype.h>
@@ -1428,6 +1429,105 @@ enum { LOAD_RESTART = 2 };
 /* gm_model_load with the events read from their pages (pages = 1; LOAD_RESTART when that gave
  * up after rows were swept: the model is to be freed and loaded again with pages = 0) or
  * through SQLite. */
+/* ---- backward ranges of PyTorch's hooks, as recorded before they named them right ---------- */
+
+/* The module of a hooks' module range r ("step N/fwd/<module>", "step N/bwd/<module>": its
+ * parent p the pass, "step N/fwd" or "step N/bwd"), and its pass ('f', 'b'); 0 for any other
+ * range (a forward inside a backward, checkpointing's, included). */
+static int hooks_mod_range(const gm_range *r, const gm_range *p, const char **mod) {
+    if (!p || !p->path || !r->path || strncmp(p->path, "step ", 5) != 0) return 0;
+    const char *q = p->path + 5;
+    if (!isdigit((unsigned char)*q)) return 0;
+    while (isdigit((unsigned char)*q)) q++;
+    int pass = !strcmp(q, "/fwd") ? 'f' : !strcmp(q, "/bwd") ? 'b' : 0;
+    size_t pl = (size_t)(q - p->path) + 4;
+    if (!pass || strncmp(r->path, p->path, pl) != 0 || r->path[pl] != '/' || !r->path[pl + 1] ||
+        strchr(r->path + pl + 1, '/'))
+        return 0;
+    *mod = r->path + pl + 1;
+    return pass;
+}
+
+/* Is module path c inside the module of forward range f: its children's paths begin with f's and
+ * a dot, and every module is inside the root's, whose path (its class name) is no prefix of
+ * theirs: the root's range is its pass's first. */
+static int hooks_inside(const char *f, const char *first, const char *c) {
+    size_t n = strlen(f);
+    return !strcmp(f, first) || (!strncmp(c, f, n) && c[n] == '.');
+}
+
+/* PyTorch's hooks (preload/torch_hooks.c) open a module's backward range when autograd runs the
+ * node that made the module's output. A module that returns its last child's output as it is (an
+ * nn.Sequential, a root whose forward ends in its head) shares that node with the child; until
+ * the hooks left that node to the child (gm_torch_bwd_innermost), the parent's hook, run after the child's, left the parent's range open over the
+ * child's backward: "step N/bwd/Tied" held the head's matmul, "step N/bwd/body" the Sequential's
+ * last Linear, in every command's phases. Such a range is read as the hooks name it now: after
+ * the child whose output its module returned, the module range before the module's last forward
+ * range of that step, a range of a module inside it, again while that one made nothing either.
+ * A module that made its own output made something after its last child returned: its range
+ * stands. Only where the hooks ran (meta torch_hooks 1): a program's own NVTX ranges keep their
+ * names. advise reads the same rule (analyze/gm_advise.c, bwd_of_returned_child). Out of
+ * memory: the paths as recorded. */
+int gm_torch_bwd_innermost(gm_db *d) {
+    char v[32];
+    gm_meta_text(d, "torch_bwd_ranges", v, sizeof v);
+    return !strcmp(v, "innermost");
+}
+
+static void torch_bwd_names(gm_db *d, gm_model *m) {
+    size_t n = m->nranges;
+    char hooks[8];
+    gm_meta_text(d, "torch_hooks", hooks, sizeof hooks); /* the hooks ran: gpumem record's */
+    if (!n || strcmp(hooks, "1") != 0 || gm_torch_bwd_innermost(d)) return;
+    uint8_t *made = calloc(n, 1);
+    const char **mods = calloc(n, sizeof *mods); /* a module range's module, NULL for others */
+    uint32_t *prev = malloc(n * sizeof *prev), *first = malloc(n * sizeof *first);
+    u64map kids = {0}; /* a pass range's id -> its latest module range (index) */
+    bytemap fwd = {0}; /* a module -> its latest forward range (index) */
+    if (!made || !mods || !prev || !first) goto out;
+    for (int view = 0; view < 2; view++) {
+        const gm_alloc *a = view ? m->torch.allocs : m->allocs;
+        size_t na = view ? m->torch.nallocs : m->nallocs;
+        for (size_t i = 0; i < na; i++) {
+            uint64_t *k = a[i].range ? u64map_get(&m->range_idx, a[i].range) : NULL;
+            if (k) made[*k] = 1;
+        }
+    }
+    for (size_t k = 0; k < n; k++) {
+        gm_range *r = &m->ranges[k];
+        const gm_range *p = r->parent ? gm_range_of(m, (uint64_t)r->parent) : NULL;
+        prev[k] = first[k] = UINT32_MAX;
+        int pass = hooks_mod_range(r, p, &mods[k]);
+        if (!pass) continue;
+        uint64_t *kk = u64map_get(&kids, (uint64_t)p->id);
+        prev[k] = kk ? (uint32_t)*kk : UINT32_MAX;
+        first[k] = kk ? first[*kk] : (uint32_t)k;
+        if (u64map_put(&kids, (uint64_t)p->id, k) != 0) goto out;
+        if (pass == 'f') {
+            if (bytemap_put_str(&fwd, mods[k], k) != 0) goto out;
+            continue;
+        }
+        uint64_t *fi = bytemap_get_str(&fwd, mods[k]);
+        if (!fi || m->ranges[*fi].step != r->step) continue;
+        size_t f = (size_t)*fi;
+        while (!made[f] && prev[f] != UINT32_MAX && hooks_inside(mods[f], mods[first[f]], mods[prev[f]]))
+            f = prev[f];
+        if (!strcmp(mods[f], mods[k])) continue;
+        size_t pl = (size_t)(mods[k] - r->path);
+        char *path = malloc(pl + strlen(mods[f]) + 1);
+        if (!path) goto out;
+        memcpy(path, r->path, pl);
+        strcpy(path + pl, mods[f]);
+        free(r->path);
+        r->path = path;
+        mods[k] = path + pl;
+    }
+out:
+    free(made), free(mods), free(prev), free(first);
+    u64map_free(&kids);
+    bytemap_free(&fwd);
+}
+
 static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err, size_t errsz) {
     memset(m, 0, sizeof *m);
     if (load_small(d, m, err, errsz) != 0) return -1;
@@ -1594,6 +1694,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     u64map_free(&w.tlive);
     u64map_free(&w.tstep_idx);
     m->derived_on_read = 1;
+    torch_bwd_names(d, m);
     return 0;
 }
 

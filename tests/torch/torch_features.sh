@@ -67,7 +67,9 @@
 #        the head's backward (tied: 64 MiB of the peak) under "step */bwd/Tied", a root
 #        Sequential's last Linear's (stepend: 36 MiB) under "step */bwd/Sequential". The hooks
 #        now leave a node that a module shares with its child to the child ("step */bwd/head",
-#        "step */bwd/2": preload/torch_hooks.c, hook_node).
+#        "step */bwd/2": preload/torch_hooks.c, hook_node), and a recording made before (no meta
+#        torch_bwd_ranges) is read so (snapshot/read/gm_analyze.c, torch_bwd_names): its head's
+#        range, renamed here back to what those hooks named it, reads "step */bwd/head" again.
 # Table: KIND#ENV (or gpumem record's options, "--...")#COMMAND#jq filter#want ($mem, $res: the
 # recording's printed memory_allocated, max_memory_reserved; $maxmem: its max_memory_allocated;
 # $steps: its step_allocated lines; $retries: its num_alloc_retries).
@@ -173,6 +175,27 @@ for row in "ckpt#-#0" "tied#-#1" "amp#--torch-ops#1" "tied#--allocator gpumem#1"
   [[ -n $measured && $n == "$want" && -z $off ]] \
     && ok "offload, $label: $n recommendation(s) to offload saved activations, each predicting what save_on_cpu measures ($measured; without it $base)" \
     || bad "offload, $label: offload of saved activations predicted '$preds' ($n recommended, want $want), save_on_cpu measured '$measured' (without it $base)"
+done
+# phases of a recording made before the hooks left a shared node to the child: the child's
+# backward range named after the module that returned its output, as those hooks named it, and no
+# meta torch_bwd_ranges; report and viz read it under the child's name.
+# Table: KIND#the child#its parent
+for row in "tied#head#Tied" "stepend#2#Sequential"; do
+  IFS='#' read -r kind child parent <<< "$row"
+  [[ -f $tmp/$kind.db ]] || { bad "phases, $kind as recorded before: no recording"; continue; }
+  old=$tmp/$kind-before.db
+  cp "$tmp/$kind.db" "$old"
+  sqlite3 "$old" "DELETE FROM meta WHERE key = 'torch_bwd_ranges';
+    UPDATE ranges SET path = substr(path, 1, length(path) - length('$child')) || '$parent'
+    WHERE path GLOB 'step [0-9]*/bwd/$child'"
+  renamed=$(sqlite3 "$old" "SELECT count(*) FROM ranges WHERE path GLOB 'step [0-9]*/bwd/$parent'")
+  want=$("$G" report --json "$tmp/$kind.db" | jq -r '[.torch.peak.by_phase[].phase] | join(",")')
+  got=$("$G" report --json "$old" | jq -r '[.torch.peak.by_phase[].phase] | join(",")')
+  "$G" viz "$old" -o "$tmp/before.html" 2> /dev/null
+  inviz=$(grep -c "bwd/$parent\b" "$tmp/before.html")
+  [[ $renamed -gt 0 && $got == "$want" && $got == *"/bwd/$child"* && $inviz == 0 ]] \
+    && ok "phases, $kind as recorded before ($renamed ranges bwd/$parent): report's phases at the peak read as the new hooks' ($got), viz names no bwd/$parent" \
+    || bad "phases, $kind as recorded before ($renamed ranges bwd/$parent): report's phases at the peak '$got', the new hooks' '$want'; viz names bwd/$parent $inviz times"
 done
 # mempool: the private pools' words name MemPools too (the text: no JSON key changed)
 db=$tmp/mempool.db
