@@ -1448,26 +1448,29 @@ static int hooks_mod_range(const gm_range *r, const gm_range *p, const char **mo
     return pass;
 }
 
-/* Is module path c inside the module of forward range f: its children's paths begin with f's and
- * a dot, and every module is inside the root's, whose path (its class name) is no prefix of
- * theirs: the root's range is its pass's first. */
-static int hooks_inside(const char *f, const char *first, const char *c) {
-    size_t n = strlen(f);
-    return !strcmp(f, first) || (!strncmp(c, f, n) && c[n] == '.');
+/* Is module path c inside module p: its children's paths begin with p's and a dot, and every
+ * module is inside the root's, whose path (its class name) is no prefix of theirs: root, the
+ * step's first forward module range's. */
+static int hooks_inside(const char *p, const char *root, const char *c) {
+    size_t n = strlen(p);
+    return !strcmp(p, root) || (!strncmp(c, p, n) && c[n] == '.');
 }
 
 /* PyTorch's hooks (preload/torch_hooks.c) open a module's backward range when autograd runs the
  * node that made the module's output. A module that returns its last child's output as it is (an
  * nn.Sequential, a root whose forward ends in its head) shares that node with the child; until
- * the hooks left that node to the child (gm_torch_bwd_innermost), the parent's hook, run after the child's, left the parent's range open over the
- * child's backward: "step N/bwd/Tied" held the head's matmul, "step N/bwd/body" the Sequential's
- * last Linear, in every command's phases. Such a range is read as the hooks name it now: after
- * the child whose output its module returned, the module range before the module's last forward
- * range of that step, a range of a module inside it, again while that one made nothing either.
- * A module that made its own output made something after its last child returned: its range
- * stands. Only where the hooks ran (meta torch_hooks 1): a program's own NVTX ranges keep their
- * names. advise reads the same rule (analyze/gm_advise.c, bwd_of_returned_child). Out of
- * memory: the paths as recorded. */
+ * the hooks left that node to the child (gm_torch_bwd_innermost), the parent's hook, run right
+ * after the child's, replaced the child's range at once and left the parent's open over the
+ * child's backward: "step N/bwd/Tied" held the head's matmul, "step N/bwd/body" the
+ * Sequential's last Linear, in every command's phases. That is what such a range looks like: the
+ * backward range before it is a module's inside it, and made nothing (a module's own output node
+ * runs before any node of its children's, so its range comes first otherwise). It is read as
+ * the hooks name it now, under that child's name (again for a grandparent: tied's root after its
+ * Sequential after its last Linear). A module that returned its child's output and made more
+ * after it (GPT-2's model: the loss after lm_head's logits) is found so too, where advise's rule,
+ * by what its last forward range made, keeps its name (analyze/gm_advise.c,
+ * bwd_of_returned_child). Only where the hooks ran (meta torch_hooks 1): a program's own NVTX
+ * ranges keep their names. Out of memory: the paths as recorded. */
 int gm_torch_bwd_innermost(gm_db *d) {
     char v[32];
     gm_meta_text(d, "torch_bwd_ranges", v, sizeof v);
@@ -1481,10 +1484,9 @@ static void torch_bwd_names(gm_db *d, gm_model *m) {
     if (!n || strcmp(hooks, "1") != 0 || gm_torch_bwd_innermost(d)) return;
     uint8_t *made = calloc(n, 1);
     const char **mods = calloc(n, sizeof *mods); /* a module range's module, NULL for others */
-    uint32_t *prev = malloc(n * sizeof *prev), *first = malloc(n * sizeof *first);
-    u64map kids = {0}; /* a pass range's id -> its latest module range (index) */
-    bytemap fwd = {0}; /* a module -> its latest forward range (index) */
-    if (!made || !mods || !prev || !first) goto out;
+    u64map last = {0}; /* a backward pass range's id -> its latest module range (index) */
+    u64map root = {0}; /* a step -> its first forward module range (index) */
+    if (!made || !mods) goto out;
     for (int view = 0; view < 2; view++) {
         const gm_alloc *a = view ? m->torch.allocs : m->allocs;
         size_t na = view ? m->torch.nallocs : m->nallocs;
@@ -1496,36 +1498,28 @@ static void torch_bwd_names(gm_db *d, gm_model *m) {
     for (size_t k = 0; k < n; k++) {
         gm_range *r = &m->ranges[k];
         const gm_range *p = r->parent ? gm_range_of(m, (uint64_t)r->parent) : NULL;
-        prev[k] = first[k] = UINT32_MAX;
         int pass = hooks_mod_range(r, p, &mods[k]);
-        if (!pass) continue;
-        uint64_t *kk = u64map_get(&kids, (uint64_t)p->id);
-        prev[k] = kk ? (uint32_t)*kk : UINT32_MAX;
-        first[k] = kk ? first[*kk] : (uint32_t)k;
-        if (u64map_put(&kids, (uint64_t)p->id, k) != 0) goto out;
-        if (pass == 'f') {
-            if (bytemap_put_str(&fwd, mods[k], k) != 0) goto out;
+        if (pass == 'f' && !u64map_get(&root, (uint64_t)r->step) && u64map_put(&root, (uint64_t)r->step, k) != 0) goto out;
+        if (pass != 'b') continue;
+        uint64_t *pk = u64map_get(&last, (uint64_t)p->id), *rk = u64map_get(&root, (uint64_t)r->step);
+        size_t before = pk ? (size_t)*pk : n;
+        if (u64map_put(&last, (uint64_t)p->id, k) != 0) goto out;
+        if (before == n || !rk || made[before] || !strcmp(mods[before], mods[k]) ||
+            !hooks_inside(mods[k], mods[*rk], mods[before]))
             continue;
-        }
-        uint64_t *fi = bytemap_get_str(&fwd, mods[k]);
-        if (!fi || m->ranges[*fi].step != r->step) continue;
-        size_t f = (size_t)*fi;
-        while (!made[f] && prev[f] != UINT32_MAX && hooks_inside(mods[f], mods[first[f]], mods[prev[f]]))
-            f = prev[f];
-        if (!strcmp(mods[f], mods[k])) continue;
         size_t pl = (size_t)(mods[k] - r->path);
-        char *path = malloc(pl + strlen(mods[f]) + 1);
+        char *path = malloc(pl + strlen(mods[before]) + 1);
         if (!path) goto out;
         memcpy(path, r->path, pl);
-        strcpy(path + pl, mods[f]);
+        strcpy(path + pl, mods[before]);
         free(r->path);
         r->path = path;
         mods[k] = path + pl;
     }
 out:
-    free(made), free(mods), free(prev), free(first);
-    u64map_free(&kids);
-    bytemap_free(&fwd);
+    free(made), free(mods);
+    u64map_free(&last);
+    u64map_free(&root);
 }
 
 static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err, size_t errsz) {
