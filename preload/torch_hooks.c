@@ -933,7 +933,7 @@ GM_EXPORT void gpumem_torch_cpaths_run(void *paths)
     py.PyGILState_Release(g);
 }
 
-/* A C++ pre-hook let go of its paths (its node was destroyed: any thread, GIL or not). */
+/* A C++ pre-hook let go of its path (its node was destroyed: any thread, GIL or not). */
 GM_EXPORT void gpumem_torch_cpaths_release(void *paths)
 {
     cpaths_free(paths);
