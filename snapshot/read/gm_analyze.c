@@ -1498,7 +1498,7 @@ static void torch_bwd_names(gm_db *d, gm_model *m) {
     for (size_t k = 0; k < n; k++) {
         gm_range *r = &m->ranges[k];
         const gm_range *p = r->parent ? gm_range_of(m, (uint64_t)r->parent) : NULL;
-        int pass = hooks_mod_range(r, p, &mods[k]);
+        int pass = r->step >= 0 ? hooks_mod_range(r, p, &mods[k]) : 0;
         if (pass == 'f' && !u64map_get(&root, (uint64_t)r->step) && u64map_put(&root, (uint64_t)r->step, k) != 0) goto out;
         if (pass != 'b') continue;
         uint64_t *pk = u64map_get(&last, (uint64_t)p->id), *rk = u64map_get(&root, (uint64_t)r->step);
