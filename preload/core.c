@@ -352,6 +352,10 @@ static void core_init(void)
             if (gm_alloc_config.limit != ALLOC_NO_LIMIT)
                 rec_meta("limit_from", gm_limit != ALLOC_NO_LIMIT ? "GPUMEM_LIMIT" : "GPUMEM_CONF");
             rec_meta("uses", gm_uses_name(uses_conf));
+            /* this library's PyTorch hooks leave a node that a module shares with the child it
+             * returned the output of to the child (torch_hooks.c, hook_node): the readers correct
+             * the backward ranges only of recordings without this key (gm_analyze.c) */
+            rec_meta("torch_bwd_ranges", "innermost");
             ignored_meta_flush(); /* what read_config said before the recording opened */
             gm_uses_mode = uses_conf; /* access tracking needs a recording to write to */
             gm_uses_start();

@@ -163,7 +163,7 @@ static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
 static struct {
     PyObject *resolve, *warn, *first_grad, *grad_enabled, *queue_callback, *gpumem, *tensor;
     PyObject *s_user_ranges, *s_requires_grad, *s_grad_fn, *s_register_prehook, *s_register_hook,
-        *s_fwd_what, *s_bwd_what, *s_data_ptr, *s_grad, *s_params, *s_items, *s_id, *s_next_id;
+        *s_fwd_what, *s_bwd_what, *s_data_ptr, *s_grad, *s_params, *s_items;
     PyObject *bwd_end, *out_gone, *fns;
     long step;
     /* An optimizer's step ends step N, but the next one begins only with the next forward or
@@ -351,9 +351,6 @@ static int tab_grow(void)
 static PyObject *bwd_start(PyObject *enc, PyObject *arg);
 static py_method_def bwd_start_def = {"gpumem_bwd_start", (void *)bwd_start, PY_METH_O,
                                       "a module's backward starts (gpumem/_torch.py)"};
-static PyObject *bwd_starts(PyObject *paths, PyObject *arg);
-static py_method_def bwd_starts_def = {"gpumem_bwd_starts", (void *)bwd_starts, PY_METH_O,
-                                       "the backward of modules that share an output node starts"};
 
 /* The module's entry; a module not seen yet gets its path from _Hooks (which names it and its
  * parameters). A copy: the table may move. Returns 0, or -1 with an exception. */
@@ -392,82 +389,55 @@ static int mod_lookup(PyObject *module, hk_mod *out)
 
 /* ---- the node hooked last ------------------------------------------------------------------ */
 
-/* The paths of a C++ pre-hook (torch_prehook.cpp): the modules' path encodings (hk.tab's, which
- * are never released) and their text, appended to with the GIL held while `last` holds them;
- * freed when its two holders, the hook and `last`, have let go (the hook lets go from wherever
- * autograd destroys the node, GIL or not: nothing of Python is released then). `last` lets go
- * with a release store of closed: from then on n and the paths never change, and autograd's
- * thread reads them without the GIL (gpumem_torch_cpaths_run, after an acquire load). */
+/* The path of a C++ pre-hook (torch_prehook.cpp): a module's path encoding (hk.tab's, never
+ * released) and its text, made once with the GIL and never changed (autograd's thread reads it
+ * without the GIL: gpumem_torch_cpaths_run); the hook's alone, freed when the hook lets go,
+ * from wherever autograd destroys the node, GIL or not (nothing of Python is released then). */
 typedef struct {
     PyObject *enc;
     const char *label;
-} cpath;
-typedef struct {
-    _Atomic int refs;
-    atomic_int closed;
-    int n, cap;
-    cpath *p; /* inl, until more than CPATHS_INL modules share the node */
-    cpath inl[4];
 } cpaths;
-#define CPATHS_INL 4
 
 /* libgpumem_torch.so's pre-hook functions, handed over when it is attached (gpumem_torch_hooks_cxx) */
 static struct {
     void *(*add)(PyObject *node, void *paths); /* the hook added, or NULL: not a node it knows */
-    int (*is_last)(PyObject *node, void *hook); /* 1: no pre-hook added to node after hook */
     int (*data_ptr)(PyObject *v, unsigned long long *out); /* v.data_ptr() read in C++: 0, else -1 */
-    /* a module's output read in C++ (gpumem_torch_hooks_cxx_tensor): its node's state against the
-     * hook added last (-1 not read there, 0 no node, 1 that hook's node and the hook still its
-     * last, 2 another node, then hooked by add_pending), and torch.is_grad_enabled() */
-    int (*node_state)(PyObject *t, void *last_hook);
+    /* a module's output read in C++ (gpumem_torch_hooks_cxx_tensor): its node against the node
+     * hooked last from a tensor, when held (-1 not read there, 0 no node, 1 that node, 2 another
+     * node, then hooked by add_pending), and torch.is_grad_enabled() */
+    int (*node_state)(PyObject *t, int last_held);
     void *(*add_pending)(void *paths);
     int (*grad_enabled)(void);
     PyObject *(*grad)(PyObject *p); /* p.grad read in C++ (a new reference); NULL: ask Python */
     unsigned long long added, added_py;          /* node pre-hooks added in C++, through Python */
 } cxx;
 
-/* One pre-hook per node, not per module: a module that returns its last child's output (the
- * tiny GPT-2's attn and mlp return their c_proj's, the model its lm_head's) has that child's node,
- * and registering a hook costs PyTorch a Python handle object (~9 K instructions). The hook
- * registered is a builtin whose self is a list of paths (bwd_starts), and a module whose node is
- * the one hooked last adds its path to that list: at the node, autograd calls the same
- * bwd_start's in the same order as it called one hook per module, as long as no other hook was
- * registered in between (anyone's, on that node or not: the handle's class counts them).
- * `last` holds the node's Python object, so that while it is held the same node is the same
- * object (and no other node can take its address), only as long as it cannot keep the node
- * alive: until the next module's forward starts, the outermost forward returns, or the output it
- * came from is freed (a weak reference's callback: a node of an output nobody uses goes with the
- * output, as without gpumem). A C++ pre-hook (hook_node_cxx) is shared the same way, its paths
- * a cpaths, and "no hook in between" is then the node's own list: its last pre-hook is ours. */
+/* One pre-hook per node, the first module's: a module that returns its last child's output as it
+ * is (the tiny GPT-2's attn and mlp return their c_proj's, the model its lm_head's, an
+ * nn.Sequential its last module's) has that child's node, and the node's backward is the
+ * child's. A hook of the parent's, run after the child's, left the parent's range open over the
+ * child's backward ("step N/bwd/Tied" holding the head's matmul: ranges are flat, the innermost
+ * module's, as in the forward), and cost PyTorch a Python handle object (~9 K instructions). So a
+ * module whose node is the one hooked last hooks nothing: the child's name stands (its parent's
+ * own work before that child, in the forward, is after it in the backward, under the next
+ * module's range there, as any module's work between two children is). `last` holds the node's
+ * Python object, so that while it is held the same node is the same object (and no other node
+ * can take its address), only as long as it cannot keep the node alive: until the next module's
+ * forward starts, the outermost forward returns, or the output it came from is freed (a weak
+ * reference's callback: a node of an output nobody uses goes with the output, as without
+ * gpumem). A node hooked from the output tensor in C++ (hook_tensor_cxx) is remembered there,
+ * weakly; `tensor` says that one is the last. */
 static struct {
-    PyObject *node, *paths, *wr, *handle; /* handle: the registration's (RemovableHandle) */
-    cpaths *cp;                           /* or, registered in C++: its paths and its hook */
-    void *chook;
-    int tensor; /* cp's hook was added from the output tensor (hook_tensor_cxx): no node held,
-                 * libgpumem_torch.so remembers the node weakly */
+    PyObject *node, *wr;
+    int tensor;
 } last;
 
 static void cpaths_free(cpaths *p)
 {
-    if (p->p != p->inl) free(p->p);
     free(p);
 }
 
-static void cpaths_release(cpaths *p)
-{
-    if (p && atomic_fetch_sub(&p->refs, 1) == 1) cpaths_free(p);
-}
-
-/* `last`'s reference let go: the paths are final (the hook's reads need no GIL from now on). */
-static void cpaths_close(cpaths *p)
-{
-    if (!p) return;
-    atomic_store_explicit(&p->closed, 1, memory_order_release);
-    cpaths_release(p);
-}
-
-/* A node's first module path, held twice (the hook's and last's): NULL with an exception. One
- * allocation, the paths inside it (a calloc and a realloc a node before, 18 nodes a tiny step). */
+/* A node's module path: NULL with an exception. */
 static cpaths *cpaths_new(const hk_mod *m)
 {
     cpaths *p = malloc(sizeof *p);
@@ -475,53 +445,17 @@ static cpaths *cpaths_new(const hk_mod *m)
         py.PyErr_NoMemory();
         return NULL;
     }
-    atomic_init(&p->refs, 2);
-    atomic_init(&p->closed, 0);
-    p->n = 1, p->cap = CPATHS_INL, p->p = p->inl, p->inl[0] = (cpath){m->enc, m->label};
+    p->enc = m->enc, p->label = m->label;
     return p;
-}
-
-static int cpaths_add(cpaths *p, const hk_mod *m)
-{
-    if (p->n == p->cap) {
-        int cap = p->cap * 2;
-        cpath *e = p->p == p->inl ? malloc((size_t)cap * sizeof *e) : realloc(p->p, (size_t)cap * sizeof *e);
-        if (!e) {
-            py.PyErr_NoMemory();
-            return -1;
-        }
-        if (p->p == p->inl) memcpy(e, p->inl, sizeof p->inl);
-        p->p = e, p->cap = cap;
-    }
-    p->p[p->n++] = (cpath){m->enc, m->label};
-    return 0;
 }
 
 static void last_release(void)
 {
-    PyObject *node = last.node, *paths = last.paths, *wr = last.wr, *handle = last.handle;
-    cpaths *cp = last.cp;
-    last.node = last.paths = last.wr = last.handle = NULL;
-    last.cp = NULL, last.chook = NULL, last.tensor = 0;
+    PyObject *node = last.node, *wr = last.wr;
+    last.node = last.wr = NULL;
+    last.tensor = 0;
     if (wr) py.Py_DecRef(wr); /* first: its callback is not called */
-    if (handle) py.Py_DecRef(handle);
-    if (paths) py.Py_DecRef(paths);
     if (node) py.Py_DecRef(node);
-    cpaths_close(cp);
-}
-
-/* No hook registered since the last one (torch.utils.hooks.RemovableHandle: each handle takes
- * the class's next_id): its path can go on the same hook. */
-static int none_since(void)
-{
-    PyObject *id = py.PyObject_GetAttr(last.handle, hk.s_id), *tp = py.PyObject_Type(last.handle);
-    PyObject *next = tp ? py.PyObject_GetAttr(tp, hk.s_next_id) : NULL;
-    long long a = id ? py.PyLong_AsLongLong(id) : -1, b = next ? py.PyLong_AsLongLong(next) : -1;
-    if (id) py.Py_DecRef(id);
-    if (next) py.Py_DecRef(next);
-    if (tp) py.Py_DecRef(tp);
-    if (py.PyErr_Occurred()) py.PyErr_Clear(); /* not a handle that says: a hook of its own */
-    return a >= 0 && b == a + 1;
 }
 
 /* The weak reference's callback: the output the held node came from is being freed. */
@@ -535,85 +469,72 @@ static py_method_def out_gone_def = {"gpumem_out_gone", (void *)out_gone, PY_MET
                                      "a hooked module output is freed (gpumem/_torch.py)"};
 
 /* Holds node as the one hooked last while its output out lives (the weak reference's callback
- * lets go): 1; 0 when out takes no weak reference, and nothing is held. */
-static int hold_last(PyObject *node, PyObject *out)
+ * lets go); nothing held when out takes no weak reference (its parent then hooks the node too). */
+static void hold_last(PyObject *node, PyObject *out)
 {
     PyObject *wr = py.PyWeakref_NewRef(out, hk.out_gone);
     if (!wr) {
         py.PyErr_Clear();
-        return 0;
+        return;
     }
     py.Py_IncRef(node);
     last.node = node, last.wr = wr;
-    return 1;
 }
 
 /* Module m's pre-hook on node in C++ (torch_prehook.cpp): 1 added, 0 not a node it knows, -1
  * with an exception. */
 static int hook_node_cxx(const hk_mod *m, PyObject *node, PyObject *out)
 {
-    cpaths *cp = cpaths_new(m); /* the hook's and last's */
+    cpaths *cp = cpaths_new(m); /* the hook's */
     if (!cp) return -1;
-    void *h = cxx.add(node, cp);
-    if (!h) {
+    if (!cxx.add(node, cp)) {
         cpaths_free(cp);
         return 0;
     }
     cxx.added++;
-    if (hold_last(node, out)) last.cp = cp, last.chook = h;
-    else cpaths_close(cp);
+    hold_last(node, out);
     return 1;
 }
 
 /* Module m's backward starts at node, the grad_fn of its output out. 0, or -1 with an exception. */
 static int hook_node(const hk_mod *m, PyObject *node, PyObject *out)
 {
-    if (node == last.node && last.cp && cxx.is_last(node, last.chook)) return cpaths_add(last.cp, m);
-    if (node == last.node && last.paths && none_since()) return py.PyList_Append(last.paths, m->enc);
+    if (node == last.node) return 0; /* its child's: the child's name stands */
     last_release();
     int c = cxx.add ? hook_node_cxx(m, node, out) : 0; /* no Python handle, no Python call from
                                                          * autograd's thread */
     if (c) return c < 0 ? -1 : 0;
-    PyObject *cb = NULL, *r = NULL, *paths = py.PyList_New(1);
-    if (!paths) return -1;
-    py.Py_IncRef(m->enc);
-    py.PyList_SetItem(paths, 0, m->enc); /* takes the reference */
-    if ((cb = py.PyCFunction_NewEx(&bwd_starts_def, paths, NULL)))
-        r = py.PyObject_CallMethodObjArgs(node, hk.s_register_prehook, cb, NULL);
-    if (cb) py.Py_DecRef(cb);
-    if (!r) {
-        py.Py_DecRef(paths);
-        return -1;
-    }
+    PyObject *r = py.PyObject_CallMethodObjArgs(node, hk.s_register_prehook, m->cb, NULL);
+    if (!r) return -1;
+    py.Py_DecRef(r);
     cxx.added_py++;
-    if (hold_last(node, out)) last.paths = paths, last.handle = r;
-    else py.Py_DecRef(paths), py.Py_DecRef(r);
+    hold_last(node, out);
     return 0;
 }
 
 /* Module m's backward start hooked from its output out, a torch.Tensor, in C++: the node read
  * from the tensor, not made a Python object by out.grad_fn (torch_prehook.cpp says what that
- * cost), and shared with the module before as hook_node shares it. 1 hooked, 0 out has no node,
- * -1 with an exception, -2 not read there (the caller goes through Python). */
+ * cost), and left to the module before when it hooked that node (hook_node says why). 1 hooked
+ * (or left), 0 out has no node, -1 with an exception, -2 not read there (the caller goes
+ * through Python). */
 static int hook_tensor_cxx(const hk_mod *m, PyObject *out)
 {
-    int st = cxx.node_state(out, last.cp && last.tensor ? last.chook : NULL);
+    int st = cxx.node_state(out, last.tensor);
     if (st == -1) return -2;
     if (st == 0) return 0;
-    if (st == 1) return cpaths_add(last.cp, m) == 0 ? 1 : -1;
+    if (st == 1) return 1; /* its child's: the child's name stands */
     last_release();
-    cpaths *cp = cpaths_new(m); /* the hook's and last's */
+    cpaths *cp = cpaths_new(m); /* the hook's */
     if (!cp) {
         cxx.add_pending(NULL); /* lets go of the node it kept */
         return -1;
     }
-    void *h = cxx.add_pending(cp);
-    if (!h) { /* PyTorch refused: through Python, as a node this file cannot reach */
+    if (!cxx.add_pending(cp)) { /* PyTorch refused: through Python, as a node this file cannot reach */
         cpaths_free(cp);
         return -2;
     }
     cxx.added++;
-    last.cp = cp, last.chook = h, last.tensor = 1;
+    last.tensor = 1;
     return 1;
 }
 
@@ -983,74 +904,54 @@ static PyObject *bwd_start(PyObject *enc, PyObject *arg)
     return none();
 }
 
-/* The pre-hook of a node that several modules' outputs share (hook_node): their bwd_start's. */
-static PyObject *bwd_starts(PyObject *paths, PyObject *arg)
-{
-    Py_ssize_t n = py.PyList_Size(paths);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *enc = py.PyList_GetItem(paths, i), *r = enc ? bwd_start(enc, arg) : NULL;
-        if (!r) return NULL;
-        py.Py_DecRef(r);
-    }
-    return none();
-}
-
-/* A C++ pre-hook's call (torch_prehook.cpp: autograd's thread, without the GIL): the modules'
- * bwd_start's, as bwd_starts. An error that is not an Exception (swallowed by bwd_start) is
- * reported as unraisable: a C++ hook cannot raise into the backward.
+/* A C++ pre-hook's call (torch_prehook.cpp: autograd's thread, without the GIL): the module's
+ * bwd_start. An error that is not an Exception (swallowed by bwd_start) is reported as
+ * unraisable: a C++ hook cannot raise into the backward.
  *
- * Without the GIL where bwd_start would call no Python: the paths closed (final), the backward
- * pass open on this thread (no "step N" to open, no callback to queue) and room on the thread's
- * stack (enter_mod then cannot fail). Everything read or written then is this thread's (tls),
- * the closed paths, the user-ranges flag and the recorder's range calls, which take no lock of
+ * Without the GIL where bwd_start would call no Python: the backward pass open on this thread
+ * (no "step N" to open, no callback to queue) and room on the thread's stack (enter_mod then
+ * cannot fail). Everything read or written then is this thread's (tls), the path (never
+ * changed), the user-ranges flag and the recorder's range calls, which take no lock of
  * Python's (nvtx.c keeps its name ids per thread). Taking the GIL only to run these cost ~420
  * instructions a node (18 a tiny GPT-2 step). */
 GM_EXPORT void gpumem_torch_cpaths_run(void *paths)
 {
     cpaths *p = paths;
     hk_thread *t = &tls;
-    int i = 0, b;
-    if (atomic_load_explicit(&p->closed, memory_order_acquire) && (b = bwd_pass(t)) < t->n) {
-        close_abandoned_fwd(t, b); /* pops only; a no-op for the paths after the first */
-        for (; i < p->n && t->n < t->cap; i++)
-            enter_mod(t, p->p[i].enc, p->p[i].label);
-        if (i == p->n) return;
-    }
-    int g = py.PyGILState_Ensure();
-    for (; i < p->n; i++) {
-        PyObject *r = bwd_start(p->p[i].enc, NULL);
-        if (r) {
-            py.Py_DecRef(r);
-        } else {
-            py.PyErr_WriteUnraisable(hk.s_bwd_what);
-            break;
+    int b = bwd_pass(t);
+    if (b < t->n) {
+        close_abandoned_fwd(t, b); /* pops only */
+        if (t->n < t->cap) {
+            enter_mod(t, p->enc, p->label);
+            return;
         }
     }
+    int g = py.PyGILState_Ensure();
+    PyObject *r = bwd_start(p->enc, NULL);
+    if (r) py.Py_DecRef(r);
+    else py.PyErr_WriteUnraisable(hk.s_bwd_what);
     py.PyGILState_Release(g);
 }
 
-/* A C++ pre-hook let go of its paths (its node was destroyed: any thread, GIL or not). */
+/* A C++ pre-hook let go of its path (its node was destroyed: any thread, GIL or not). */
 GM_EXPORT void gpumem_torch_cpaths_release(void *paths)
 {
-    cpaths_release(paths);
+    cpaths_free(paths);
 }
 
 /* libgpumem_torch.so hands over its pre-hook functions when it is attached (both, or NULL to
  * stop using them). The forward hooks then add C++ pre-hooks where they can. Only with the C
  * hooks set up and a Python that has the GIL functions. */
-GM_EXPORT void gpumem_torch_hooks_cxx(void *(*add)(PyObject *, void *), int (*is_last)(PyObject *, void *),
-                                      int (*data_ptr)(PyObject *, unsigned long long *))
+GM_EXPORT void gpumem_torch_hooks_cxx(void *(*add)(PyObject *, void *), int (*data_ptr)(PyObject *, unsigned long long *))
 {
-    if (!hk.fns || !py.PyGILState_Ensure || !py.PyGILState_Release || !py.PyErr_WriteUnraisable ||
-        !add != !is_last)
-        return;
-    cxx.add = add, cxx.is_last = is_last;
+    if (!hk.fns || !py.PyGILState_Ensure || !py.PyGILState_Release || !py.PyErr_WriteUnraisable || !add) return;
+    cxx.add = add;
     cxx.data_ptr = py.PyLong_AsUnsignedLong && sizeof(unsigned long) == 8 ? data_ptr : NULL;
 }
 
 /* The output-tensor side of the C++ pre-hooks (torch_prehook.cpp), handed over after
  * gpumem_torch_hooks_cxx: taken only with the node side. */
-GM_EXPORT void gpumem_torch_hooks_cxx_tensor(int (*node_state)(PyObject *, void *), void *(*add_pending)(void *),
+GM_EXPORT void gpumem_torch_hooks_cxx_tensor(int (*node_state)(PyObject *, int), void *(*add_pending)(void *),
                                              int (*grad_enabled)(void))
 {
     if (!cxx.add || !node_state || !add_pending || !grad_enabled) return;
@@ -1705,8 +1606,6 @@ GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
     hk.s_grad = intern("grad", &ok);
     hk.s_params = intern("params", &ok);
     hk.s_items = intern("items", &ok);
-    hk.s_id = intern("id", &ok);
-    hk.s_next_id = intern("next_id", &ok);
     if (!ok || tab_grow() != 0) return NULL;
     /* dict.items, and its type (a method descriptor's): plain_dict and data_ptr compare with
      * them */

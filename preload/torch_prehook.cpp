@@ -9,7 +9,7 @@
 // instructions, 18 a tiny GPT-2 step), and at each call the engine takes the GIL and packs the
 // gradients into a tuple for a hook that reads none of them. Here the hook is a C++
 // FunctionPreHook added to the node directly: no handle, and autograd's thread calls it without
-// Python; it takes the GIL itself only to run torch_hooks.c's bwd_start for each module path
+// Python; it takes the GIL itself only where torch_hooks.c's bwd_start must call Python
 // (gpumem_torch_cpaths_run). tests/bench/README.md (torch.rec_vs_off) has the figures.
 //
 // Nodes are reached through PyTorch's own objects for them: a C++ node's Python object
@@ -17,10 +17,10 @@
 // else is left to the Python pre-hook (gpumem_torch_node_prehook answers NULL). The layouts are
 // this wheel's headers': _torch.py attaches this library only to the PyTorch it was built for.
 //
-// The hook holds no Python object: its paths are torch_hooks.c's (module path encodings that
-// file never releases), shared by reference count, so autograd may destroy the node on any
-// thread, at any time, with or without the GIL (even while the interpreter finalizes) and the
-// destructor touches nothing of Python.
+// The hook holds no Python object: its path is torch_hooks.c's (a module path encoding that
+// file never releases, in a small block of its own that the hook frees), so autograd may destroy
+// the node on any thread, at any time, with or without the GIL (even while the interpreter
+// finalizes) and the destructor touches nothing of Python.
 //
 // Compiled autograd: compiled_args is a no-op, so a graph compiled by it leaves this hook out
 // (the backward's module ranges are missing there) rather than failing as a hook without it does.
@@ -39,9 +39,8 @@
 // libgpumem.so's (preload/torch_hooks.c)
 extern "C" void gpumem_torch_cpaths_run(void *paths);
 extern "C" void gpumem_torch_cpaths_release(void *paths);
-extern "C" void gpumem_torch_hooks_cxx(void *(*add)(PyObject *, void *), int (*is_last)(PyObject *, void *),
-                                       int (*data_ptr)(PyObject *, unsigned long long *));
-extern "C" void gpumem_torch_hooks_cxx_tensor(int (*node_state)(PyObject *, void *), void *(*add_pending)(void *),
+extern "C" void gpumem_torch_hooks_cxx(void *(*add)(PyObject *, void *), int (*data_ptr)(PyObject *, unsigned long long *));
+extern "C" void gpumem_torch_hooks_cxx_tensor(int (*node_state)(PyObject *, int), void *(*add_pending)(void *),
                                               int (*grad_enabled)(void));
 extern "C" void gpumem_torch_hooks_cxx_grad(PyObject *(*grad)(PyObject *));
 
@@ -99,14 +98,6 @@ void *add_prehook(PyObject *node, void *paths)
     }
 }
 
-// 1 when hook is the node's last pre-hook (none was added after it, by anyone): a module whose
-// output has that node can put its path on the same hook, in the same order as a hook of its own.
-int is_last(PyObject *node, void *hook)
-{
-    torch::autograd::Node *n = node_of(node);
-    return n && !n->pre_hooks().empty() && n->pre_hooks().back().get() == hook;
-}
-
 // o.data_ptr() for a torch.Tensor or torch.nn.Parameter (their exact types: no
 // __torch_function__ to consult, which is all Python's data_ptr() does before the same call), read
 // in C++: 0, or -1 for anything else (the caller then calls o.data_ptr() through Python). The
@@ -154,16 +145,18 @@ PyObject *grad_of(PyObject *o)
 // launch hook and the torch hooks"). The node the last hook went on is remembered weakly (a
 // weak_intrusive_ptr: it never keeps the node alive, and a node freed since is never taken for
 // it, whatever its address); pending is the node tensor_node_state found, for add_pending right
-// after (both under the GIL, one after the other).
+// after (both under the GIL, one after the other). A node hooked already for the module before (a
+// module that returns its child's output as it is) is not hooked again: the child's name stands
+// (torch_hooks.c, hook_node).
 c10::weak_intrusive_ptr<torch::autograd::Node> last_node{c10::intrusive_ptr<torch::autograd::Node>()};
 c10::intrusive_ptr<torch::autograd::Node> pending;
 
-// t's node against the hook added last (last_hook, NULL for none): -1 when t is not read here
-// (not exactly a torch.Tensor or Parameter, or a __torch_function__ mode is on, which Python's
-// grad_fn would consult: the caller asks Python), 0 when t has no node, 1 when its node is the one
-// last_hook went on and last_hook is still its last pre-hook (the module's path can go on that
-// hook), 2 when it is another node, kept for add_pending.
-int tensor_node_state(PyObject *t, void *last_hook)
+// t's node against the node the last hook went on (last_held: torch_hooks.c still holds it as
+// the node hooked last): -1 when t is not read here (not exactly a torch.Tensor or Parameter, or
+// a __torch_function__ mode is on, which Python's grad_fn would consult: the caller asks
+// Python), 0 when t has no node, 1 when its node is that one (hooked already), 2 when it is
+// another node, kept for add_pending.
+int tensor_node_state(PyObject *t, int last_held)
 {
     pending.reset();
     if (!THPVariableClass || !THPVariable_CheckExact(t) || at::impl::torch_function_mode_enabled()) return -1;
@@ -173,9 +166,7 @@ int tensor_node_state(PyObject *t, void *last_hook)
         if (plain_meta(x, &m) && !m) return 0; // no metadata: no node
         const c10::intrusive_ptr<torch::autograd::Node> &fn = m && !m->is_view_ ? m->grad_fn_ : x.grad_fn();
         if (!fn) return 0;
-        if (last_hook && last_node.lock().get() == fn.get() && !fn->pre_hooks().empty() &&
-            fn->pre_hooks().back().get() == last_hook)
-            return 1;
+        if (last_held && last_node.lock().get() == fn.get()) return 1;
         pending = fn;
         return 2;
     } catch (const std::exception &) {
@@ -211,7 +202,7 @@ int grad_enabled() { return c10::GradMode::is_enabled() ? 1 : 0; }
 // and the optimizer hooks the data pointer read here.
 void gm_torch_prehook_register()
 {
-    gpumem_torch_hooks_cxx(add_prehook, is_last, data_ptr_of);
+    gpumem_torch_hooks_cxx(add_prehook, data_ptr_of);
     gpumem_torch_hooks_cxx_tensor(tensor_node_state, add_pending, grad_enabled);
     gpumem_torch_hooks_cxx_grad(grad_of);
 }

@@ -691,66 +691,70 @@ static int passed_to_module(adv_model *m, const rinfo *r, const uint32_t *evri)
     return 0;
 }
 
-/* Is module path `in` inside the module of forward range f (its path, or any module where f is
- * the root's: the pass's first range; the root's path is its class name, no prefix of its
- * children's)? */
-static int inside_module(const adv_model *m, const rinfo *r, const rinfo *f, uint32_t in)
+/* Is module path c inside module p (every module is inside the root's: the root's path is its
+ * class name, no prefix of its children's)? */
+static int inside_module(const adv_model *m, uint32_t p, uint32_t root, uint32_t c)
 {
-    if (f->first != UINT32_MAX && r[f->first].mod == f->mod) return 1;
-    const char *p = adv_str(m, f->mod), *c = adv_str(m, in);
-    size_t n = strlen(p);
-    return !strncmp(c, p, n) && c[n] == '.';
+    if (p == root) return 1;
+    const char *ps = adv_str(m, p), *cs = adv_str(m, c);
+    size_t n = strlen(ps);
+    return !strncmp(cs, ps, n) && cs[n] == '.';
 }
 
 /* PyTorch's hooks open a module's backward range when autograd runs the node that made the
  * module's output. A module that returns its last child's output as it is (an nn.Sequential; a
- * root whose forward ends in its head) shares that node with the child, and the hooks, the
- * child's first, then the parent's, leave the parent's range open: the child's backward reads
- * as the parent's ("bwd/Tied" holding the head's matmul, "bwd/body" the Sequential's last
- * Linear), and the parent's forward range, entered again after the child returned, made
- * nothing. Paired by name with that forward, the child's saved tensors (its input; the GELU's
- * output the last Linear saved) were saved by no pair: offload and recompute left them on the
- * device through the backward (the tied model of tests/torch/torch_features.py: 5 MiB over
- * what save_on_cpu measures). Such a backward range takes the name of the child whose output
- * its module returned: the forward range before the module's last one, a range of a module
- * inside it, again while that one made nothing either. evri: each event's rinfo. 0, or -1 out
- * of memory. */
+ * root whose forward ends in its head) shares that node with the child, and the hooks of a
+ * recording made before they left it to the child (gm_torch_bwd_innermost), the child's first,
+ * then the parent's, replaced the child's range at once and left the parent's open: the child's
+ * backward read as the parent's ("bwd/Tied" holding the head's matmul, "bwd/body" the
+ * Sequential's last Linear), and the parent's forward range, entered again after the child
+ * returned, made nothing. Paired by name with that forward, the child's saved tensors (its
+ * input; the GELU's output the last Linear saved) were saved by no pair: offload and recompute
+ * left them on the device through the backward (the tied model of
+ * tests/torch/torch_features.py: 5 MiB over what save_on_cpu measures). Such a backward range
+ * takes the name of the child: the backward range right before it is a module's inside its
+ * module and made nothing (a module's own output node runs before its children's, so its range
+ * comes first otherwise), as every command reads those ranges (read/gm_analyze.c,
+ * torch_bwd_names); again for a grandparent, and for a module that made more after it returned
+ * the child's output (GPT-2's model, the loss after lm_head's logits). evri: each event's rinfo.
+ * 0, or -1 out of memory. */
 static int bwd_of_returned_child(adv_model *m, const rinfo *r, size_t nr, const uint32_t *evri)
 {
     uint8_t *made = calloc(nr + 1, 1);
     uint32_t *name = calloc(nr + 1, sizeof *name); /* a backward range's new lr_name, 0 none */
-    if (!made || !name) {
-        free(made), free(name);
-        return -1;
-    }
+    uint32_t *mod = malloc((nr + 1) * sizeof *mod); /* a range's module, renamed */
+    u64map root = {0};                              /* a step -> its root module (interned) */
+    int rc = -1;
+    if (!made || !name || !mod) goto out;
     for (size_t i = 0; i < m->nevs; i++)
         if (m->evs[i].kind == ADV_EV_ALLOC && evri[i] != UINT32_MAX) made[evri[i]] = 1;
-    u64map fwd = {0}; /* module path -> its latest forward range */
     size_t renamed = 0;
     for (size_t k = 0; k < nr; k++) {
         const rinfo *x = &r[k];
-        if (!x->mod || x->lr != (uint64_t)x->id || (x->phase != ADV_PH_FWD && x->phase != ADV_PH_BWD)) continue;
-        if (x->phase == ADV_PH_FWD) {
-            if (u64map_put(&fwd, x->mod, k) == 0) continue;
-            u64map_free(&fwd);
-            free(made), free(name);
-            return -1;
-        }
-        uint64_t *fi = u64map_get(&fwd, x->mod);
-        if (!fi || r[*fi].step != x->step) continue;
-        const rinfo *f = &r[*fi];
-        while (!made[f - r] && f->prev != UINT32_MAX && inside_module(m, r, f, r[f->prev].mod))
-            f = &r[f->prev];
-        if (f->mod == x->mod) continue;
+        uint64_t step = (uint64_t)(uint32_t)x->step;
+        mod[k] = x->mod;
+        if (!x->mod || x->lr != (uint64_t)x->id) continue;
+        if (x->phase == ADV_PH_FWD && x->first != UINT32_MAX && !u64map_get(&root, step) &&
+            u64map_put(&root, step, r[x->first].mod) != 0)
+            goto out;
+        if (x->phase != ADV_PH_BWD || x->prev == UINT32_MAX) continue;
+        const rinfo *b = &r[x->prev];
+        uint64_t *rt = u64map_get(&root, step);
+        if (!rt || !b->mod || b->phase != ADV_PH_BWD || b->lr != (uint64_t)b->id || made[x->prev] ||
+            mod[x->prev] == x->mod || !inside_module(m, x->mod, (uint32_t)*rt, mod[x->prev]))
+            continue;
+        mod[k] = mod[x->prev];
         char blk[256];
-        name[k] = intern(m, block_of(adv_str(m, f->mod), blk, sizeof blk));
+        name[k] = intern(m, block_of(adv_str(m, mod[k]), blk, sizeof blk));
         renamed++;
     }
     for (size_t i = 0; renamed && i < m->nevs; i++)
         if (evri[i] != UINT32_MAX && name[evri[i]]) m->evs[i].lr_name = name[evri[i]];
-    u64map_free(&fwd);
-    free(made), free(name);
-    return 0;
+    rc = 0;
+out:
+    u64map_free(&root);
+    free(made), free(name), free(mod);
+    return rc;
 }
 
 /* The op log (gpumem record --torch-ops: torch_ops, torch_op_args), each tensor joined to its
@@ -1972,7 +1976,8 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
     u64map_free(&live);
     /* the op log: under PyTorch's allocator and under gpumem as its allocator (births: seqs) */
     if (m->torch && !nomem && tops_load(d, m, births) != 0) nomem = 1;
-    if (m->torch && !nomem && L.evri && bwd_of_returned_child(m, r, nr, L.evri) != 0) nomem = 1;
+    if (m->torch && !nomem && L.evri && !gm_torch_bwd_innermost(d) && bwd_of_returned_child(m, r, nr, L.evri) != 0)
+        nomem = 1;
     /* without it, what the module calls tell */
     if (m->torch && !nomem && !m->ntops && L.evri && passed_to_module(m, r, L.evri) != 0) nomem = 1;
     free(L.evri), L.evri = NULL;

@@ -481,6 +481,11 @@ const char *gm_device_from_json(int from);
  * (nothing asked, no history, or tensors on N). With line (room for n): the sentence every
  * command says it with, naming the devices its tensors were on. */
 int gm_torch_absent(const gm_db *d, char *line, size_t n);
+/* The recording's PyTorch hooks left a node that a module shares with the child whose output it
+ * returned as is to the child (meta torch_bwd_ranges "innermost"): its backward ranges are named
+ * right. 0 for a recording made before, whose such ranges gm_model_load reads under the child's
+ * name (gm_analyze.c, torch_bwd_names) and advise too (gm_advise.c, bwd_of_returned_child). */
+int gm_torch_bwd_innermost(gm_db *d);
 /* Where gm_torch_absent says so: the JSON object of PyTorch's view on that device, one shape
  * for every command (report's and frag's and tune's .torch, the others' .torch_absent):
  * {"allocator","device","on_device":false,"tensor_devices":[...],"peak_requested":null,

@@ -21,6 +21,7 @@
 #include "snapshot/read/gm.h"
 #include "snapshot/read/gm_analyze_pages.h"
 #include "snapshot/read/gm_devused.h"
+#include "snapshot/record/bytemap.h"
 #include "snapshot/record/rec.h"
 
 #include <ctype.h>
@@ -1428,6 +1429,99 @@ enum { LOAD_RESTART = 2 };
 /* gm_model_load with the events read from their pages (pages = 1; LOAD_RESTART when that gave
  * up after rows were swept: the model is to be freed and loaded again with pages = 0) or
  * through SQLite. */
+/* ---- backward ranges of PyTorch's hooks, as recorded before they named them right ---------- */
+
+/* The module of a hooks' module range r ("step N/fwd/<module>", "step N/bwd/<module>": its
+ * parent p the pass, "step N/fwd" or "step N/bwd"), and its pass ('f', 'b'); 0 for any other
+ * range (a forward inside a backward, checkpointing's, included). */
+static int hooks_mod_range(const gm_range *r, const gm_range *p, const char **mod) {
+    if (!p || !p->path || !r->path || strncmp(p->path, "step ", 5) != 0) return 0;
+    const char *q = p->path + 5;
+    if (!isdigit((unsigned char)*q)) return 0;
+    while (isdigit((unsigned char)*q)) q++;
+    int pass = !strcmp(q, "/fwd") ? 'f' : !strcmp(q, "/bwd") ? 'b' : 0;
+    size_t pl = (size_t)(q - p->path) + 4;
+    if (!pass || strncmp(r->path, p->path, pl) != 0 || r->path[pl] != '/' || !r->path[pl + 1] ||
+        strchr(r->path + pl + 1, '/'))
+        return 0;
+    *mod = r->path + pl + 1;
+    return pass;
+}
+
+/* Is module path c inside module p: its children's paths begin with p's and a dot, and every
+ * module is inside the root's, whose path (its class name) is no prefix of theirs: root, the
+ * step's first forward module range's. */
+static int hooks_inside(const char *p, const char *root, const char *c) {
+    size_t n = strlen(p);
+    return !strcmp(p, root) || (!strncmp(c, p, n) && c[n] == '.');
+}
+
+/* PyTorch's hooks (preload/torch_hooks.c) open a module's backward range when autograd runs the
+ * node that made the module's output. A module that returns its last child's output as it is (an
+ * nn.Sequential, a root whose forward ends in its head) shares that node with the child; until
+ * the hooks left that node to the child (gm_torch_bwd_innermost), the parent's hook, run right
+ * after the child's, replaced the child's range at once and left the parent's open over the
+ * child's backward: "step N/bwd/Tied" held the head's matmul, "step N/bwd/body" the
+ * Sequential's last Linear, in every command's phases. That is what such a range looks like: the
+ * backward range before it is a module's inside it, and made nothing (a module's own output node
+ * runs before any node of its children's, so its range comes first otherwise). It is read as
+ * the hooks name it now, under that child's name (again for a grandparent: tied's root after its
+ * Sequential after its last Linear). A module that returned its child's output and made more
+ * after it (GPT-2's model: the loss after lm_head's logits) is found so too, where advise's rule,
+ * by what its last forward range made, keeps its name (analyze/gm_advise.c,
+ * bwd_of_returned_child). Only where the hooks ran (meta torch_hooks 1): a program's own NVTX
+ * ranges keep their names. Out of memory: the paths as recorded. */
+int gm_torch_bwd_innermost(gm_db *d) {
+    char v[32];
+    gm_meta_text(d, "torch_bwd_ranges", v, sizeof v);
+    return !strcmp(v, "innermost");
+}
+
+static void torch_bwd_names(gm_db *d, gm_model *m) {
+    size_t n = m->nranges;
+    char hooks[8];
+    gm_meta_text(d, "torch_hooks", hooks, sizeof hooks); /* the hooks ran: gpumem record's */
+    if (!n || strcmp(hooks, "1") != 0 || gm_torch_bwd_innermost(d)) return;
+    uint8_t *made = calloc(n, 1);
+    const char **mods = calloc(n, sizeof *mods); /* a module range's module, NULL for others */
+    u64map last = {0}; /* a backward pass range's id -> its latest module range (index) */
+    u64map root = {0}; /* a step -> its first forward module range (index) */
+    if (!made || !mods) goto out;
+    for (int view = 0; view < 2; view++) {
+        const gm_alloc *a = view ? m->torch.allocs : m->allocs;
+        size_t na = view ? m->torch.nallocs : m->nallocs;
+        for (size_t i = 0; i < na; i++) {
+            uint64_t *k = a[i].range ? u64map_get(&m->range_idx, a[i].range) : NULL;
+            if (k) made[*k] = 1;
+        }
+    }
+    for (size_t k = 0; k < n; k++) {
+        gm_range *r = &m->ranges[k];
+        const gm_range *p = r->parent ? gm_range_of(m, (uint64_t)r->parent) : NULL;
+        int pass = r->step >= 0 ? hooks_mod_range(r, p, &mods[k]) : 0;
+        if (pass == 'f' && !u64map_get(&root, (uint64_t)r->step) && u64map_put(&root, (uint64_t)r->step, k) != 0) goto out;
+        if (pass != 'b') continue;
+        uint64_t *pk = u64map_get(&last, (uint64_t)p->id), *rk = u64map_get(&root, (uint64_t)r->step);
+        size_t before = pk ? (size_t)*pk : n;
+        if (u64map_put(&last, (uint64_t)p->id, k) != 0) goto out;
+        if (before == n || !rk || made[before] || !strcmp(mods[before], mods[k]) ||
+            !hooks_inside(mods[k], mods[*rk], mods[before]))
+            continue;
+        size_t pl = (size_t)(mods[k] - r->path);
+        char *path = malloc(pl + strlen(mods[before]) + 1);
+        if (!path) goto out;
+        memcpy(path, r->path, pl);
+        strcpy(path + pl, mods[before]);
+        free(r->path);
+        r->path = path;
+        mods[k] = path + pl;
+    }
+out:
+    free(made), free(mods);
+    u64map_free(&last);
+    u64map_free(&root);
+}
+
 static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err, size_t errsz) {
     memset(m, 0, sizeof *m);
     if (load_small(d, m, err, errsz) != 0) return -1;
@@ -1594,6 +1688,7 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
     u64map_free(&w.tlive);
     u64map_free(&w.tstep_idx);
     m->derived_on_read = 1;
+    torch_bwd_names(d, m);
     return 0;
 }
 

@@ -63,6 +63,14 @@
 #        with the parent's forward, which made nothing, the child's saved tensors were no saved
 #        activations (gm_advise.c, bwd_of_returned_child). ckpt recommends none: its run under
 #        save_on_cpu saves nothing.
+#   phases  that same backward read as the parent's in every other command: report's phases put
+#        the head's backward (tied: 64 MiB of the peak) under "step */bwd/Tied", a root
+#        Sequential's last Linear's (stepend: 36 MiB) under "step */bwd/Sequential". The hooks
+#        now leave a node that a module shares with its child to the child ("step */bwd/head",
+#        "step */bwd/2": preload/torch_hooks.c, hook_node), and a recording made before (no meta
+#        torch_bwd_ranges) is read so (snapshot/read/gm_analyze.c, torch_bwd_names; advise the
+#        same way): tied, stepend and GPT-2 recordings made into what those hooks recorded read
+#        as the new recordings in report, viz and advise.
 # Table: KIND#ENV (or gpumem record's options, "--...")#COMMAND#jq filter#want ($mem, $res: the
 # recording's printed memory_allocated, max_memory_reserved; $maxmem: its max_memory_allocated;
 # $steps: its step_allocated lines; $retries: its num_alloc_retries).
@@ -92,6 +100,9 @@ table=(
   "tied#--allocator gpumem#advise --json#(.baseline.peak_allocated == .recorded.peak_allocated), (.baseline.peak_reserved == .recorded.peak_reserved)#true true"
   "stepend#-#leaks --json#([.steps[].allocated_at_end] == \$steps), (\$steps | length)#true 3"
   "stepend#--allocator gpumem#leaks --json#.leaked_held_bytes as \$h | [.steps[].allocated_at_end | . == \$h] | map(tostring) | join(\",\")#true,true,true"
+  "tied#-#report --json#[.torch.peak.by_phase[].phase | select(test(\"/bwd/\"))] | join(\",\")#step */bwd/head"
+  "tied#--allocator gpumem#report --json#[.peak.by_phase[].phase | select(test(\"/bwd/\"))] | join(\",\")#step */bwd/head"
+  "stepend#-#report --json#[.torch.peak.by_phase[].phase | select(test(\"/bwd/\"))] | join(\",\")#step */bwd/2,step */bwd/0"
 )
 for row in "${table[@]}"; do
   IFS='#' read -r kind env cmd filter want <<< "$row"
@@ -165,6 +176,56 @@ for row in "ckpt#-#0" "tied#-#1" "amp#--torch-ops#1" "tied#--allocator gpumem#1"
   [[ -n $measured && $n == "$want" && -z $off ]] \
     && ok "offload, $label: $n recommendation(s) to offload saved activations, each predicting what save_on_cpu measures ($measured; without it $base)" \
     || bad "offload, $label: offload of saved activations predicted '$preds' ($n recommended, want $want), save_on_cpu measured '$measured' (without it $base)"
+done
+# phases of a recording made before the hooks left a shared node to the child, made here of the
+# new one as those hooks recorded it: no meta torch_bwd_ranges, and at the node the child shares
+# with its parent the child's backward range, empty (its hook ran first), then the parent's,
+# holding the child's backward (ids doubled to make room); report, viz and advise read it as the
+# new recording (advise's rule before, by what the parent's last forward range made, kept GPT-2's
+# "bwd/GPT": its model makes the loss after lm_head, and bf16 predicted 2583491584/3296722944 for
+# the new recording's 2582180864/3290431488).
+# as_before DB OUT CHILD:PARENT...
+as_before() {
+  local db=$1 out=$2 sql pair child parent
+  shift 2
+  cp "$db" "$out"
+  sql="DELETE FROM meta WHERE key = 'torch_bwd_ranges';
+    UPDATE ranges SET id = -2 * id, parent = -2 * parent; UPDATE ranges SET id = -id, parent = -parent;
+    UPDATE events SET range = 2 * range WHERE range IS NOT NULL;"
+  for pair in "$@"; do
+    child=${pair%%:*} parent=${pair#*:}
+    sql+="INSERT INTO ranges SELECT id - 1, parent, thread, kind, domain, name, start_ns, start_ns, path
+            FROM ranges WHERE path GLOB 'step [0-9]*/bwd/$child';
+          UPDATE ranges SET path = substr(path, 1, length(path) - length('$child')) || '$parent',
+            name = (SELECT name FROM ranges WHERE path GLOB 'step [0-9]*/fwd/$parent' LIMIT 1)
+            WHERE id % 2 = 0 AND path GLOB 'step [0-9]*/bwd/$child';"
+  done
+  sqlite3 "$out" "$sql"
+}
+GPUMEM_SIM_BACKING=virtual "$G" record -q -o "$tmp/gpt2.db" -- "$torch_py" tests/torch/train_gpt2.py --model gpt2 --steps 2 \
+  > "$tmp/gpt2.db.out" 2>&1
+gpt2_pairs="lm_head:GPT"
+for i in $(seq 0 11); do gpt2_pairs+=" h.$i.mlp.c_proj:h.$i.mlp h.$i.attn.c_proj:h.$i.attn"; done
+recs='[(.recommendations + .not_worth_it)[] | "\(.technique) \(.target) \(.predicted.peak_allocated)/\(.predicted.peak_reserved)"] | join(",")'
+# Table: KIND#CHILD:PARENT ... (the first pair's child is under its parent's name at the peak)
+for row in "tied#head:Tied body.2:body" "stepend#2:Sequential" "gpt2#$gpt2_pairs"; do
+  IFS='#' read -r kind pairs <<< "$row"
+  [[ -f $tmp/$kind.db ]] || { bad "phases, $kind as recorded before: no recording"; continue; }
+  read -ra pairs <<< "$pairs"
+  child=${pairs[0]%%:*} parent=${pairs[0]#*:}
+  as_before "$tmp/$kind.db" "$tmp/$kind-before.db" "${pairs[@]}"
+  renamed=$(sqlite3 "$tmp/$kind-before.db" "SELECT count(*) FROM ranges WHERE path GLOB 'step [0-9]*/bwd/$parent'")
+  want=$("$G" report --json "$tmp/$kind.db" | jq -r '[.torch.peak.by_phase[].phase] | join(",")')
+  got=$("$G" report --json "$tmp/$kind-before.db" | jq -r '[.torch.peak.by_phase[].phase] | join(",")')
+  "$G" viz "$tmp/$kind-before.db" -o "$tmp/before.html" 2> /dev/null
+  inviz=$(grep -c "bwd/$parent\\b" "$tmp/before.html")
+  [[ $renamed -gt 0 && $got == "$want" && $got == *"/bwd/$child"* && $inviz == 0 ]] \
+    && ok "phases, $kind as recorded before ($renamed ranges bwd/$parent): report's phases at the peak read as the new hooks' ($got), viz names no bwd/$parent" \
+    || bad "phases, $kind as recorded before ($renamed ranges bwd/$parent): report's phases at the peak '$got', the new hooks' '$want'; viz names bwd/$parent $inviz times"
+  want=$("$G" advise --json "$tmp/$kind.db" | jq -r "$recs")
+  got=$("$G" advise --json "$tmp/$kind-before.db" | jq -r "$recs")
+  [[ -n $want && $got == "$want" ]] && ok "phases, $kind as recorded before: advise's recommendations (and those not worth it) as the new recording's ($got)" \
+    || bad "phases, $kind as recorded before: advise recommends '$got', on the new recording '$want'"
 done
 # mempool: the private pools' words name MemPools too (the text: no JSON key changed)
 db=$tmp/mempool.db

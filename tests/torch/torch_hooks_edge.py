@@ -51,7 +51,9 @@ class Pair(torch.nn.Module):
         self.proj = torch.nn.Linear(4, 4)
 
     def forward(self, x):
-        return x, {"y": self.proj(x)}  # x needs no gradient: its backward starts at proj's node
+        # x needs no gradient: its backward starts at the node of its own product (proj's output
+        # as it is would be proj's node, proj's backward: the hooks leave it to proj)
+        return x, {"y": self.proj(x) * 2}
 
 
 class Leaf(torch.nn.Module):

@@ -857,6 +857,7 @@ class _Hooks:
         try:
             t = self._t()
             path = self.paths.get(id(module)) or self._path(module)
+            t.last = None
             if not t.mods:
                 self._open_step(t, "fwd")
             self._enter_mod(t, path)
@@ -878,13 +879,15 @@ class _Hooks:
                     self._pop(t)
                 self._close_pass(t)
             if self.torch.is_grad_enabled():
-                self._on_backward_of(path, output)
+                self._on_backward_of(t, path, output)
+            if not mods:
+                t.last = None  # the outermost module returned
         except Exception as e:  # noqa: BLE001
             _warn("a forward hook", e)
         return None
 
     # -- backward
-    def _on_backward_of(self, path, output):
+    def _on_backward_of(self, t, path, output):
         # the module's backward starts when autograd runs the node that made its output: a
         # pre-hook on that node (one output that needs a gradient is enough to see it), kept in
         # C++ with the node. A tensor hook (Tensor.register_hook) would also give the tensor a
@@ -898,7 +901,16 @@ class _Hooks:
             cb = self.bwd_cb[path] = _BwdStart(self, path)
         node = out.grad_fn
         if node is not None:
+            # the node hooked last, for the module that returned before this one's end (a
+            # module returning its child's output as it is): the child's, whose name stands
+            # (torch_hooks.c, hook_node). Its output is held weakly (while it lives its node
+            # is the same object), from the child's return to the next module's start or the
+            # outermost's return, as torch_hooks.c holds it.
+            last = t.last() if t.last is not None else None
+            if last is not None and last.grad_fn is node:
+                return
             node.register_prehook(cb)
+            t.last = _ref(out)
         else:  # a leaf that needs a gradient, returned as is: its own hook
             out.register_hook(cb.tensor_hook)
 
@@ -1082,11 +1094,12 @@ class _BwdStart:
 
 
 class _ThreadState:
-    __slots__ = ("st", "mods")
+    __slots__ = ("st", "mods", "last")
 
     def __init__(self):
         self.st = []    # the ranges this thread opened: (kind, label, pushed)
         self.mods = []  # the modules whose forward runs on this thread, outermost first
+        self.last = None  # a weak reference to the output whose node was hooked last (_on_backward_of)
 
 
 def _ref(v):
