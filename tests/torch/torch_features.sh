@@ -62,7 +62,11 @@
 #        parent, whose backward range PyTorch's hooks leave open over the child's backward: paired
 #        with the parent's forward, which made nothing, the child's saved tensors were no saved
 #        activations (gm_advise.c, bwd_of_returned_child). ckpt recommends none: its run under
-#        save_on_cpu saves nothing.
+#        save_on_cpu saves nothing. `--try '--offload activations'` too, recommended or not: with
+#        the op log ckpt's was 4 MiB over the run's reserved (its checkpointed blocks and their
+#        recompute packed) and stepend's 20 MiB (the first Linear's weight.t() packed where the
+#        batch needs no gradient, the ReLU output's second unpack, the next Linear's, missing)
+#        (gm_advise_autocast.c, adv_pack_saved).
 # Table: KIND#ENV (or gpumem record's options, "--...")#COMMAND#jq filter#want ($mem, $res: the
 # recording's printed memory_allocated, max_memory_reserved; $maxmem: its max_memory_allocated;
 # $steps: its step_allocated lines; $retries: its num_alloc_retries).
