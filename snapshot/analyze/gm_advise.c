@@ -271,6 +271,25 @@ int adv_is_block_name(const char *n)
     return 1;
 }
 
+/* a checkpointed block's recompute seen in layer range lr_name (adv_model.ckpt_blocks) */
+static void note_recompute(adv_model *m, uint32_t lr_name)
+{
+    if (!lr_name || adv_recomputed_block(m, lr_name)) return;
+    if (m->nckpt_blocks < ADV_MAX_CKPT)
+        m->ckpt_blocks[m->nckpt_blocks++] = lr_name;
+    else
+        m->ckpt_all = 1;
+}
+
+int adv_recomputed_block(const adv_model *m, uint32_t lr_name)
+{
+    if (!lr_name) return 0;
+    if (m->ckpt_all) return adv_is_block_name(adv_str(m, lr_name));
+    for (unsigned i = 0; i < m->nckpt_blocks; i++)
+        if (m->ckpt_blocks[i] == lr_name) return 1;
+    return 0;
+}
+
 static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map *idx)
 {
     char blk[256];
@@ -327,7 +346,7 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
          * forward of its own it was a forward pass of the loop ("4 forward passes a step: it
          * accumulates already" of a loop of one) and its tensors saved activations, offloaded
          * in a prediction that measured no saving */
-        if (ph == ADV_PH_FWD && p && p->phase == ADV_PH_BWD) ph = ADV_PH_OTHER;
+        if (ph == ADV_PH_FWD && p && p->phase == ADV_PH_BWD) ph = ADV_PH_OTHER, note_recompute(m, x->lr_name);
         if (ph) x->phase = (uint8_t)ph, x->is_phase = 1, x->lr = 0, x->lr_name = 0;
         int64_t sn = step_number(name);
         if (sn >= 0) {

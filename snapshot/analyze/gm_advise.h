@@ -58,6 +58,7 @@ enum { ADV_MK_RECORD = 0, ADV_MK_DONE = 1, ADV_MK_SYNC = 2, ADV_MK_RESTART = 3, 
 #define ADV_FREE_SYNCED 0x80000000u
 /* The phase of an event, from the NVTX path of its range: a component named fwd / forward,
  * bwd / backward, opt / optim / optimizer. */
+enum { ADV_MAX_CKPT = 64 }; /* adv_model.ckpt_blocks */
 enum { ADV_PH_OTHER = 0, ADV_PH_FWD = 1, ADV_PH_BWD = 2, ADV_PH_OPT = 3 };
 
 typedef struct adv_ev {
@@ -235,6 +236,11 @@ typedef struct adv_model {
      * v of its qkv), live until the module's forward returns (tops_load) */
     uint32_t *tholds;
     int owns_tops;
+    /* the layer ranges (lr_name) a forward range opened inside the backward: the blocks the
+     * recording checkpoints itself (torch.utils.checkpoint's recompute, load_ranges); more than
+     * ADV_MAX_CKPT of them: ckpt_all, every repeated block (adv_recomputed_block) */
+    uint32_t ckpt_blocks[ADV_MAX_CKPT];
+    unsigned nckpt_blocks, ckpt_all;
     uint64_t device_peak_allocated, device_peak_reserved;
     /* inferred (GM_CSRC_INFERENCE): the layers found in the forward, and where a steady step's
      * backward and update begin and where it ends (seqs; 0 none), for saying which kernels run
@@ -557,6 +563,10 @@ void adv_rw_free(adv_rw *w);
  * adv_stash does not restore them whole as well (adv_stash_opts.unpacked). Returns the number of saved tensors packed,
  * -1 out of memory. Run before the other rewrites. */
 long adv_pack_saved(adv_model *m, int autocast, int skip_blocks, uint8_t *unpacked);
+
+/* 1 where layer range lr_name (an event's) is a block the recording checkpoints itself (its
+ * forward ran again inside the backward), else 0 */
+int adv_recomputed_block(const adv_model *m, uint32_t lr_name);
 /* The op log's backward nodes' starts: the events, in order, of the last allocation made before
  * each started (or of an accumulation's copy of it); *n of them. malloc'ed (the caller frees),
  * NULL out of memory. */

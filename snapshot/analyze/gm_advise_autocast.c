@@ -620,16 +620,40 @@ out:
 /* ------------------------------------------------------------------ save_on_cpu's packs */
 
 /* Which of an op's inputs (n: its base name) its backward node saves, of those a parameter can
- * be (gm_advise.h, adv_pack_saved): 0 none; else a mask over its inputs (bit k: the k-th input). *view: the saved
- * parameter is weight.t() (a Linear's matmul), not contiguous. */
-static unsigned saved_params(const char *n, int *view)
+ * be (gm_advise.h, adv_pack_saved): 0 none; else a mask over its inputs (bit k: the k-th input).
+ * *view: those of them saved as a view that is not contiguous, a Linear's weight.t() (the matmul's
+ * second factor; its first, the input, is contiguous). *factors: a matmul's two factors, each
+ * saved only for the other's gradient (derivatives.yaml: mat2 for mat1's, mat1 for mat2's), so
+ * only where the other requires one. */
+static unsigned saved_params(const char *n, unsigned *view, unsigned *factors)
 {
-    *view = 0;
-    if (in_list(n, ops_add_mm)) return *view = 1, 6u; /* the two factors, not the added term (the bias) */
-    if (in_list(n, ops_mm)) return *view = 1, 3u;
+    *view = *factors = 0;
+    if (in_list(n, ops_add_mm)) return *view = 4u, *factors = 6u; /* the two factors, not the added term (the bias) */
+    if (in_list(n, ops_mm)) return *view = 2u, *factors = 3u;
     if (strstr(n, "convolution") || !strncmp(n, "conv", 4)) return 2u; /* the weight */
     if (in_list(n, ops_norm)) return 6u;                                /* weight, bias */
     return 0;
+}
+
+/* Which of op t's inputs (a mask, as saved_params's) require a gradient as far as the op log
+ * tells: a tensor the forward made (born in a forward phase), or at a weight's place (weights, a
+ * mask) a parameter's storage (born outside every step). What the forward was given requires
+ * none: the batch, made in the step before it or before the loop (the op log has no
+ * requires_grad; a Linear's input is never its parameter). */
+static unsigned grad_inputs(const adv_model *m, const adv_top *t, const size_t *birth, size_t nrec, unsigned weights)
+{
+    unsigned req = 0, k = 0;
+    for (uint32_t q = 0; q < t->nargs; q++) {
+        const adv_targ *g = &m->targs[t->arg0 + q];
+        if (g->out) continue;
+        unsigned bit = 1u << (k < 31 ? k : 31);
+        k++;
+        if (g->a >= nrec) continue;
+        size_t b = birth[g->a];
+        if (((weights & bit) && (b == SIZE_MAX || m->evs[b].step < 0)) || (b != SIZE_MAX && m->evs[b].phase == ADV_PH_FWD))
+            req |= bit;
+    }
+    return req;
 }
 
 /* An op whose backward node is given a saved input its kernel never reads (so no use in the
@@ -654,6 +678,16 @@ static unsigned saved_views(const char *n)
     return in_list(n, sdpa) ? 7u : 0;
 }
 
+/* A storage freed at event death outlives a node that ends at event end: a later node made
+ * something while it was still held (a node lets go of what it saved right after it ends) */
+static int outlives(const adv_model *m, size_t end, size_t death)
+{
+    if (death == SIZE_MAX) return 0;
+    for (size_t j = end + 1; j < death && j < m->nevs; j++)
+        if (m->evs[j].kind == ADV_EV_ALLOC) return 1;
+    return 0;
+}
+
 long adv_pack_saved(adv_model *m, int autocast, int skip_blocks, uint8_t *unpacked)
 {
     if (!m->ntops) return 0;
@@ -663,21 +697,28 @@ long adv_pack_saved(adv_model *m, int autocast, int skip_blocks, uint8_t *unpack
     adv_rw w;
     long packed = -1;
     int ok = births_spans(m, nrec, &birth, &nstart, &nend) == 0;
-    if (adv_rw_init(&w, m) != 0 || !ok) goto out;
+    size_t *death = ok ? malloc((nrec + 1) * sizeof *death) : NULL; /* the recorded frees */
+    if (adv_rw_init(&w, m) != 0 || !ok || !death) goto out;
+    for (size_t a = 0; a < nrec; a++)
+        death[a] = SIZE_MAX;
+    for (size_t j = 0; j < nev; j++)
+        if ((m->evs[j].kind == ADV_EV_FREE || m->evs[j].kind == ADV_EV_FREE_ASYNC) && m->evs[j].a < nrec) death[m->evs[j].a] = j;
     packed = 0;
     for (size_t i = 0; i < nt; i++) {
         const adv_top *t = &m->tops[i];
         if (t->bwd || t->last_a >= nrec || birth[t->last_a] == SIZE_MAX) continue;
         char nb[96];
         const char *name = adv_op_base(adv_str(m, t->name), nb, sizeof nb);
-        int view;
-        unsigned mask = saved_params(name, &view), views = saved_views(name);
+        unsigned view, factors, mask = saved_params(name, &view, &factors), views = saved_views(name);
         /* (under autocast nll_loss saves its own fp32 copy of its input, which the rewrite
          * made to die in its node: the offload's restore places that one) */
         unsigned unread = autocast ? 0 : saved_unread(name);
         size_t op_ev = birth[t->last_a], start = SIZE_MAX, end = nend[i], first_out = op_ev;
         if (!(mask | unread | views) || nstart[i] == SIZE_MAX || end == SIZE_MAX) continue;
         if (skip_blocks && adv_is_block_name(adv_str(m, m->evs[op_ev].lr_name))) continue;
+        /* save_on_cpu's hooks are the forward's: nothing of a recompute in the backward, nor of
+         * a block checkpointed already (checkpointing's own hooks win there) */
+        if (m->evs[op_ev].phase == ADV_PH_BWD || adv_recomputed_block(m, m->evs[op_ev].lr_name)) continue;
         /* the unpack: before the node's first allocation, freed after its last (node_spans) */
         for (size_t j = nstart[i] + 1; j < nev && start == SIZE_MAX; j++)
             if (m->evs[j].kind == ADV_EV_ALLOC) start = j;
@@ -688,22 +729,30 @@ long adv_pack_saved(adv_model *m, int autocast, int skip_blocks, uint8_t *unpack
             if (g->out && g->a < nrec && birth[g->a] < first_out) first_out = birth[g->a];
         }
         uint32_t k = 0;
+        unsigned req = factors ? grad_inputs(m, t, birth, nrec, view) : 0;
         for (uint32_t q = 0; q < t->nargs; q++) {
             const adv_targ *g = &m->targs[t->arg0 + q];
             if (g->out) continue;
             unsigned bit = 1u << (k < 31 ? k : 31);
             k++;
             if (!((mask | unread | views) & bit) || g->a >= nrec) continue;
+            /* a factor kept for the other's gradient, which the other does not require (the first
+             * Linear's weight.t(), where the batch requires none): not saved */
+            if ((factors & bit) && !(factors & ~bit & req)) continue;
             size_t pb = birth[g->a];
             /* a parameter where the op saves its weights; an activation where its node gets what
              * its kernels do not read (the offload's restores follow the reads), or a view of
              * part of an activation's storage */
             int param = pb == SIZE_MAX || m->evs[pb].step < 0;
             int part = (views & bit) && !param && g->bytes < adv_rec_size(m, g->a);
-            if (!part && !((mask & bit) && param) && !((unread & bit) && !param)) continue;
+            /* an activation a later node keeps too (a ReLU's output, saved by the next Linear and
+             * by the ReLU's own node): each save is packed and unpacked alone, and the offload's
+             * restore serves only the node that frees it */
+            int again = (mask & bit) && !param && !part && outlives(m, end, death[g->a]);
+            if (!part && !again && !((mask & bit) && param) && !((unread & bit) && !param)) continue;
             uint64_t bytes = lowp && g->dtype == ADV_DT_F32 ? (g->bytes + 1) / 2 : g->bytes;
             uint32_t stream = m->allocs[t->last_a].stream, cls = m->allocs[g->a].cls;
-            if ((view && param) || part) { /* the copy to the host through a contiguous device temporary */
+            if (((view & bit) && param) || part) { /* the copy to the host through a contiguous device temporary */
                 uint32_t c = adv_new_alloc(m, bytes, stream, cls, 0, g->a);
                 if (c == UINT32_MAX) goto fail;
                 ac_add(&w, m, part ? first_out : op_ev, -1, c, ADV_EV_ALLOC);
@@ -725,7 +774,7 @@ long adv_pack_saved(adv_model *m, int autocast, int skip_blocks, uint8_t *unpack
 fail:
     packed = -1;
 out:
-    free(birth), free(nstart), free(nend);
+    free(birth), free(nstart), free(nend), free(death);
     adv_rw_free(&w);
     return packed;
 }

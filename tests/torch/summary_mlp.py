@@ -29,7 +29,7 @@ for step in range(3):
 try:
     print("MAX", json.dumps({"allocated": [torch.cuda.max_memory_allocated(d) for d in devs],
                              "reserved": [torch.cuda.max_memory_reserved(d) for d in devs]}), flush=True)
-except RuntimeError:  # gpumem as PyTorch's allocator (CUDAPluggableAllocator) keeps no statistics
+except RuntimeError:  # statistics that raise (gpumem as PyTorch's allocator answers them since 2026-12-07)
     print("MAX null", flush=True)
 if "--kill" in sys.argv:
     os.kill(os.getpid(), signal.SIGKILL)

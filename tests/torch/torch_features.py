@@ -177,7 +177,7 @@ elif kind == "mempool":
     with torch.cuda.use_mem_pool(pool):
         x = torch.empty(20 << 20, dtype=torch.uint8, device="cuda")
 torch.cuda.synchronize()
-if not gpumem_allocator:  # PyTorch keeps no statistics for a pluggable allocator
+if not gpumem_allocator:  # gpumem's allocator: gpumem's figures, the rows read the recording's
     print("memory_allocated", torch.cuda.memory_allocated())
     print("max_memory_allocated", torch.cuda.max_memory_allocated())
     print("max_memory_reserved", torch.cuda.max_memory_reserved())

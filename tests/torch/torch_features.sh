@@ -62,7 +62,11 @@
 #        parent, whose backward range PyTorch's hooks leave open over the child's backward: paired
 #        with the parent's forward, which made nothing, the child's saved tensors were no saved
 #        activations (gm_advise.c, bwd_of_returned_child). ckpt recommends none: its run under
-#        save_on_cpu saves nothing.
+#        save_on_cpu saves nothing. `--try '--offload activations'` too, recommended or not: with
+#        the op log ckpt's was 4 MiB over the run's reserved (its checkpointed blocks and their
+#        recompute packed) and stepend's 20 MiB (the first Linear's weight.t() packed where the
+#        batch needs no gradient, the ReLU output's second unpack, the next Linear's, missing)
+#        (gm_advise_autocast.c, adv_pack_saved).
 #   phases  that same backward read as the parent's in every other command: report's phases put
 #        the head's backward (tied: 64 MiB of the peak) under "step */bwd/Tied", a root
 #        Sequential's last Linear's (stepend: 36 MiB) under "step */bwd/Sequential". The hooks
@@ -80,7 +84,7 @@ script=tests/torch/torch_features.py
 clone=$(grep -n "# the clone line" "$script" | cut -d: -f1)
 table=(
   "stream#-#leaks --json#.leaked_held_bytes == \$mem, .leaked_allocations, ([.leaks[].site] | join(\",\"))#true 3 torch_features.py:$clone in <module>"
-  "ckpt#-#advise --json#[.not_predicted[] | select(.technique == \"accum\") | .why | test(\"forward passes\")] | map(tostring) | join(\",\")#false"
+  "ckpt#--torch-ops#advise --json#[.not_predicted[] | select(.technique == \"accum\") | .why | test(\"forward passes\")] | map(tostring) | join(\",\")#false"
   "amp#-#advise --json#[.not_predicted[] | select(.technique == \"bf16\") | .why | test(\"runs under torch.autocast already [(]float16 on CUDA\")] | map(tostring) | join(\",\")#true"
   "ckpt#-#advise --json#[.not_predicted[] | select(.technique == \"bf16\") | .why | test(\"may run under autocast already\")] | map(tostring) | join(\",\")#true"
   "empty#-#report --json#.device_used.devices[0].exit.reserved_by_gpumem == \$resnow#true"
@@ -98,7 +102,7 @@ table=(
   "tied#-#advise --json#(.baseline.peak_reserved == \$res), ([.recommendations[] | select(.target == \"saved activations\") | .lowers] | join(\",\"))#true allocated"
   "amp#--torch-ops#advise --json#(.baseline.peak_allocated == \$maxmem), (.baseline.peak_reserved == \$res)#true true"
   "tied#--allocator gpumem#advise --json#(.baseline.peak_allocated == .recorded.peak_allocated), (.baseline.peak_reserved == .recorded.peak_reserved)#true true"
-  "stepend#-#leaks --json#([.steps[].allocated_at_end] == \$steps), (\$steps | length)#true 3"
+  "stepend#--torch-ops#leaks --json#([.steps[].allocated_at_end] == \$steps), (\$steps | length)#true 3"
   "stepend#--allocator gpumem#leaks --json#.leaked_held_bytes as \$h | [.steps[].allocated_at_end | . == \$h] | map(tostring) | join(\",\")#true,true,true"
   "tied#-#report --json#[.torch.peak.by_phase[].phase | select(test(\"/bwd/\"))] | join(\",\")#step */bwd/head"
   "tied#--allocator gpumem#report --json#[.peak.by_phase[].phase | select(test(\"/bwd/\"))] | join(\",\")#step */bwd/head"
@@ -147,23 +151,25 @@ done
 # offload: every recommendation to offload saved activations, whether it lowers the peak reserved
 # or the allocated only, predicts the peaks the program measures under save_on_cpu (allocated /
 # reserved: PyTorch's max_memory_*, or with gpumem as its allocator gpumem's recorded peaks);
-# tied and amp (its op log's recording) have one, ckpt none (that run saves nothing).
+# tied and amp (its op log's recording) have one, ckpt and stepend none (ckpt's run saves
+# nothing). So does `--try '--offload activations'`, recommended or not, each scenario that
+# trains: what a user comparing techniques reads.
 # Table: KIND#ENV of its recording above#recommendations
-for row in "ckpt#-#0" "tied#-#1" "amp#--torch-ops#1" "tied#--allocator gpumem#1"; do
+for row in "ckpt#-#0" "ckpt#--torch-ops#0" "tied#-#1" "amp#--torch-ops#1" "stepend#--torch-ops#0" "tied#--allocator gpumem#1"; do
   IFS='#' read -r kind env want <<< "$row"
   db=$tmp/$kind.db label=$kind
   [[ $env == - ]] || db=$tmp/$kind-${env//[^a-zA-Z0-9]/_}.db label="$kind $env"
   [[ -f $db ]] || { bad "offload, $label: no recording ($db)"; continue; }
-  if [[ $env == "--allocator gpumem" ]]; then  # PyTorch keeps no statistics for a pluggable allocator
+  if [[ $env == "--allocator gpumem" ]]; then  # the script prints PyTorch's figures under its own allocator only
     GPUMEM_SIM_BACKING=memory "$G" record -q --allocator gpumem -o "$tmp/off.db" -- "$torch_py" "$script" "$kind" offload \
       > "$tmp/off.out" 2>&1
     peaks='.recorded | "\(.peak_allocated)/\(.peak_reserved)"'
     measured=$("$G" advise --json "$tmp/off.db" 2> /dev/null | jq -r "$peaks")
     base=$("$G" advise --json "$db" | jq -r "$peaks")
     rm -f "$tmp/off.db"
-  else
-    GPUMEM_SIM_BACKING=memory torch_run -- "$script" "$kind" offload > "$tmp/off.out" 2>&1
-    measured=$(awk '$1 == "max_memory_allocated" { a = $2 } $1 == "max_memory_reserved" { r = $2 } END { if (a && r) print a "/" r }' "$tmp/off.out")
+  else  # (one run a kind: a recording with the op log and one without share it)
+    [[ -f $tmp/off-$kind.out ]] || GPUMEM_SIM_BACKING=memory torch_run -- "$script" "$kind" offload > "$tmp/off-$kind.out" 2>&1
+    measured=$(awk '$1 == "max_memory_allocated" { a = $2 } $1 == "max_memory_reserved" { r = $2 } END { if (a && r) print a "/" r }' "$tmp/off-$kind.out")
     base=$(awk '$1 == "max_memory_allocated" { a = $2 } $1 == "max_memory_reserved" { r = $2 } END { print a "/" r }' "$db.out")
   fi
   preds=$("$G" advise --json "$db" | jq -r '[.recommendations[] | select(.technique == "offload" and .target == "saved activations")
@@ -176,6 +182,12 @@ for row in "ckpt#-#0" "tied#-#1" "amp#--torch-ops#1" "tied#--allocator gpumem#1"
   [[ -n $measured && $n == "$want" && -z $off ]] \
     && ok "offload, $label: $n recommendation(s) to offload saved activations, each predicting what save_on_cpu measures ($measured; without it $base)" \
     || bad "offload, $label: offload of saved activations predicted '$preds' ($n recommended, want $want), save_on_cpu measured '$measured' (without it $base)"
+  tried=$("$G" advise --json --try '--offload activations' "$db" 2> /dev/null | jq -r '[.recommendations[]
+        | select(.technique == "offload" and .target == "saved activations") | .predicted
+        | "\(.peak_allocated)/\(.peak_reserved)"] | join(",")')
+  [[ -n $measured && $tried == "$measured" ]] \
+    && ok "offload, $label: --try '--offload activations' predicts what save_on_cpu measures ($measured)" \
+    || bad "offload, $label: --try '--offload activations' predicted '$tried', save_on_cpu measured '$measured'"
 done
 # phases of a recording made before the hooks left a shared node to the child, made here of the
 # new one as those hooks recorded it: no meta torch_bwd_ranges, and at the node the child shares

@@ -259,7 +259,7 @@ for b in [256, 512, 384, 640, 128, 512]:
 torch.cuda.synchronize()
 try:
     print(torch.cuda.max_memory_reserved())
-except RuntimeError:  # the pluggable allocator keeps no statistics
+except RuntimeError:  # statistics that raise (gpumem answers them since 2026-12-07: kept for older builds)
     print(-1)
 PY
 for conf in preset:pytorch-expandable preset:pytorch; do
