@@ -426,8 +426,9 @@ static struct {
  * child's backward ("step N/bwd/Tied" holding the head's matmul: ranges are flat, the innermost
  * module's, as in the forward), and cost PyTorch a Python handle object (~9 K instructions). So a
  * module whose node is the one hooked last hooks nothing: the child's name stands (its parent's
- * own work before that child, in the forward, is after it in the backward, under the next
- * module's range there, as any module's work between two children is). `last` holds the node's
+ * own work that made the child's input, after the child's in the backward, gets the parent's
+ * range again: resume_parent; a module's work between two other children stays under the later
+ * child's range, as it always has). `last` holds the node's
  * Python object, so that while it is held the same node is the same object (and no other node
  * can take its address), only as long as it cannot keep the node alive: until the next module's
  * forward starts, the outermost forward returns, or the output it came from is freed (a weak

@@ -5,7 +5,8 @@
 # (GPUMEM_TORCH_GLOBAL_HOOKS=1, where the C __call__ cannot be made): the same ranges (thread,
 # kind, path, in order, and the order in which they end) and the same names, on the tiny GPT-2 script
 # (plain; --checkpoint --accum 2) and on torch_hooks_edge.py (a tuple and a dict output, a module
-# returning its child's output as it is (the child's backward under the child's name), a tuple
+# returning its child's output as it is (the child's backward under the child's name, the
+# parent's own work that made the child's input under the parent's after it), a tuple
 # whose tensor that needs a gradient is in a dict, a leaf returned as is, no_grad, an output whose
 # requires_grad raises: one warning; a program that names its own phases: no ranges from the
 # hooks from then on, whether it starts before the first module call, in a module's forward, in a
