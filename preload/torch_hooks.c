@@ -147,6 +147,10 @@ typedef struct {
     const void *module; /* the key only, as id(module) is _Hooks.paths': never dereferenced */
     PyObject *enc, *cb;
     const char *label; /* enc's text (enc is never released) */
+    /* on the thread's stack only: the module's first argument (borrowed: the caller holds it
+     * until the module returns), and whether it is the output hooked last (resume_parent) */
+    PyObject *in;
+    int in_out;
 } hk_mod;
 
 typedef struct {
@@ -381,7 +385,7 @@ static int mod_lookup(PyObject *module, hk_mod *out)
     i = mod_hash(module) & hk.mask;
     while (hk.tab[i].module)
         i = (i + 1) & hk.mask;
-    hk.tab[i] = (hk_mod){module, enc, cb, label};
+    hk.tab[i] = (hk_mod){module, enc, cb, label, NULL, 0};
     hk.count++;
     *out = hk.tab[i];
     return 0;
@@ -409,6 +413,9 @@ static struct {
     void *(*add_pending)(void *paths);
     int (*grad_enabled)(void);
     PyObject *(*grad)(PyObject *p); /* p.grad read in C++ (a new reference); NULL: ask Python */
+    /* a module's input's node remembered weakly, and a hook added to it (resume_parent) */
+    void (*keep_in)(PyObject *t);
+    void *(*add_in)(void *paths);
     unsigned long long added, added_py;          /* node pre-hooks added in C++, through Python */
 } cxx;
 
@@ -419,8 +426,9 @@ static struct {
  * child's backward ("step N/bwd/Tied" holding the head's matmul: ranges are flat, the innermost
  * module's, as in the forward), and cost PyTorch a Python handle object (~9 K instructions). So a
  * module whose node is the one hooked last hooks nothing: the child's name stands (its parent's
- * own work before that child, in the forward, is after it in the backward, under the next
- * module's range there, as any module's work between two children is). `last` holds the node's
+ * own work that made the child's input, after the child's in the backward, gets the parent's
+ * range again: resume_parent; a module's work between two other children stays under the later
+ * child's range, as it always has). `last` holds the node's
  * Python object, so that while it is held the same node is the same object (and no other node
  * can take its address), only as long as it cannot keep the node alive: until the next module's
  * forward starts, the outermost forward returns, or the output it came from is freed (a weak
@@ -430,6 +438,7 @@ static struct {
 static struct {
     PyObject *node, *wr;
     int tensor;
+    PyObject *in_node; /* without cxx.keep_in: the node of the module's input (resume_parent) */
 } last;
 
 static void cpaths_free(cpaths *p)
@@ -451,11 +460,67 @@ static cpaths *cpaths_new(const hk_mod *m)
 
 static void last_release(void)
 {
-    PyObject *node = last.node, *wr = last.wr;
-    last.node = last.wr = NULL;
+    PyObject *node = last.node, *wr = last.wr, *in = last.in_node;
+    last.node = last.wr = last.in_node = NULL;
     last.tensor = 0;
     if (wr) py.Py_DecRef(wr); /* first: its callback is not called */
     if (node) py.Py_DecRef(node);
+    if (in) py.Py_DecRef(in);
+}
+
+/* The output hooked last is x (a module's input that its sibling returned: that node's backward
+ * is the sibling's). Read with the weak reference held; a node hooked from a tensor in C++ is
+ * told apart in libgpumem_torch.so (add_in). */
+static int last_is(PyObject *x)
+{
+    return x && last.wr && py.PyWeakref_GetObject(last.wr) == x;
+}
+
+/* A parent's own work that made its child's input runs in the backward after the child's: where
+ * the parent returned the child's output as it is (hook_node), the child's name stands over the
+ * child's backward, and the parent's range opens again at the node that made the child's input,
+ * as the forward's range goes back to the parent when the child returns. keep_in remembers that
+ * input (in: NULL where the parent has no work of its own there: the input is the parent's own
+ * input, or the output of the module hooked last), after each module's hook, for the module's
+ * parent; resume_parent hooks its node with the parent's path. In C++ the node is remembered
+ * weakly, and a node already hooked for a module is left to it; without libgpumem_torch.so the
+ * node is held as the node hooked last is, and as long (the input itself may be gone by the
+ * parent's return: a view that the child's work did not keep; last_is tells a sibling's output).
+ * 0, or -1 with an exception. */
+static int keep_in(PyObject *in)
+{
+    if (cxx.keep_in) {
+        cxx.keep_in(in);
+        return 0;
+    }
+    if (last.in_node) py.Py_DecRef(last.in_node);
+    last.in_node = NULL;
+    PyObject *tp = in && last.wr ? py.PyObject_Type(in) : NULL;
+    if (tp) py.Py_DecRef(tp);
+    if (!tp || tp != hk.tensor) return 0;
+    PyObject *node = py.PyObject_GetAttr(in, hk.s_grad_fn);
+    if (!node) return -1;
+    if (node == py.None) py.Py_DecRef(node);
+    else last.in_node = node;
+    return 0;
+}
+
+/* m returned its child's output as it is: its range again from the node that made the child's
+ * input (keep_in), then its own input kept for its parent. 0, or -1 with an exception. */
+static int resume_parent(const hk_mod *m)
+{
+    if (cxx.add_in) {
+        cpaths *cp = cpaths_new(m); /* the hook's */
+        if (!cp) return -1;
+        if (cxx.add_in(cp)) cxx.added++;
+        else cpaths_free(cp);
+    } else if (last.in_node) {
+        PyObject *r = py.PyObject_CallMethodObjArgs(last.in_node, hk.s_register_prehook, m->cb, NULL);
+        if (!r) return -1;
+        py.Py_DecRef(r);
+        cxx.added_py++;
+    }
+    return keep_in(m->in);
 }
 
 /* The weak reference's callback: the output the held node came from is being freed. */
@@ -493,13 +558,13 @@ static int hook_node_cxx(const hk_mod *m, PyObject *node, PyObject *out)
     }
     cxx.added++;
     hold_last(node, out);
-    return 1;
+    return keep_in(m->in) == 0 ? 1 : -1;
 }
 
 /* Module m's backward starts at node, the grad_fn of its output out. 0, or -1 with an exception. */
 static int hook_node(const hk_mod *m, PyObject *node, PyObject *out)
 {
-    if (node == last.node) return 0; /* its child's: the child's name stands */
+    if (node == last.node) return resume_parent(m); /* its child's: the child's name stands */
     last_release();
     int c = cxx.add ? hook_node_cxx(m, node, out) : 0; /* no Python handle, no Python call from
                                                          * autograd's thread */
@@ -509,7 +574,7 @@ static int hook_node(const hk_mod *m, PyObject *node, PyObject *out)
     py.Py_DecRef(r);
     cxx.added_py++;
     hold_last(node, out);
-    return 0;
+    return keep_in(m->in);
 }
 
 /* Module m's backward start hooked from its output out, a torch.Tensor, in C++: the node read
@@ -522,7 +587,7 @@ static int hook_tensor_cxx(const hk_mod *m, PyObject *out)
     int st = cxx.node_state(out, last.tensor);
     if (st == -1) return -2;
     if (st == 0) return 0;
-    if (st == 1) return 1; /* its child's: the child's name stands */
+    if (st == 1) return resume_parent(m) == 0 ? 1 : -1; /* its child's: the child's name stands */
     last_release();
     cpaths *cp = cpaths_new(m); /* the hook's */
     if (!cp) {
@@ -535,19 +600,21 @@ static int hook_tensor_cxx(const hk_mod *m, PyObject *out)
     }
     cxx.added++;
     last.tensor = 1;
-    return 1;
+    return keep_in(m->in) == 0 ? 1 : -1;
 }
 
 /* ---- forward -------------------------------------------------------------------------------- */
 
-/* Before a module's forward: its range (and "step N/fwd" when it is the outermost). 0, or -1
- * with an exception. */
-static int pre_work(PyObject *module)
+/* Before a module's forward: its range (and "step N/fwd" when it is the outermost). in: its
+ * first argument, or NULL. 0, or -1 with an exception. */
+static int pre_work(PyObject *module, PyObject *in)
 {
     hk_thread *t = &tls;
     hk_mod m;
+    int in_out = last_is(in);
     last_release();
     if (mod_lookup(module, &m) != 0) return -1;
+    m.in = in, m.in_out = in_out;
     if (!t->nmods && open_step(t, P_FWD, NULL) != 0) return -1;
     if (enter_mod(t, m.enc, m.label) != 0) return -1;
     if (t->nmods == t->capm && grow((void **)&t->mods, &t->capm, sizeof *t->mods) != 0) return -1;
@@ -563,7 +630,10 @@ static PyObject *fwd_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         py.PyErr_SetString(*py.PyExc_TypeError, "gpumem fwd_pre: (module, args)");
         return swallow(hk.s_fwd_what);
     }
-    return pre_work(args[0]) == 0 ? none() : swallow(hk.s_fwd_what);
+    PyObject *tp = nargs > 1 ? py.PyObject_Type(args[1]) : NULL, *in = NULL;
+    if (tp) py.Py_DecRef(tp);
+    if (tp == py.PyTuple_Type && py.PyTuple_Size(args[1]) > 0) in = py.PyTuple_GetItem(args[1], 0);
+    return pre_work(args[0], in) == 0 ? none() : swallow(hk.s_fwd_what);
 }
 
 /* _torch._first_grad(output): the first tensor in it that needs a gradient, or None (new
@@ -693,6 +763,7 @@ static int post_work(PyObject *output)
     hk_mod m = t->mods[--t->nmods];
     if (t->nmods) {
         const hk_mod *up = &t->mods[t->nmods - 1];
+        if (m.in_out || m.in == up->in) m.in = NULL; /* no work of up's own made it (keep_in) */
         if (enter_mod(t, up->enc, up->label) != 0) return -1;
     } else {
         if (t->n && t->st[t->n - 1].kind == K_MOD) pop(t);
@@ -776,7 +847,7 @@ static PyObject *module_call(PyObject *self, PyObject *const *args, size_t nargs
         py.PyErr_SetString(*py.PyExc_TypeError, "Module.__call__: no module");
         return NULL;
     }
-    if (pre_work(args[0]) != 0 && swallowed(hk.s_fwd_what) != 0) return NULL;
+    if (pre_work(args[0], nargs > 1 ? args[1] : NULL) != 0 && swallowed(hk.s_fwd_what) != 0) return NULL;
     PyObject *out = py.PyObject_Vectorcall(((call_obj *)self)->orig, args, nargsf, kwnames);
     if (!out) raise_work();
     if (out && post_work(out) != 0 && swallowed(hk.s_fwd_what) != 0) {
@@ -963,6 +1034,15 @@ GM_EXPORT void gpumem_torch_hooks_cxx_tensor(int (*node_state)(PyObject *, int),
 GM_EXPORT void gpumem_torch_hooks_cxx_grad(PyObject *(*grad)(PyObject *))
 {
     if (cxx.add) cxx.grad = grad;
+}
+
+/* A module's input's node remembered and hooked in C++ (torch_prehook.cpp, keep_in and add_in),
+ * handed over after gpumem_torch_hooks_cxx: for resume_parent. */
+GM_EXPORT void gpumem_torch_hooks_cxx_in(void (*keep)(PyObject *), void *(*add)(void *))
+{
+    if (!cxx.add || !keep || !add) return;
+    last_release(); /* an input's node held is the C++ side's from now on */
+    cxx.keep_in = keep, cxx.add_in = add;
 }
 
 /* How many node pre-hooks the forward hooks added in C++ and through Python (tests). */

@@ -43,6 +43,7 @@ extern "C" void gpumem_torch_hooks_cxx(void *(*add)(PyObject *, void *), int (*d
 extern "C" void gpumem_torch_hooks_cxx_tensor(int (*node_state)(PyObject *, int), void *(*add_pending)(void *),
                                               int (*grad_enabled)(void));
 extern "C" void gpumem_torch_hooks_cxx_grad(PyObject *(*grad)(PyObject *));
+extern "C" void gpumem_torch_hooks_cxx_in(void (*keep_in)(PyObject *), void *(*add_in)(void *));
 
 namespace {
 
@@ -193,6 +194,50 @@ void *add_pending(void *paths)
     }
 }
 
+// The node that made a module's input, remembered weakly (keep_in) for the module's parent: a
+// parent that returns this module's output as it is leaves the node of that output to the child
+// (above), and its own work that made the child's input runs in the backward after the child's,
+// from that input's node on. add_in hooks the node with the parent's path (torch_hooks.c,
+// resume_parent), unless one of this file's hooks is on it already (a module's output, hooked
+// for that module: its name stands, as a module's whose output a sibling took as it is).
+c10::weak_intrusive_ptr<torch::autograd::Node> in_node{c10::intrusive_ptr<torch::autograd::Node>()};
+
+// Remembers t's node (NULL, or anything not read here: none remembered). GIL held.
+void keep_in(PyObject *t)
+{
+    in_node.reset();
+    if (!t || !THPVariableClass || !THPVariable_CheckExact(t) || at::impl::torch_function_mode_enabled()) return;
+    try {
+        const at::Tensor &x = THPVariable_Unpack(t);
+        torch::autograd::AutogradMeta *m;
+        if (plain_meta(x, &m) && !m) return;
+        const c10::intrusive_ptr<torch::autograd::Node> &fn = m && !m->is_view_ ? m->grad_fn_ : x.grad_fn();
+        if (fn) in_node = c10::weak_intrusive_ptr<torch::autograd::Node>(fn);
+    } catch (const std::exception &) {
+        in_node.reset();
+    }
+}
+
+// The hook added to the node keep_in remembered (still alive, none of this file's hooks on it),
+// taking one reference to paths: the hook, or NULL (paths not taken).
+void *add_in(void *paths)
+{
+    c10::intrusive_ptr<torch::autograd::Node> n = in_node.lock();
+    in_node.reset();
+    if (!n || !paths) return nullptr;
+    try {
+        for (const auto &h : n->pre_hooks())
+            if (dynamic_cast<GmPreHook *>(h.get())) return nullptr;
+        auto h = std::make_unique<GmPreHook>(paths);
+        GmPreHook *k = h.get();
+        n->add_pre_hook(std::move(h));
+        k->armed = true;
+        return k;
+    } catch (const std::exception &) {
+        return nullptr;
+    }
+}
+
 // torch.is_grad_enabled() without a Python call
 int grad_enabled() { return c10::GradMode::is_enabled() ? 1 : 0; }
 
@@ -205,4 +250,5 @@ void gm_torch_prehook_register()
     gpumem_torch_hooks_cxx(add_prehook, data_ptr_of);
     gpumem_torch_hooks_cxx_tensor(tensor_node_state, add_pending, grad_enabled);
     gpumem_torch_hooks_cxx_grad(grad_of);
+    gpumem_torch_hooks_cxx_in(keep_in, add_in);
 }

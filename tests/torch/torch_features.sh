@@ -74,7 +74,12 @@
 #        "step */bwd/2": preload/torch_hooks.c, hook_node), and a recording made before (no meta
 #        torch_bwd_ranges) is read so (snapshot/read/gm_analyze.c, torch_bwd_names; advise the
 #        same way): tied, stepend and GPT-2 recordings made into what those hooks recorded read
-#        as the new recordings in report, viz and advise.
+#        as the new recordings in report, viz and advise. A parent that returns its child's
+#        output as it is opens its range again where its own work that made the child's input
+#        runs in the backward, after the child's (preload/torch_hooks.c, resume_parent): the
+#        tiny GPT-2's attention core (softmax, the two bmm's) under "bwd/h.N.attn", GELU's
+#        backward under "bwd/h.N.mlp", each c_proj's range its Linear's 3 (before: c_proj's 11
+#        and 4, the parents' none).
 # Table: KIND#ENV (or gpumem record's options, "--...")#COMMAND#jq filter#want ($mem, $res: the
 # recording's printed memory_allocated, max_memory_reserved; $maxmem: its max_memory_allocated;
 # $steps: its step_allocated lines; $retries: its num_alloc_retries).
@@ -238,6 +243,20 @@ for row in "tied#head:Tied body.2:body" "stepend#2:Sequential" "gpt2#$gpt2_pairs
   got=$("$G" advise --json "$tmp/$kind-before.db" | jq -r "$recs")
   [[ -n $want && $got == "$want" ]] && ok "phases, $kind as recorded before: advise's recommendations (and those not worth it) as the new recording's ($got)" \
     || bad "phases, $kind as recorded before: advise recommends '$got', on the new recording '$want'"
+done
+# the parents' own work after their child's in the backward: the tiny GPT-2's step 2, each
+# block's allocations by backward range (a Linear's backward makes its input's, weight's and
+# bias's gradients)
+GPUMEM_SIM_BACKING=memory "$G" record -q -o "$tmp/tiny.db" -- "$torch_py" tests/torch/train_gpt2.py --steps 2 \
+  > "$tmp/tiny.db.out" 2>&1 || bad "phases, tiny: gpumem record failed: $(tail -2 "$tmp/tiny.db.out")"
+# Table: the module under the block#allocations in its step 2 backward range
+for row in "attn.c_proj#3" "attn#8" "mlp.c_proj#3" "mlp#1"; do
+  mod=${row%#*} want=${row#*#}
+  for b in 0 1; do
+    got=$("$G" sql "$tmp/tiny.db" -c "SELECT count(*) FROM allocations WHERE phase = 'step 2/bwd/h.$b.$mod'" | tail -1)
+    [[ $got == "$want" ]] && ok "phases, tiny: $got allocations under step 2/bwd/h.$b.$mod" \
+      || bad "phases, tiny: $got allocations under step 2/bwd/h.$b.$mod, want $want"
+  done
 done
 # mempool: the private pools' words name MemPools too (the text: no JSON key changed)
 db=$tmp/mempool.db

@@ -5,7 +5,8 @@
 # (GPUMEM_TORCH_GLOBAL_HOOKS=1, where the C __call__ cannot be made): the same ranges (thread,
 # kind, path, in order, and the order in which they end) and the same names, on the tiny GPT-2 script
 # (plain; --checkpoint --accum 2) and on torch_hooks_edge.py (a tuple and a dict output, a module
-# returning its child's output as it is (the child's backward under the child's name), a tuple
+# returning its child's output as it is (the child's backward under the child's name, the
+# parent's own work that made the child's input under the parent's after it), a tuple
 # whose tensor that needs a gradient is in a dict, a leaf returned as is, no_grad, an output whose
 # requires_grad raises: one warning; a program that names its own phases: no ranges from the
 # hooks from then on, whether it starts before the first module call, in a module's forward, in a
@@ -133,8 +134,11 @@ grep -q -E '^[0-9]+[|]0[|]step 3/bwd/Leaf[|][0-9]+$' "$tmp/edge0.c.ranges" && gr
   && ok "edge: the leaf's and the pair's backward and the nested module's forward ranges" || bad "edge: ranges missing"
 # Inner returns seq's output, and seq (a Sequential) its ReLU's: the node that made it is the
 # ReLU's, and so is its backward, named after it, never after seq or Inner (their hooks, run after
-# the ReLU's, left "bwd/Inner" open over it: torch_hooks.c, hook_node); nh: the C hooks with no
-# libgpumem_torch.so attached (--no-torch-history), their pre-hooks through Node.register_prehook
+# the ReLU's, left "bwd/Inner" open over it: torch_hooks.c, hook_node). Inner's own tanh made
+# seq's input: Inner's range opens again after seq.0's backward, over the tanh's, before lin's
+# (torch_hooks.c, resume_parent; before, the tanh's backward was seq.0's), while seq, whose
+# input is seq.0's output, opens none; nh: the C hooks with no libgpumem_torch.so attached
+# (--no-torch-history), their pre-hooks through Node.register_prehook
 "$G" record -q --no-torch-history -o "$tmp/edge0.nh.db" -- "$torch_py" "$edge" > "$tmp/edge0.nh.log" 2>&1
 q "$tmp/edge0.nh.db" "SELECT thread, kind, path, 0 FROM ranges ORDER BY id" > "$tmp/edge0.nh.ranges" ||
   bad "edge nh: its recording cannot be read: $(tail -2 "$tmp/edge0.nh.log")"
@@ -142,9 +146,9 @@ grep -q -x 'node pre-hooks: C++ 0, Python [1-9][0-9]*' "$tmp/edge0.nh.log" && ok
   || bad "edge nh: $(grep '^node pre-hooks' "$tmp/edge0.nh.log")"
 for h in c py nh; do
   got=$(grep -o -E '[|]step 3/bwd/(Inner|seq[.0-9]*|lin)[|]' "$tmp/edge0.$h.ranges" | tr -d '|' | paste -sd,)
-  [[ $got == "step 3/bwd/seq.1,step 3/bwd/seq.0,step 3/bwd/lin" ]] \
-    && ok "edge $h: Inner's backward ranges $got, the ReLU's backward its own" \
-    || bad "edge $h: Inner's backward ranges '$got', want step 3/bwd/seq.1,step 3/bwd/seq.0,step 3/bwd/lin"
+  [[ $got == "step 3/bwd/seq.1,step 3/bwd/seq.0,step 3/bwd/Inner,step 3/bwd/lin" ]] \
+    && ok "edge $h: Inner's backward ranges $got, the ReLU's backward its own, the tanh's Inner's" \
+    || bad "edge $h: Inner's backward ranges '$got', want step 3/bwd/seq.1,step 3/bwd/seq.0,step 3/bwd/Inner,step 3/bwd/lin"
 done
 [[ ! -s $tmp/edge1.c.ranges ]] && ok "edge: a program that names its phases gets no range from the hooks" \
   || bad "edge: ranges despite gpumem.range: $(sed -n 1,2p "$tmp/edge1.c.ranges")"

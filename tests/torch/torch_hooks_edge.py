@@ -1,7 +1,8 @@
 """torch_hooks_edge.py — the cases of gpumem's PyTorch hooks (gpumem/_torch.py) that the GPT-2
 script does not reach, for tests/torch/torch_hooks.sh: an output that is a tuple and a dict of
 tensors, a tuple whose first tensor needs no gradient (the second item's dict holds one that does),
-a leaf returned as is (its own tensor hook), a forward under no_grad, a module whose
+a module returning its child's output as it is, whose own product is the child's input (its
+range again in the backward after the child's), a leaf returned as is (its own tensor hook), a forward under no_grad, a module whose
 output's requires_grad raises (the hook's error swallowed with one warning), a module whose child's
 output is dropped (it is freed at once: the hooks keep nothing alive), and a program that names
 its own phases (no ranges from the hooks from then on), from where USER_RANGES says: 1 before the
@@ -42,7 +43,10 @@ class Inner(torch.nn.Module):
         h = self.lin(x)
         if USER == "fwd" and STEP == 1 and torch.is_grad_enabled():
             gpumem.range("mine")  # between two child modules' ranges
-        return self.seq(h), {"x": [x]}
+        # seq's output returned as is (its ReLU's: the ReLU's backward named after it), and a
+        # product of Inner's own made seq's input: Inner's range again in the backward after
+        # seq's, as in the forward after seq returned
+        return self.seq(torch.tanh(h)), {"x": [x]}
 
 
 class Pair(torch.nn.Module):

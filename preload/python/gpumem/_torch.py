@@ -857,11 +857,15 @@ class _Hooks:
         try:
             t = self._t()
             path = self.paths.get(id(module)) or self._path(module)
-            t.last = None
+            x = inputs[0] if inputs else None
+            # the output hooked last: its node's backward is that module's
+            x_out = x is not None and t.last is not None and t.last() is x
+            t.last = t.last_in = None
             if not t.mods:
                 self._open_step(t, "fwd")
             self._enter_mod(t, path)
             t.mods.append(path)
+            t.ins.append((x, x_out))
         except Exception as e:  # noqa: BLE001
             _warn("a forward hook", e)
 
@@ -872,6 +876,9 @@ class _Hooks:
             if not mods:
                 return None
             path = mods.pop()
+            x, x_out = t.ins.pop() if t.ins else (None, False)
+            if x_out or (mods and t.ins and x is t.ins[-1][0]):
+                x = None  # a sibling's output, or the parent's own input: no work of the parent's
             if mods:
                 self._enter_mod(t, mods[-1])  # back in the parent
             else:
@@ -879,15 +886,15 @@ class _Hooks:
                     self._pop(t)
                 self._close_pass(t)
             if self.torch.is_grad_enabled():
-                self._on_backward_of(t, path, output)
+                self._on_backward_of(t, path, output, x)
             if not mods:
-                t.last = None  # the outermost module returned
+                t.last = t.last_in = None  # the outermost module returned
         except Exception as e:  # noqa: BLE001
             _warn("a forward hook", e)
         return None
 
     # -- backward
-    def _on_backward_of(self, t, path, output):
+    def _on_backward_of(self, t, path, output, x):
         # the module's backward starts when autograd runs the node that made its output: a
         # pre-hook on that node (one output that needs a gradient is enough to see it), kept in
         # C++ with the node. A tensor hook (Tensor.register_hook) would also give the tensor a
@@ -908,11 +915,26 @@ class _Hooks:
             # outermost's return, as torch_hooks.c holds it.
             last = t.last() if t.last is not None else None
             if last is not None and last.grad_fn is node:
+                self._resume(t, cb, x)
                 return
             node.register_prehook(cb)
             t.last = _ref(out)
+            t.last_in = x.grad_fn if isinstance(x, self.torch.Tensor) else None
         else:  # a leaf that needs a gradient, returned as is: its own hook
             out.register_hook(cb.tensor_hook)
+
+    def _resume(self, t, cb, x):
+        # the module returned its child's output as it is: the child's name stands over the
+        # child's backward, and this module's range opens again at the node that made the
+        # child's input (this module's own work, after the child's in the backward, as the
+        # forward goes back to the parent when the child returns: torch_hooks.c, resume_parent).
+        # None where no work of its own made it (its own input, or the output hooked last:
+        # fwd_pre, fwd_post). Then its own input's, for its parent. The node is held (nodes take
+        # no weak reference, and the input may be gone by now: a view the child's work did not
+        # keep) until the next module's start or the outermost's return, as t.last.
+        if t.last_in is not None:
+            t.last_in.register_prehook(cb)
+        t.last_in = x.grad_fn if isinstance(x, self.torch.Tensor) else None
 
     def _bwd_start(self, path):
         try:
@@ -941,6 +963,7 @@ class _Hooks:
             while len(t.st) > f:
                 self._pop(t)
             t.mods.clear()
+            t.ins.clear()
 
     def _bwd_end(self):
         try:
@@ -1094,12 +1117,14 @@ class _BwdStart:
 
 
 class _ThreadState:
-    __slots__ = ("st", "mods", "last")
+    __slots__ = ("st", "mods", "last", "ins", "last_in")
 
     def __init__(self):
         self.st = []    # the ranges this thread opened: (kind, label, pushed)
         self.mods = []  # the modules whose forward runs on this thread, outermost first
         self.last = None  # a weak reference to the output whose node was hooked last (_on_backward_of)
+        self.ins = []  # each module's (first argument, whether it is the output hooked last)
+        self.last_in = None  # the node of the input of the module hooked last (_resume)
 
 
 def _ref(v):
