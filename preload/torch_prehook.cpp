@@ -74,6 +74,17 @@ bool plain_meta(const at::Tensor &t, torch::autograd::AutogradMeta **meta)
     return !*meta || !(*meta)->is_view_;
 }
 
+// A GmPreHook on n, taking one reference to paths once added (PyTorch may throw: the caller's
+// catch). The hook.
+GmPreHook *arm(torch::autograd::Node *n, void *paths)
+{
+    auto h = std::make_unique<GmPreHook>(paths);
+    GmPreHook *k = h.get();
+    n->add_pre_hook(std::move(h));
+    k->armed = true;
+    return k;
+}
+
 torch::autograd::Node *node_of(PyObject *o)
 {
     if (torch::autograd::THPCppFunction_Check(o))
@@ -89,11 +100,7 @@ void *add_prehook(PyObject *node, void *paths)
     torch::autograd::Node *n = node_of(node);
     if (!n) return nullptr;
     try {
-        auto h = std::make_unique<GmPreHook>(paths);
-        GmPreHook *k = h.get();
-        n->add_pre_hook(std::move(h));
-        k->armed = true;
-        return k;
+        return arm(n, paths);
     } catch (const std::exception &) {
         return nullptr;
     }
@@ -183,10 +190,7 @@ void *add_pending(void *paths)
     pending.reset();
     if (!n || !paths) return nullptr;
     try {
-        auto h = std::make_unique<GmPreHook>(paths);
-        GmPreHook *k = h.get();
-        n->add_pre_hook(std::move(h));
-        k->armed = true;
+        GmPreHook *k = arm(n.get(), paths);
         last_node = c10::weak_intrusive_ptr<torch::autograd::Node>(n);
         return k;
     } catch (const std::exception &) {
@@ -228,11 +232,7 @@ void *add_in(void *paths)
     try {
         for (const auto &h : n->pre_hooks())
             if (dynamic_cast<GmPreHook *>(h.get())) return nullptr;
-        auto h = std::make_unique<GmPreHook>(paths);
-        GmPreHook *k = h.get();
-        n->add_pre_hook(std::move(h));
-        k->armed = true;
-        return k;
+        return arm(n.get(), paths);
     } catch (const std::exception &) {
         return nullptr;
     }

@@ -1329,6 +1329,22 @@ static void print_categories(gm_db *d, const gm_model *m, const gm_opts *o, FILE
     gm_categories_free(&c);
 }
 
+/* The text's "since the reset" line: the program's own max_memory_*() from its last
+ * reset_peak_memory_stats. dev: the device the figures are (several devices: PyTorch resets one),
+ * -1 none named; reserved_whose and tail: what the caller's view adds. */
+static void since_reset_line(FILE *out, const gm_torch_reset *rs, int dev, const char *reserved_whose,
+                             const char *tail) {
+    char ra[32], rr[32], dn[16] = "";
+    gm_fmt_bytes(rs->max_allocated, ra, sizeof ra);
+    gm_fmt_bytes(rs->max_reserved, rr, sizeof rr);
+    if (dev >= 0) snprintf(dn, sizeof dn, "%d", dev);
+    fprintf(out, "  since the reset     %s allocated (%" PRIu64 " bytes; max_memory_allocated(%s)), %s reserved (%" PRIu64
+                 " bytes; max_memory_reserved(%s)%s): the program reset its peak stats (reset_peak_memory_stats(%s)%s) "
+                 "last at event %" PRIu64 ", %.3f s%s\n",
+            ra, rs->max_allocated, dn, rr, rs->max_reserved, dn, reserved_whose, dn, rs->count > 1 ? ", several times" : "",
+            rs->seq, (double)rs->t_ns / 1e9, tail);
+}
+
 void gm_torch_reset_json(FILE *out, const gm_torch_reset *rs) {
     if (rs->count)
         fprintf(out, "\"peak_reset\":{\"count\":%" PRIu64 ",\"seq\":%" PRIu64 ",\"t_ns\":%" PRIu64
@@ -1551,17 +1567,8 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
                              "), peak allocated %s (%" PRIu64 " bytes, event %" PRIu64 ")\n",
                         i, q, f->peak_requested, f->peak_requested_seq, a, f->peak_allocated, f->peak_allocated_seq);
             }
-            if (rs.count) { /* the peaks above are the whole run's; the program's own count from its reset */
-                char ra[32], rr[32], dn[16] = "";
-                gm_fmt_bytes(rs.max_allocated, ra, sizeof ra);
-                gm_fmt_bytes(rs.max_reserved, rr, sizeof rr);
-                if (hb >= 0) snprintf(dn, sizeof dn, "%d", hb);
-                fprintf(out, "  since the reset     %s allocated (%" PRIu64 " bytes; max_memory_allocated(%s)), %s reserved (%" PRIu64
-                             " bytes; max_memory_reserved(%s), gpumem's on the device): the program reset its peak stats "
-                             "(reset_peak_memory_stats(%s)%s) last at event %" PRIu64 ", %.3f s; the peaks above are the whole run's\n",
-                        ra, rs.max_allocated, dn, rr, rs.max_reserved, dn, dn, rs.count > 1 ? ", several times" : "",
-                        rs.seq, (double)rs.t_ns / 1e9);
-            }
+            if (rs.count) /* the peaks above are the whole run's; the program's own count from its reset */
+                since_reset_line(out, &rs, hb, ", gpumem's on the device", "; the peaks above are the whole run's");
         }
         return;
     }
@@ -1666,18 +1673,7 @@ static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE
                 pv->peak_allocated, pv->peak_allocated_seq, reset.count ? "the whole run" : "max_memory_allocated");
         fprintf(out, "  peak reserved       %s (%" PRIu64 " bytes, at event %" PRIu64 "; %s)\n", r,
                 pv->peak_reserved, pv->peak_reserved_seq, reset.count ? "the whole run" : "max_memory_reserved");
-        if (reset.count) {
-            char ra[32], rr[32];
-            gm_fmt_bytes(reset.max_allocated, ra, sizeof ra);
-            gm_fmt_bytes(reset.max_reserved, rr, sizeof rr);
-            char dn[16] = ""; /* several devices: the one these are (PyTorch resets one device) */
-            if (busy >= 0) snprintf(dn, sizeof dn, "%d", busy);
-            fprintf(out, "  since the reset     %s allocated (%" PRIu64 " bytes; max_memory_allocated(%s)), %s reserved (%" PRIu64
-                         " bytes; max_memory_reserved(%s)): the program reset its peak stats (reset_peak_memory_stats(%s)%s) "
-                         "last at event %" PRIu64 ", %.3f s\n",
-                    ra, reset.max_allocated, dn, rr, reset.max_reserved, dn, dn, reset.count > 1 ? ", several times" : "",
-                    reset.seq, (double)reset.t_ns / 1e9);
-        }
+        if (reset.count) since_reset_line(out, &reset, busy, "", "");
         fprintf(out, "  utilization         %.1f%%, %zu tensors\n", pct(pv->peak_allocated, pv->peak_reserved),
                 tv->nallocs);
         print_retries_text(out, &rt);
