@@ -167,7 +167,7 @@ static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
 static struct {
     PyObject *resolve, *warn, *first_grad, *grad_enabled, *queue_callback, *gpumem, *tensor;
     PyObject *s_user_ranges, *s_requires_grad, *s_grad_fn, *s_register_prehook, *s_register_hook,
-        *s_fwd_what, *s_bwd_what, *s_data_ptr, *s_grad, *s_params, *s_items;
+        *s_backward_hooks, *s_fwd_what, *s_bwd_what, *s_data_ptr, *s_grad, *s_params, *s_items;
     PyObject *bwd_end, *out_gone, *fns;
     long step;
     /* An optimizer's step ends step N, but the next one begins only with the next forward or
@@ -664,6 +664,26 @@ static PyObject *first_grad(PyObject *output)
     return py.PyObject_CallFunctionObjArgs(hk.first_grad, output, NULL);
 }
 
+/* Whether cb is one of leaf t's tensor hooks already (its _backward_hooks' values): a module that
+ * returns the same leaf every forward (a parameter as is) hooks it once, not once a forward, where
+ * the hooks piled up on the parameter, every one run at each backward (three "bwd/Leaf" ranges in
+ * a third step). 1, 0, or -1 with an exception. */
+static int leaf_hooked(PyObject *t, PyObject *cb)
+{
+    PyObject *d = py.PyObject_GetAttr(t, hk.s_backward_hooks), *k, *v;
+    if (!d) {
+        if (!py.PyErr_ExceptionMatches(*py.PyExc_AttributeError)) return -1;
+        py.PyErr_Clear(); /* not a torch.Tensor's: no hooks of its own to ask */
+        return 0;
+    }
+    int found = 0;
+    Py_ssize_t pos = 0;
+    while (!found && py.PyDict_Next(d, &pos, &k, &v)) /* 0 at once for None or a non-dict */
+        found = v == cb;
+    py.Py_DecRef(d);
+    return found;
+}
+
 /* The module's backward starts when autograd runs the node that made its output: a pre-hook on
  * that node (_Hooks._on_backward_of says why not a tensor hook), or on a leaf returned as is,
  * a tensor hook. A torch.Tensor with a node needs a gradient (requires_grad is true wherever
@@ -745,9 +765,12 @@ static int on_backward_of(const hk_mod *m, PyObject *output)
     if (node && node != py.None) {
         rc = hook_node(m, node, out);
     } else if (node) {
-        r = py.PyObject_CallMethodObjArgs(out, hk.s_register_hook, m->cb, NULL);
-        rc = r ? 0 : -1;
-        if (r) py.Py_DecRef(r);
+        int has = leaf_hooked(out, m->cb);
+        if (has == 0) {
+            r = py.PyObject_CallMethodObjArgs(out, hk.s_register_hook, m->cb, NULL);
+            if (r) py.Py_DecRef(r);
+        }
+        rc = has > 0 || (has == 0 && r) ? 0 : -1;
     }
     if (node) py.Py_DecRef(node);
     py.Py_DecRef(out);
@@ -1678,6 +1701,7 @@ GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
     if (hk.fns) return hk.fns;
     hk.s_requires_grad = intern("requires_grad", &ok);
     hk.s_grad_fn = intern("grad_fn", &ok);
+    hk.s_backward_hooks = intern("_backward_hooks", &ok);
     hk.s_register_prehook = intern("register_prehook", &ok);
     hk.s_register_hook = intern("register_hook", &ok);
     hk.s_fwd_what = intern("a forward hook", &ok);

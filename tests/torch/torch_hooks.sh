@@ -130,6 +130,13 @@ for h in c py; do
   grep -q -x 'dropped output freed True' "$tmp/edge0.$h.log" && ok "edge $h: a dropped module output is freed at once" \
     || bad "edge $h: a dropped module output outlived its module: $(grep 'dropped output' "$tmp/edge0.$h.log")"
 done
+# a module that returns a parameter as is every forward: its leaf is hooked once (a hook a forward
+# piled up on the parameter, each run at every backward: three bwd/Leaf ranges in step 3)
+for h in c py; do
+  got="$(grep -c '[|]step 3/bwd/Leaf[|]' "$tmp/edge0.$h.ranges") $(sed -n 's/^leaf hooks //p' "$tmp/edge0.$h.log")"
+  [[ $got == "1 1" ]] && ok "edge $h: the leaf returned as is every forward: one hook on it, one bwd/Leaf range a step" \
+    || bad "edge $h: bwd/Leaf ranges in step 3, hooks on the leaf: '$got', want '1 1'"
+done
 grep -q -E '^[0-9]+[|]0[|]step 3/bwd/Leaf[|][0-9]+$' "$tmp/edge0.c.ranges" && grep -q -E '^[0-9]+[|]0[|]step 3/bwd/Pair[|][0-9]+$' "$tmp/edge0.c.ranges" && grep -q -E '^1[|]0[|]step 2/fwd/seq[.]0[|][0-9]+$' "$tmp/edge0.c.ranges" \
   && ok "edge: the leaf's and the pair's backward and the nested module's forward ranges" || bad "edge: ranges missing"
 # Inner returns seq's output, and seq (a Sequential) its ReLU's: the node that made it is the

@@ -122,6 +122,8 @@ for step in range(3):
     with torch.no_grad():
         inner(x)
 print("dropped output freed", all(waste.freed))
+# a leaf returned as is every forward: hooked once, not once a forward
+print("leaf hooks", len(leaf.w._backward_hooks or {}))
 prehooks = getattr(ctypes.PyDLL(None), "gpumem_torch_prehooks", None)  # torch_hooks.c's counts
 if prehooks is not None:
     n_cxx, n_py = ctypes.c_ulonglong(0), ctypes.c_ulonglong(0)

@@ -920,7 +920,10 @@ class _Hooks:
             node.register_prehook(cb)
             t.last = _ref(out)
             t.last_in = x.grad_fn if isinstance(x, self.torch.Tensor) else None
-        else:  # a leaf that needs a gradient, returned as is: its own hook
+        elif not any(h == cb.tensor_hook for h in (getattr(out, "_backward_hooks", None) or {}).values()):
+            # a leaf that needs a gradient, returned as is: its own hook, once (a module that
+            # returns a parameter as is would pile one up on it every forward: torch_hooks.c,
+            # leaf_hooked)
             out.register_hook(cb.tensor_hook)
 
     def _resume(self, t, cb, x):
