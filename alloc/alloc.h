@@ -518,9 +518,14 @@ typedef struct alloc_stat {
     int64_t current;
     int64_t peak;       /* the whole run's: the allocator's own decisions and the recording read it */
     int64_t reset_peak; /* since alloc_reset_program_peaks (the program's reset_peak_memory_stats) */
-    int64_t allocated;  /* the sum of the increases (PyTorch's "allocated" of a stat) */
-    int64_t freed;      /* the sum of the decreases (PyTorch's "freed") */
+    int64_t allocated;  /* the sum of the increases (PyTorch's "allocated" of a stat; its "freed",
+                         * the sum of the decreases, is allocated - current: alloc_stat_freed) */
 } alloc_stat_t;
+
+static inline int64_t alloc_stat_freed(const alloc_stat_t *s)
+{
+    return s->allocated - s->current;
+}
 
 /* A change of a stat by d (either sign): the one place of the rule, for the allocator and for
  * the figures kept beside it in PyTorch's shape (preload/heap.c, gpumem as PyTorch's allocator).
@@ -532,8 +537,6 @@ static inline void alloc_stat_change(alloc_stat_t *s, int64_t d)
         s->allocated += d;
         if (s->current > s->peak) s->peak = s->current;
         if (s->current > s->reset_peak) s->reset_peak = s->current;
-    } else {
-        s->freed -= d;
     }
 }
 

@@ -563,7 +563,7 @@ static void torch_figs_device_gone(int dev)
 static gpumem_torch_stat_t torch_stat(const alloc_stat_t *s, const alloc_stat_t *base)
 {
     return (gpumem_torch_stat_t){s->current, s->reset_peak, s->allocated - base->allocated,
-                                 s->freed - base->freed};
+                                 alloc_stat_freed(s) - alloc_stat_freed(base)};
 }
 
 static int64_t since_u64(uint64_t v, uint64_t base)
