@@ -235,8 +235,7 @@ typedef struct rinfo {
     uint64_t op; /* the range as an op of every step: its path without "step N/", numbered from
                   * 1 by its bytes (one number for one path, never for two); 0 without one */
     uint32_t mod; /* a PyTorch recording's: the range's own name, its module's path (interned) */
-    uint32_t prev, first; /* a phase's child: the phase's child before it and its first (the root
-                           * module's, in a forward), UINT32_MAX none */
+    uint64_t pass; /* a phase's child: the phase (its range id), 0 otherwise */
 } rinfo;
 
 /* PyTorch's hooks name a range by its module's path ("h.3.attn.c_attn"); what checkpointing and
@@ -302,7 +301,6 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
     rinfo *r = NULL;
     size_t n = 0, cap = 0, scap = 0;
     u64map snum = {0}; /* step number -> index into m->steps */
-    u64map kids = {0}; /* a phase range's id -> its latest child (rinfo index) */
     bytemap paths = {0}; /* a path without "step N/" -> its op number */
     while (sqlite3_step(s) == SQLITE_ROW) {
         if (gm_grow((void **)&r, &cap, n + 1, sizeof *r)) break;
@@ -315,7 +313,6 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
         x->end = sqlite3_column_type(s, 4) == SQLITE_NULL ? x->start
                                                           : (uint64_t)sqlite3_column_int64(s, 4);
         x->step = -1;
-        x->prev = x->first = UINT32_MAX;
         const char *path = (const char *)sqlite3_column_text(s, 5);
         if (path && !strncmp(path, "step ", 5)) {
             const char *slash = strchr(path, '/');
@@ -334,10 +331,7 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
             x->phase = p->phase, x->step = p->step, x->lr = p->lr, x->lr_name = p->lr_name;
             if (p->is_phase) {
                 x->lr = (uint64_t)x->id, x->lr_name = intern(m, m->torch ? block_of(name, blk, sizeof blk) : name);
-                uint64_t *k = u64map_get(&kids, (uint64_t)parent);
-                x->prev = k ? (uint32_t)*k : UINT32_MAX;
-                x->first = k ? r[*k].first : (uint32_t)n;
-                if (u64map_put(&kids, (uint64_t)parent, n) != 0) break; /* out of memory: the ranges read */
+                x->pass = (uint64_t)parent;
             }
         }
         int ph = adv_phase_of_name(name);
@@ -370,7 +364,6 @@ static int load_ranges(gm_db *d, adv_model *m, rinfo **out, size_t *nout, u64map
     }
     sqlite3_finalize(s);
     u64map_free(&snum);
-    u64map_free(&kids);
     bytemap_free(&paths);
     *out = r;
     *nout = n;
@@ -710,70 +703,40 @@ static int passed_to_module(adv_model *m, const rinfo *r, const uint32_t *evri)
     return 0;
 }
 
-/* Is module path c inside module p (every module is inside the root's: the root's path is its
- * class name, no prefix of its children's)? */
-static int inside_module(const adv_model *m, uint32_t p, uint32_t root, uint32_t c)
-{
-    if (p == root) return 1;
-    const char *ps = adv_str(m, p), *cs = adv_str(m, c);
-    size_t n = strlen(ps);
-    return !strncmp(cs, ps, n) && cs[n] == '.';
-}
-
 /* PyTorch's hooks open a module's backward range when autograd runs the node that made the
  * module's output. A module that returns its last child's output as it is (an nn.Sequential; a
  * root whose forward ends in its head) shares that node with the child, and the hooks of a
- * recording made before they left it to the child (gm_torch_bwd_innermost), the child's first,
- * then the parent's, replaced the child's range at once and left the parent's open: the child's
- * backward read as the parent's ("bwd/Tied" holding the head's matmul, "bwd/body" the
- * Sequential's last Linear), and the parent's forward range, entered again after the child
- * returned, made nothing. Paired by name with that forward, the child's saved tensors (its
- * input; the GELU's output the last Linear saved) were saved by no pair: offload and recompute
- * left them on the device through the backward (the tied model of
- * tests/torch/torch_features.py: 5 MiB over what save_on_cpu measures). Such a backward range
- * takes the name of the child: the backward range right before it is a module's inside its
- * module and made nothing (a module's own output node runs before its children's, so its range
- * comes first otherwise), as every command reads those ranges (read/gm_analyze.c,
- * torch_bwd_names); again for a grandparent, and for a module that made more after it returned
- * the child's output (GPT-2's model, the loss after lm_head's logits). evri: each event's rinfo.
- * 0, or -1 out of memory. */
+ * recording made before they left it to the child (gm_torch_bwd_innermost) named the child's
+ * backward after the parent ("bwd/Tied" holding the head's matmul, "bwd/body" the Sequential's
+ * last Linear), while the parent's forward range, entered again after the child returned, made
+ * nothing. Paired by name with that forward, the child's saved tensors (its input; the GELU's
+ * output the last Linear saved) were saved by no pair: offload and recompute left them on the
+ * device through the backward (the tied model of tests/torch/torch_features.py: 5 MiB over what
+ * save_on_cpu measures). Such a backward range takes the child's name by the rule every command
+ * reads them with (read/gm_analyze.c, gm_torch_bwd_child). evri: each event's rinfo. 0, or -1
+ * out of memory. */
 static int bwd_of_returned_child(adv_model *m, const rinfo *r, size_t nr, const uint32_t *evri)
 {
-    uint8_t *made = calloc(nr + 1, 1);
-    uint32_t *name = calloc(nr + 1, sizeof *name); /* a backward range's new lr_name, 0 none */
-    uint32_t *mod = malloc((nr + 1) * sizeof *mod); /* a range's module, renamed */
-    u64map root = {0};                              /* a step -> its root module (interned) */
-    int rc = -1;
-    if (!made || !name || !mod) goto out;
+    gm_hooks_range *h = calloc(nr + 1, sizeof *h);
+    if (!h) return -1;
     for (size_t i = 0; i < m->nevs; i++)
-        if (m->evs[i].kind == ADV_EV_ALLOC && evri[i] != UINT32_MAX) made[evri[i]] = 1;
-    size_t renamed = 0;
+        if (m->evs[i].kind == ADV_EV_ALLOC && evri[i] != UINT32_MAX) h[evri[i]].made = 1;
     for (size_t k = 0; k < nr; k++) {
         const rinfo *x = &r[k];
-        uint64_t step = (uint64_t)(uint32_t)x->step;
-        mod[k] = x->mod;
-        if (!x->mod || x->lr != (uint64_t)x->id) continue;
-        if (x->phase == ADV_PH_FWD && x->first != UINT32_MAX && !u64map_get(&root, step) &&
-            u64map_put(&root, step, r[x->first].mod) != 0)
-            goto out;
-        if (x->phase != ADV_PH_BWD || x->prev == UINT32_MAX) continue;
-        const rinfo *b = &r[x->prev];
-        uint64_t *rt = u64map_get(&root, step);
-        if (!rt || !b->mod || b->phase != ADV_PH_BWD || b->lr != (uint64_t)b->id || made[x->prev] ||
-            mod[x->prev] == x->mod || !inside_module(m, x->mod, (uint32_t)*rt, mod[x->prev]))
-            continue;
-        mod[k] = mod[x->prev];
-        char blk[256];
-        name[k] = intern(m, block_of(adv_str(m, mod[k]), blk, sizeof blk));
-        renamed++;
+        char pass = x->phase == ADV_PH_FWD ? 'f' : x->phase == ADV_PH_BWD ? 'b' : 0;
+        if (!x->mod || !x->pass || x->step < 0 || !pass) continue; /* not a module range of a step's pass */
+        h[k] = (gm_hooks_range){adv_str(m, x->mod), x->pass, x->step, pass, h[k].made};
     }
-    for (size_t i = 0; renamed && i < m->nevs; i++)
+    long renamed = gm_torch_bwd_child(h, nr);
+    uint32_t *name = renamed > 0 ? calloc(nr + 1, sizeof *name) : NULL; /* a range's new lr_name, 0 none */
+    for (size_t k = 0; name && k < nr; k++) {
+        char blk[256];
+        if (h[k].mod && h[k].mod != adv_str(m, r[k].mod)) name[k] = intern(m, block_of(h[k].mod, blk, sizeof blk));
+    }
+    for (size_t i = 0; name && i < m->nevs; i++)
         if (evri[i] != UINT32_MAX && name[evri[i]]) m->evs[i].lr_name = name[evri[i]];
-    rc = 0;
-out:
-    u64map_free(&root);
-    free(made), free(name), free(mod);
-    return rc;
+    free(h), free(name);
+    return renamed < 0 || (renamed > 0 && !name) ? -1 : 0;
 }
 
 /* The op log (gpumem record --torch-ops: torch_ops, torch_op_args), each tensor joined to its

@@ -486,6 +486,21 @@ int gm_torch_absent(const gm_db *d, char *line, size_t n);
  * right. 0 for a recording made before, whose such ranges gm_model_load reads under the child's
  * name (gm_analyze.c, torch_bwd_names) and advise too (gm_advise.c, bwd_of_returned_child). */
 int gm_torch_bwd_innermost(gm_db *d);
+/* A range of PyTorch's hooks as gm_torch_bwd_child reads it: its module's path (NULL: not a
+ * module range of a step's pass), its pass ('f' forward, 'b' backward), the pass range it is in
+ * (ranges of one pass in their order), its step, and whether allocations were made in it. */
+typedef struct gm_hooks_range {
+    const char *mod;
+    uint64_t pass_id;
+    int64_t step;
+    char pass;
+    uint8_t made;
+} gm_hooks_range;
+/* The one rule by which a recording made before gm_torch_bwd_innermost names such a backward
+ * range (gm_model_load's ranges, advise's): r[0, n) in their order; each backward range found to
+ * hold a child's backward takes that child's module (r[k].mod set to the child's path, again
+ * for a grandparent). The number renamed, or -1 out of memory (what was renamed by then stays). */
+long gm_torch_bwd_child(gm_hooks_range *r, size_t n);
 /* Where gm_torch_absent says so: the JSON object of PyTorch's view on that device, one shape
  * for every command (report's and frag's and tune's .torch, the others' .torch_absent):
  * {"allocator","device","on_device":false,"tensor_devices":[...],"peak_requested":null,

@@ -1466,9 +1466,9 @@ static int hooks_inside(const char *p, const char *root, const char *c) {
  * backward range before it is a module's inside it, and made nothing (a module's own output node
  * runs before any node of its children's, so its range comes first otherwise). It is read as
  * the hooks name it now, under that child's name (again for a grandparent: tied's root after its
- * Sequential after its last Linear). A module that returned its child's output and made more
- * after it (GPT-2's model: the loss after lm_head's logits) is found so too, where advise's rule,
- * by what its last forward range made, keeps its name (analyze/gm_advise.c,
+ * Sequential after its last Linear), and a module that returned its child's output and made more
+ * after it (GPT-2's model: the loss after lm_head's logits) is found so too: gm_torch_bwd_child,
+ * the one rule, which advise's ranges are read with as well (analyze/gm_advise.c,
  * bwd_of_returned_child). Only where the hooks ran (meta torch_hooks 1): a program's own NVTX
  * ranges keep their names. Out of memory: the paths as recorded. */
 int gm_torch_bwd_innermost(gm_db *d) {
@@ -1477,49 +1477,75 @@ int gm_torch_bwd_innermost(gm_db *d) {
     return !strcmp(v, "innermost");
 }
 
+long gm_torch_bwd_child(gm_hooks_range *r, size_t n) {
+    u64map last = {0}; /* a backward pass range's id -> its latest module range (index) */
+    u64map root = {0}; /* a step -> its first forward module range (index) */
+    long renamed = 0;
+    for (size_t k = 0; k < n; k++) {
+        gm_hooks_range *x = &r[k];
+        if (!x->mod) continue;
+        if (x->pass == 'f' && !u64map_get(&root, (uint64_t)x->step) && u64map_put(&root, (uint64_t)x->step, k) != 0)
+            goto nomem;
+        if (x->pass != 'b') continue;
+        uint64_t *pk = u64map_get(&last, x->pass_id), *rk = u64map_get(&root, (uint64_t)x->step);
+        size_t before = pk ? (size_t)*pk : n;
+        if (u64map_put(&last, x->pass_id, k) != 0) goto nomem;
+        if (before == n || !rk || r[before].made || !strcmp(r[before].mod, x->mod) ||
+            !hooks_inside(x->mod, r[*rk].mod, r[before].mod))
+            continue;
+        x->mod = r[before].mod;
+        renamed++;
+    }
+    u64map_free(&last);
+    u64map_free(&root);
+    return renamed;
+nomem:
+    u64map_free(&last);
+    u64map_free(&root);
+    return -1;
+}
+
 static void torch_bwd_names(gm_db *d, gm_model *m) {
     size_t n = m->nranges;
     char hooks[8];
     gm_meta_text(d, "torch_hooks", hooks, sizeof hooks); /* the hooks ran: gpumem record's */
     if (!n || strcmp(hooks, "1") != 0 || gm_torch_bwd_innermost(d)) return;
-    uint8_t *made = calloc(n, 1);
-    const char **mods = calloc(n, sizeof *mods); /* a module range's module, NULL for others */
-    u64map last = {0}; /* a backward pass range's id -> its latest module range (index) */
-    u64map root = {0}; /* a step -> its first forward module range (index) */
-    if (!made || !mods) goto out;
+    gm_hooks_range *h = calloc(n, sizeof *h);
+    if (!h) return;
     for (int view = 0; view < 2; view++) {
         const gm_alloc *a = view ? m->torch.allocs : m->allocs;
         size_t na = view ? m->torch.nallocs : m->nallocs;
         for (size_t i = 0; i < na; i++) {
             uint64_t *k = a[i].range ? u64map_get(&m->range_idx, a[i].range) : NULL;
-            if (k) made[*k] = 1;
+            if (k) h[*k].made = 1;
         }
     }
     for (size_t k = 0; k < n; k++) {
-        gm_range *r = &m->ranges[k];
+        const gm_range *r = &m->ranges[k];
         const gm_range *p = r->parent ? gm_range_of(m, (uint64_t)r->parent) : NULL;
-        int pass = r->step >= 0 ? hooks_mod_range(r, p, &mods[k]) : 0;
-        if (pass == 'f' && !u64map_get(&root, (uint64_t)r->step) && u64map_put(&root, (uint64_t)r->step, k) != 0) goto out;
-        if (pass != 'b') continue;
-        uint64_t *pk = u64map_get(&last, (uint64_t)p->id), *rk = u64map_get(&root, (uint64_t)r->step);
-        size_t before = pk ? (size_t)*pk : n;
-        if (u64map_put(&last, (uint64_t)p->id, k) != 0) goto out;
-        if (before == n || !rk || made[before] || !strcmp(mods[before], mods[k]) ||
-            !hooks_inside(mods[k], mods[*rk], mods[before]))
+        h[k].pass = (char)(r->step >= 0 ? hooks_mod_range(r, p, &h[k].mod) : 0);
+        if (!h[k].pass) h[k].mod = NULL;
+        h[k].pass_id = p ? (uint64_t)p->id : 0, h[k].step = r->step;
+    }
+    /* out of memory: what was renamed by then, the rest as recorded. A module taken points into
+     * the path of a range that kept its own (the chain's first), never one replaced below */
+    gm_torch_bwd_child(h, n);
+    for (size_t k = 0; k < n; k++) {
+        gm_range *r = &m->ranges[k];
+        const char *own = NULL;
+        if (!h[k].mod || !hooks_mod_range(r, r->parent ? gm_range_of(m, (uint64_t)r->parent) : NULL, &own) ||
+            h[k].mod == own)
             continue;
-        size_t pl = (size_t)(mods[k] - r->path);
-        char *path = malloc(pl + strlen(mods[before]) + 1);
-        if (!path) goto out;
+        size_t pl = (size_t)(own - r->path);
+        char *path = malloc(pl + strlen(h[k].mod) + 1);
+        if (!path) continue;
         memcpy(path, r->path, pl);
-        strcpy(path + pl, mods[before]);
+        strcpy(path + pl, h[k].mod);
+        h[k].mod = path + pl;
         free(r->path);
         r->path = path;
-        mods[k] = path + pl;
     }
-out:
-    free(made), free(mods);
-    u64map_free(&last);
-    u64map_free(&root);
+    free(h);
 }
 
 static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err, size_t errsz) {
