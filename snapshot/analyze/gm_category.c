@@ -268,16 +268,11 @@ typedef struct use_row {
     int access;
 } use_row;
 
-/* The allocation born at seq birth, or NULL. */
+/* The allocation born at seq birth (its id: gm_alloc_by_id), or NULL. */
 static const gm_alloc *alloc_born(const gm_model *m, uint64_t birth)
 {
-    size_t lo = 0, hi = m->nallocs;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (m->allocs[mid].birth < birth) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < m->nallocs && m->allocs[lo].birth == birth ? &m->allocs[lo] : NULL;
+    long i = gm_alloc_by_id(m, birth);
+    return i < 0 ? NULL : &m->allocs[i];
 }
 
 /* What one launch's uses u[0, n) say (launches l and computes c: the cursors of a walk in seq

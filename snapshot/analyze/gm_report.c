@@ -996,15 +996,10 @@ static void oom_explain(const gm_oom *o, gm_oom_bound from, uint64_t unit, int g
     }
 }
 
-/* The allocation born at event seq (allocations are in birth order), or NULL. */
+/* The allocation born at event seq (its id: gm_alloc_by_id), or NULL. */
 static const gm_alloc *alloc_born_at(const gm_model *m, uint64_t seq) {
-    size_t lo = 0, hi = m->nallocs;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (m->allocs[mid].birth < seq) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < m->nallocs && m->allocs[lo].birth == seq ? &m->allocs[lo] : NULL;
+    long i = gm_alloc_by_id(m, seq);
+    return i < 0 ? NULL : &m->allocs[i];
 }
 
 /* An event a report cites, said the way a user can find it: the tensor allocated there, its
