@@ -186,8 +186,10 @@ BENCHES += tests/bench/rec_bench.sh tests/bench/rec_instr.sh tests/bench/report_
            tests/bench/frag_tune_bench.sh tests/bench/rec_xl_bench.sh tests/bench/advise_zero3_bench.sh \
            tests/bench/report_devices.sh
 INSTALL_SHARE += snapshot/record/schema.sql
-# tune replays on every core (threads): also under ThreadSanitizer
-TSAN_SCRIPT_TESTS += tests/integration/snapshot_tune.sh
+# tune, advise and frag replay on every core (threads): their threads' test, small enough for
+# ThreadSanitizer (snapshot_tune.sh's 124M recording and --check re-run took 110 s of it)
+SCRIPT_TESTS += tests/integration/analyses_threads.sh
+TSAN_SCRIPT_TESTS += tests/integration/analyses_threads.sh
 # several ranks (#17): meta.rank from the launcher, advise --ranks (ZeRO), report of several ranks
 SCRIPT_TESTS += tests/integration/advise_shard.sh tests/integration/advise_zero3.sh
 SCRIPT_TESTS += tests/integration/ranks_report.sh tests/integration/ranks_mpi.sh
