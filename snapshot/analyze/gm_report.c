@@ -1487,15 +1487,16 @@ static void print_retries_text(FILE *out, const gm_torch_retries_t *rt) {
     if (!rt->count) return;
     char b[32];
     gm_fmt_bytes(rt->bytes, b, sizeof b);
-    fprintf(out, "  retries             %s%" PRIu64 " allocation%s met PyTorch's limit and were retried after it freed its "
+    fprintf(out, "  retries             %s%" PRIu64 " allocation%s met PyTorch's limit and %s retried after it freed its "
                  "cache (num_alloc_retries counts these and each OOM; events %" PRIu64 "-%" PRIu64 "): each retry synchronizes the device and "
                  "cudaFrees every cached segment (%" PRIu64 " segments, %s in all), slow, and the run is at the edge of "
                  "an OOM: lower the peak (a smaller batch, checkpointing, gpumem advise) or raise the memory fraction; "
                  "expandable_segments:True lets the cache fit the requests closer%s\n",
-            rt->exact ? "" : "at most ", rt->count, rt->count == 1 ? "" : "s", rt->first_seq, rt->last_seq, rt->segments, b,
-            rt->exact ? "" : " (max_split_size_mb's release, and garbage_collection_threshold's collection where "
-                             "gpumem's replay of it is not what PyTorch did, free inside an allocation too: some of "
-                             "these may be theirs alone)");
+            rt->exact ? "" : "at most ", rt->count, rt->count == 1 ? "" : "s", rt->count == 1 ? "was" : "were",
+            rt->first_seq, rt->last_seq, rt->segments, b,
+            rt->exact ? "" : " (max_split_size_mb's release of the blocks over it and garbage_collection_threshold's "
+                             "collection free inside an allocation too, and gpumem's replay of them is not what "
+                             "PyTorch did here: some of these may be theirs alone)");
 }
 
 static void print_torch(gm_db *d, gm_model *m, labels *l, const gm_opts *o, FILE *out) {
@@ -2807,12 +2808,13 @@ void gm_torch_reset_note(const gm_torch_reset *rs, char *out, size_t n) {
  * empty_cache (36, noted by gpumem's hooks before its frees) frees the same way outside an
  * allocation; the releases that are no retry (garbage_collection_threshold's collection, the
  * blocks over max_split_size_mb at the cap) free some whole segments and most often leave
- * others (the collection's that do not are told apart by the cap: gc_release_retried). A
+ * others (the collection's that do not are told apart by the cap, gc_release_retried; the
+ * blocks' by replaying their choice, split_release_retried). A
  * release an OOM follows was a retry that failed: num_alloc_retries counts every OOM outside a
  * graph capture too, and report lists those apart (its OOMs). A retry whose release freed
  * nothing is one of those: the cap, or the device, refuses the same request again. */
 typedef struct tseg {
-    uint64_t addr, size;
+    uint64_t addr, size, stream;
     uint64_t live; /* blocks handed out and not free_completed */
     uint64_t base; /* large-pool allocations before it was last wholly freed: its age's origin */
 } tseg;
@@ -2828,7 +2830,7 @@ static size_t tseg_find(const tseg *s, size_t n, uint64_t addr)
     return lo < n && s[lo].addr <= addr ? lo : n;
 }
 
-static int tseg_add(tseg **s, size_t *n, size_t *cap, uint64_t addr, uint64_t size)
+static int tseg_add(tseg **s, size_t *n, size_t *cap, uint64_t addr, uint64_t size, uint64_t stream)
 {
     if (gm_grow_fast((void **)s, cap, *n + 1, sizeof **s)) return -1;
     size_t i = *n;
@@ -2836,7 +2838,7 @@ static int tseg_add(tseg **s, size_t *n, size_t *cap, uint64_t addr, uint64_t si
         (*s)[i] = (*s)[i - 1];
         i--;
     }
-    (*s)[i] = (tseg){addr, size, 0, 0};
+    (*s)[i] = (tseg){addr, size, stream, 0, 0};
     (*n)++;
     return 0;
 }
@@ -2890,16 +2892,17 @@ static int gc_release_retried(const uint64_t *sizes, size_t n, uint64_t r0, uint
  * reserve after the collection and the new segment over the cap. Its frees must be among those
  * recorded (all of them where no retry follows), else -1: the replay is not PyTorch's. */
 typedef struct gc_cand {
-    uint64_t addr, size, base;
+    uint64_t addr, size, base, stream;
 } gc_cand;
 
-static int gc_replay_retried(const gc_cand *c, size_t n, const uint64_t *freed_addr, size_t nfreed, uint64_t r0,
-                             uint64_t cap, double threshold, uint64_t seg)
+/* the collection's rounds on c: marks gone what it gives back (ngone of them), returns their
+ * bytes; nothing without a threshold, a cap, or over the share */
+static uint64_t gc_collect(const gc_cand *c, size_t n, uint8_t *gone, size_t *ngone, uint64_t r0, uint64_t cap,
+                           double threshold)
 {
-    uint8_t *gone = calloc(n + 1, 1);
-    if (!gone) return -1;
     uint64_t share = (uint64_t)(threshold * (double)cap), reclaimed = 0, sum = 0;
-    size_t count = n, ngone = 0;
+    if (threshold <= 0 || !cap || r0 <= share) return 0;
+    size_t count = n;
     for (size_t i = 0; i < n; i++)
         sum += c[i].base;
     for (int any = 1; reclaimed < r0 - share && any && count;) {
@@ -2907,10 +2910,20 @@ static int gc_replay_retried(const gc_cand *c, size_t n, const uint64_t *freed_a
         any = 0;
         for (size_t i = 0; i < n; i++)
             if (!gone[i] && c[i].base * count0 <= sum0) {
-                gone[i] = 1, any = 1, ngone++;
+                gone[i] = 1, any = 1, (*ngone)++;
                 reclaimed += c[i].size, sum -= c[i].base, count--;
             }
     }
+    return reclaimed;
+}
+
+static int gc_replay_retried(const gc_cand *c, size_t n, const uint64_t *freed_addr, size_t nfreed, uint64_t r0,
+                             uint64_t cap, double threshold, uint64_t seg)
+{
+    uint8_t *gone = calloc(n + 1, 1);
+    if (!gone) return -1;
+    size_t ngone = 0;
+    uint64_t reclaimed = gc_collect(c, n, gone, &ngone, r0, cap, threshold);
     int retried = r0 - reclaimed + seg > cap;
     int ok = retried ? ngone < nfreed : ngone == nfreed;
     for (size_t i = 0; i < n && ok; i++) {
@@ -2930,6 +2943,73 @@ static double torch_gc_threshold(const char *conf)
     return k ? strtod(k + strlen("garbage_collection_threshold:"), NULL) : 0;
 }
 
+/* its max_split_size_mb in bytes (MiB, as PyTorch reads it), 0 without it */
+static uint64_t torch_max_split(const char *conf)
+{
+    const char *k = strstr(conf, "max_split_size_mb:");
+    return k ? strtoull(k + strlen("max_split_size_mb:"), NULL, 10) << 20 : 0;
+}
+
+/* max_split_size_mb's release (release_available_cached_blocks), replayed where it may have freed
+ * inside an allocation. After the first try failed PyTorch gives back blocks of at least
+ * max_split_size of the allocation's pool and stream, and those are wholly free segments (a
+ * request under max_split_size never takes such a block, one over it never splits it): the
+ * smallest one of at least key (the request, or max_split_size where it is less; the request's
+ * segment stands for it, block sizes being 2 MiB multiples), the lowest address among equals; or
+ * where none is that large, the largest ones (the highest address first among equals) until they
+ * add up to key, and where they do not, it has freed them for nothing. Where it succeeded the
+ * allocation tries again, no retry (num_alloc_retries counts none); where that try fails, or the
+ * release did, the full release (release_cached_blocks) gives back every wholly free segment
+ * left, and alloc_block(isRetry) counts one. Under garbage_collection_threshold its collection
+ * (gc_collect) comes first, before the first try. The history holds the frees in that order, and
+ * a try that failed is one more free after it: a try with nothing freed since the last failed
+ * one meets the same refusal (the cap, or the device) and ends in an OOM, not here. The cap
+ * checks it: a try over it failed. A small-pool request (its segment 2 MiB) has no block that
+ * large: the full release follows. c: the wholly free large-pool segments before the first free;
+ * freed_addr: the nfreed segments freed, in order; r0: the reserve before them; seg: the new
+ * segment. 1 a retry, 0 none, -1 the recorded frees are not this replay's. */
+static int split_release_retried(const gc_cand *c, size_t n, uint64_t stream, const uint64_t *freed_addr,
+                                 size_t nfreed, uint64_t r0, uint64_t cap, double threshold, uint64_t max_split,
+                                 uint64_t seg)
+{
+    uint8_t *gone = calloc(n + 1, 1);
+    if (!gone) return -1;
+    size_t ngone = 0;
+    uint64_t reclaimed = gc_collect(c, n, gone, &ngone, r0, cap, threshold), released = 0;
+    int over = cap && r0 - reclaimed + seg > cap; /* the first try met the cap */
+    int retried = 0, ok = nfreed == ngone && !over; /* the first try succeeded */
+    if (nfreed > ngone) {
+        uint64_t key = seg > max_split ? seg : max_split;
+        size_t best = n;
+        for (size_t i = 0; i < n && seg != TORCH_SMALL_SEGMENT; i++)
+            if (!gone[i] && c[i].stream == stream && c[i].size >= key &&
+                (best == n || c[i].size < c[best].size || (c[i].size == c[best].size && c[i].addr < c[best].addr)))
+                best = i;
+        if (best < n) gone[best] = 1, ngone++, released = c[best].size;
+        while (released < key && seg != TORCH_SMALL_SEGMENT) { /* the largest oversize block left */
+            size_t big = n;
+            for (size_t i = 0; i < n; i++) /* the highest address first among equals */
+                if (!gone[i] && c[i].stream == stream && c[i].size >= max_split &&
+                    (big == n || c[i].size > c[big].size || (c[i].size == c[big].size && c[i].addr > c[big].addr)))
+                    big = i;
+            if (big == n) break;
+            gone[big] = 1, ngone++, released += c[big].size;
+        }
+        over = cap && r0 - (reclaimed + released < r0 ? reclaimed + released : r0) + seg > cap; /* the next try's */
+        retried = released < key || nfreed > ngone;
+        ok = released < key ? nfreed >= ngone : nfreed > ngone || (nfreed == ngone && !over);
+    }
+    /* the recorded frees begin with the replay's */
+    for (size_t i = 0; i < n && ok; i++) {
+        int found = !gone[i];
+        for (size_t j = 0; j < ngone && j < nfreed && !found; j++)
+            found = freed_addr[j] == c[i].addr;
+        ok = found;
+    }
+    free(gone);
+    return ok ? retried : -1;
+}
+
 #define TORCH_RETRY_DEVICES 64 /* devices whose cap and reserve the collection's test follows */
 
 int gm_torch_retries(gm_db *d, gm_torch_retries_t *r)
@@ -2939,14 +3019,20 @@ int gm_torch_retries(gm_db *d, gm_torch_retries_t *r)
     if (gm_meta_int(d, "torch_history", 0) <= 0) return 0;
     char conf[512];
     gm_meta_text(d, "torch_conf", conf, sizeof conf);
-    /* max_split_size_mb's release of the blocks over it, after a failed first try, frees inside an
-     * allocation too and may free every wholly free segment: there a release counted here may be
-     * one of its alone. The collection's are told apart (gc_release_retried) but with expandable
-     * segments, which it never gives back. */
-    int split = strstr(conf, "max_split_size_mb") != NULL;
-    double gc = gm_meta_int(d, "torch_expandable", 0) ? 0 : torch_gc_threshold(conf);
+    /* max_split_size_mb's release of the blocks over it (after a failed first try) and
+     * garbage_collection_threshold's collection (before it) free inside an allocation too, and may
+     * leave no segment wholly free: they are replayed (split_release_retried under
+     * max_split_size_mb, the collection first where both are set; gc_release_retried and
+     * gc_replay_retried under the threshold alone). Neither gives back an expandable segment's
+     * blocks, so under expandable segments (meta torch_expandable: PyTorch's setting for the run)
+     * every release inside an allocation is a retry's. "No segment wholly free" cannot tell it
+     * there: the history's segments are then the ranges PyTorch mapped, and a block counts in the
+     * one where it starts, so those under the rest of a block look free. */
+    int expandable = gm_meta_int(d, "torch_expandable", 0) != 0;
+    uint64_t split = torch_max_split(conf);
+    double gc = expandable ? 0 : torch_gc_threshold(conf);
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(d->db, "SELECT kind, addr, size, seq, device, flags FROM events WHERE kind IN "
+    if (sqlite3_prepare_v2(d->db, "SELECT kind, addr, size, seq, device, flags, stream FROM events WHERE kind IN "
                                   "(13, 31, 33, 34, 35, 36, 37) ORDER BY seq", -1, &st, NULL) != SQLITE_OK)
         return 0;
     tseg *seg = NULL;
@@ -2966,7 +3052,7 @@ int gm_torch_retries(gm_db *d, gm_torch_retries_t *r)
         uint64_t addr = (uint64_t)sqlite3_column_int64(st, 1), size = (uint64_t)sqlite3_column_int64(st, 2);
         uint64_t seq = (uint64_t)sqlite3_column_int64(st, 3);
         int dev = sqlite3_column_int(st, 4);
-        uint64_t flags = (uint64_t)sqlite3_column_int64(st, 5);
+        uint64_t flags = (uint64_t)sqlite3_column_int64(st, 5), stream = (uint64_t)sqlite3_column_int64(st, 6);
         uint64_t *res = dev >= 0 && dev < TORCH_RETRY_DEVICES ? &reserved[dev] : NULL;
         addr += (uint64_t)dev << 56; /* devices' addresses apart */
         size_t i = n;
@@ -2980,10 +3066,10 @@ int gm_torch_retries(gm_db *d, gm_torch_retries_t *r)
         } else if (kind == REC_TORCH_SEG_UNMAP) {
             if (!freed) {
                 first = seq, r0 = res ? *res : 0, ncand = 0;
-                for (size_t j = 0; gc > 0 && j < n && rc > 0; j++)
+                for (size_t j = 0; (gc > 0 || split) && j < n && rc > 0; j++)
                     if (!seg[j].live && seg[j].size != TORCH_SMALL_SEGMENT && seg[j].addr >> 56 == (uint64_t)dev) {
                         if (gm_grow_fast((void **)&cand, &ccap, ncand + 1, sizeof *cand)) rc = -1;
-                        else cand[ncand++] = (gc_cand){seg[j].addr, seg[j].size, seg[j].base};
+                        else cand[ncand++] = (gc_cand){seg[j].addr, seg[j].size, seg[j].base, seg[j].stream};
                     }
             }
             if (gm_grow_fast((void **)&sizes, &scap, freed + 1, sizeof *sizes) ||
@@ -3004,23 +3090,31 @@ int gm_torch_retries(gm_db *d, gm_torch_retries_t *r)
             if ((i = tseg_find(seg, n, addr)) < n && seg[i].live && !--seg[i].live) seg[i].base = large;
             continue;
         } else { /* an allocation: the frees since the last one were inside it */
-            if (freed && !asked && !tseg_any_free(seg, n)) {
+            /* a full release leaves no segment wholly free; expandable segments: above */
+            int retried = freed && !asked && (expandable || !tseg_any_free(seg, n));
+            if (retried && kind == REC_TORCH_SEG_MAP && gc > 0 && !split) {
                 /* a new segment after the frees: the collection, if any, tells by the cap */
-                int retried = 1;
-                if (kind == REC_TORCH_SEG_MAP && gc > 0 && !split)
-                    retried = res && rc > 0 ? gc_release_retried(sizes, (size_t)freed, r0, fraction[dev], gc, size) : -1;
+                retried = res && rc > 0 ? gc_release_retried(sizes, (size_t)freed, r0, fraction[dev], gc, size) : -1;
                 if (retried < 0 && res && rc > 0)
                     retried = gc_replay_retried(cand, ncand, faddr, (size_t)freed, r0, fraction[dev], gc, size);
-                if (retried) {
-                    if (!r->count) r->first_seq = first;
-                    r->count++, r->segments += freed, r->bytes += freed_bytes, r->last_seq = first;
-                }
-                if (retried < 0) r->exact = 0;
+            } else if (freed && !asked && split && !expandable) {
+                /* max_split_size_mb's release first: the new segment's size is the request's */
+                int replayed = kind == REC_TORCH_SEG_MAP && rc > 0 && (res || gc == 0)
+                                   ? split_release_retried(cand, ncand, stream, faddr, (size_t)freed, r0,
+                                                           res ? fraction[dev] : 0, gc, split, size)
+                                   : -1;
+                if (replayed == 0 || (replayed > 0 && retried)) retried = replayed;
+                else if (retried || replayed > 0) r->exact = 0; /* the release may be the blocks' alone */
             }
+            if (retried) {
+                if (!r->count) r->first_seq = first;
+                r->count++, r->segments += freed, r->bytes += freed_bytes, r->last_seq = first;
+            }
+            if (retried < 0) r->exact = 0;
             freed = freed_bytes = 0, asked = 0;
             if (kind == REC_TORCH_SEG_MAP) {
                 if (res) *res += size;
-                if (tseg_add(&seg, &n, &cap, addr, size)) rc = -1;
+                if (tseg_add(&seg, &n, &cap, addr, size, stream)) rc = -1;
             } else if ((i = tseg_find(seg, n, addr)) < n) {
                 seg[i].live++;
             }
@@ -3029,6 +3123,5 @@ int gm_torch_retries(gm_db *d, gm_torch_retries_t *r)
     }
     sqlite3_finalize(st);
     free(seg), free(sizes), free(faddr), free(cand);
-    if (split) r->exact = 0;
     return rc < 0 ? -1 : r->count > 0;
 }

@@ -81,10 +81,11 @@ typedef struct gm_torch_retries_t {
     uint64_t count;          /* allocations retried after such a release */
     uint64_t segments, bytes; /* the segments those releases gave back, their bytes */
     uint64_t first_seq, last_seq; /* the first and last release's first segment free */
-    int exact;               /* 0: under max_split_size_mb, or where a release under
-                                garbage_collection_threshold may be its collection's alone
-                                (gm_report.c, gc_replay_retried: a replay unlike the history),
-                                whose releases free inside an allocation too: count is at most */
+    int exact;               /* 0: where a release may be max_split_size_mb's release of the
+                                blocks over it or garbage_collection_threshold's collection alone,
+                                which free inside an allocation too, and gpumem's replay of them
+                                is unlike the history (gm_report.c, split_release_retried,
+                                gc_replay_retried): count is at most */
 } gm_torch_retries_t;
 int gm_torch_retries(gm_db *d, gm_torch_retries_t *r);
 /* Where the program reset PyTorch's peak stats (torch.cuda.reset_peak_memory_stats(d), event 38

@@ -83,7 +83,8 @@ SCRIPT_TESTS += tests/torch/torch_truths.sh
 # recompute is no forward pass and its tensors no saved activations; each step's end is
 # memory_allocated() at the end of the iteration; the replays reach max_memory_reserved() under a
 # memory fraction with garbage_collection_threshold or max_split_size_mb; a MemPool is not called a
-# graph capture; report says PyTorch's retries at its cap (num_alloc_retries, an empty_cache none);
+# graph capture; report says PyTorch's retries at its cap (num_alloc_retries, an empty_cache none,
+# exact under garbage_collection_threshold, max_split_size_mb and expandable segments);
 # advise lists a technique that lowers the peak allocated only apart; advise's offload of saved
 # activations predicts what save_on_cpu measures (tied, amp), a Sequential's or a model's last
 # module's saved tensors offloaded too (torch_features.sh, .py)

@@ -32,6 +32,11 @@
 #   retry  the gc loop without a key, with an empty_cache of its own halfway: PyTorch meets its
 #         cap, frees its cache and retries (memory_stats' num_alloc_retries, printed: 5), and the
 #         empty_cache frees the same way, outside an allocation.
+#   shrink  (under max_split_size_mb) the same fraction, then one tensor a round, freed, each 30 MiB
+#         smaller than the last, from 300 MiB to 150 MiB: the cached one is over max_split_size and
+#         20 MiB or more over the request, so not handed out, and the two pass the cap; PyTorch gives
+#         it back (release_available_cached_blocks), its cache then empty, and the allocation
+#         succeeds: no retry (num_alloc_retries, printed: 0).
 #   tied  a small model whose output layer's weight is its embedding's, trained 3 steps: offloading
 #         its saved activations lowers the peak allocated (156.03 to 146.03 MiB,
 #         max_memory_allocated, printed) and leaves the reserved (160 MiB, max_memory_reserved) as
@@ -140,6 +145,11 @@ elif kind in ("gc", "split"):
         b = torch.empty((b0 + db * i) << 20, dtype=torch.uint8, device="cuda")
         kept.append(torch.empty(keep << 20, dtype=torch.uint8, device="cuda"))
         del a, b
+elif kind == "shrink":
+    torch.cuda.set_per_process_memory_fraction(0.004)
+    for i in range(6):
+        a = torch.empty((300 - 30 * i) << 20, dtype=torch.uint8, device="cuda")
+        del a
 elif kind == "tied":
 
     class Tied(nn.Module):
