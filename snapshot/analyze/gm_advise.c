@@ -735,18 +735,22 @@ static int hooks_nodes(adv_model *m, const rinfo *r, size_t nr, const uint32_t *
         if (!r[k].mod || !r[k].pass) continue; /* a module range of a pass */
         uint64_t *f = u64map_get(&open, r[k].mod);
         if (r[k].phase == ADV_PH_FWD && u64map_put(&open, r[k].mod, k) != 0) goto out;
-        if (r[k].phase == ADV_PH_BWD && f && *f != SIZE_MAX && r[*f].step == r[k].step) bwd_of[*f] = k, *f = SIZE_MAX;
+        if (r[k].phase == ADV_PH_BWD && f && *f != SIZE_MAX && r[*f].step == r[k].step)
+            bwd_of[*f] = k, *f = SIZE_MAX;
     }
     for (size_t i = 0; i < m->nevs; i++) {
         const adv_ev *e = &m->evs[i];
         size_t k = evri[i], j = i + 1;
         if (k == UINT32_MAX || !r[k].pass || e->a >= m->nallocs) continue;
-        if ((e->kind == ADV_EV_FREE || e->kind == ADV_EV_FREE_ASYNC) && r[k].phase == ADV_PH_BWD && f0[k] < i)
+        if ((e->kind == ADV_EV_FREE || e->kind == ADV_EV_FREE_ASYNC) && r[k].phase == ADV_PH_BWD &&
+            f0[k] < i)
             m->hnode[e->a].freed_in = m->evs[f0[k]].a;
         if (e->kind != ADV_EV_ALLOC || e->phase != ADV_PH_FWD) continue;
         while (j < m->nevs && m->evs[j].kind != ADV_EV_ALLOC)
             j++;
-        if (j == m->nevs || evri[j] == UINT32_MAX || m->evs[j].step != e->step || m->evs[j].phase != ADV_PH_FWD) continue;
+        if (j == m->nevs || evri[j] == UINT32_MAX || m->evs[j].step != e->step ||
+            m->evs[j].phase != ADV_PH_FWD)
+            continue;
         size_t kj = evri[j], b = bwd_of[kj];
         if (!r[kj].pass || r[kj].mod == r[k].mod || b == SIZE_MAX || f0[b] == SIZE_MAX) continue;
         m->hnode[e->a].fed = m->evs[j].a;
@@ -3570,7 +3574,8 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                     uint32_t u = new_alloc(m, x.size, x.stream, x.cls, x.name, x.orig);
                     if (u == UINT32_MAX) goto done2;
                     adv_rw_add(&w, b0, -1, 0, adv_ev_like(&m->evs[b0], u, ADV_EV_ALLOC, 0));
-                    adv_rw_add(&w, b1, +1, 0, adv_ev_like(&m->evs[b1], u, ADV_EV_FREE_ASYNC, x.stream));
+                    adv_rw_add(&w, b1, +1, 0,
+                               adv_ev_like(&m->evs[b1], u, ADV_EV_FREE_ASYNC, x.stream));
                 }
                 holder[a] = h;
             }

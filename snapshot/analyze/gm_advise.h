@@ -104,12 +104,15 @@ typedef struct adv_alloc {
  * flat) tell of the nodes around a recorded allocation; UINT32_MAX where they tell nothing. Each
  * is an allocation, so that a rewrite finds it again by its orig (an accumulation copy's). */
 typedef struct adv_hnode {
-    uint32_t freed_in; /* the first allocation of the backward module range that frees it: the
-                        * node that frees it starts there (a Linear's, a ReLU's: one node a range) */
-    uint32_t fed;      /* the first allocation of the next module call in the forward after its
-                        * birth: the call it was passed to (its class: whether it saves its input) */
-    uint32_t fed_b0, fed_b1; /* that call's backward range in the same pass: its first and last
-                              * allocation (the node that saved it as that call's input) */
+    /* the first allocation of the backward module range that frees it: the node that frees it
+     * starts there (a Linear's, a ReLU's: one node a range) */
+    uint32_t freed_in;
+    /* the first allocation of the next module call in the forward after its birth: the call it
+     * was passed to (its class: whether it saves its input) */
+    uint32_t fed;
+    /* that call's backward range in the same pass: its first and last allocation (the node that
+     * saved it as that call's input) */
+    uint32_t fed_b0, fed_b1;
 } adv_hnode;
 
 typedef struct adv_step {
