@@ -703,6 +703,66 @@ static int passed_to_module(adv_model *m, const rinfo *r, const uint32_t *evri)
     return 0;
 }
 
+/* A PyTorch recording without the op log: where autograd's nodes stand, as far as the hooks'
+ * module ranges (flat: one a module call, its children's work outside it) tell (m->hnode). A
+ * saved tensor's node is the module range its free falls in: save_on_cpu's unpack of it comes
+ * when that node starts, before the range's first allocation, not just before its free (under
+ * autocast, the weight's and the input's copies of torch_features.py amp: 20 MiB over its
+ * reserved). The call a forward tensor is passed to, the module whose first allocation comes
+ * next (the ReLU's output, then the next Linear's), saves it too when it is a Linear: its own
+ * unpack then, from that call's backward range's first allocation to its last (stepend: 20 MiB
+ * over). The backward range of a call: the next one of its module in the same step (the
+ * backward runs the modules in reverse order). evri: each event's rinfo. 0, or -1 out of memory. */
+static int hooks_nodes(adv_model *m, const rinfo *r, size_t nr, const uint32_t *evri)
+{
+    size_t *f0 = malloc((nr + 1) * sizeof *f0), *f1 = malloc((nr + 1) * sizeof *f1),
+           *bwd_of = malloc((nr + 1) * sizeof *bwd_of);
+    m->hnode = f0 && f1 && bwd_of ? malloc((m->nallocs + 1) * sizeof *m->hnode) : NULL;
+    u64map open = {0}; /* a module -> its latest forward range not yet paired */
+    int rc = -1;
+    if (!m->hnode) goto out;
+    m->owns_tops = 1;
+    for (size_t k = 0; k < nr; k++)
+        f0[k] = f1[k] = bwd_of[k] = SIZE_MAX;
+    for (size_t a = 0; a < m->nallocs; a++)
+        m->hnode[a] = (adv_hnode){UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX};
+    for (size_t i = 0; i < m->nevs; i++) {
+        if (m->evs[i].kind != ADV_EV_ALLOC || evri[i] == UINT32_MAX) continue;
+        if (f0[evri[i]] == SIZE_MAX) f0[evri[i]] = i;
+        f1[evri[i]] = i;
+    }
+    for (size_t k = 0; k < nr; k++) {
+        if (!r[k].mod || !r[k].pass) continue; /* a module range of a pass */
+        uint64_t *f = u64map_get(&open, r[k].mod);
+        if (r[k].phase == ADV_PH_FWD && u64map_put(&open, r[k].mod, k) != 0) goto out;
+        if (r[k].phase == ADV_PH_BWD && f && *f != SIZE_MAX && r[*f].step == r[k].step)
+            bwd_of[*f] = k, *f = SIZE_MAX;
+    }
+    for (size_t i = 0; i < m->nevs; i++) {
+        const adv_ev *e = &m->evs[i];
+        size_t k = evri[i], j = i + 1;
+        if (k == UINT32_MAX || !r[k].pass || e->a >= m->nallocs) continue;
+        if ((e->kind == ADV_EV_FREE || e->kind == ADV_EV_FREE_ASYNC) && r[k].phase == ADV_PH_BWD &&
+            f0[k] < i)
+            m->hnode[e->a].freed_in = m->evs[f0[k]].a;
+        if (e->kind != ADV_EV_ALLOC || e->phase != ADV_PH_FWD) continue;
+        while (j < m->nevs && m->evs[j].kind != ADV_EV_ALLOC)
+            j++;
+        if (j == m->nevs || evri[j] == UINT32_MAX || m->evs[j].step != e->step ||
+            m->evs[j].phase != ADV_PH_FWD)
+            continue;
+        size_t kj = evri[j], b = bwd_of[kj];
+        if (!r[kj].pass || r[kj].mod == r[k].mod || b == SIZE_MAX || f0[b] == SIZE_MAX) continue;
+        m->hnode[e->a].fed = m->evs[j].a;
+        m->hnode[e->a].fed_b0 = m->evs[f0[b]].a, m->hnode[e->a].fed_b1 = m->evs[f1[b]].a;
+    }
+    rc = 0;
+out:
+    free(f0), free(f1), free(bwd_of);
+    u64map_free(&open);
+    return rc;
+}
+
 /* PyTorch's hooks open a module's backward range when autograd runs the node that made the
  * module's output. A module that returns its last child's output as it is (an nn.Sequential; a
  * root whose forward ends in its head) shares that node with the child, and the hooks of a
@@ -1962,6 +2022,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
         nomem = 1;
     /* without it, what the module calls tell */
     if (m->torch && !nomem && !m->ntops && L.evri && passed_to_module(m, r, L.evri) != 0) nomem = 1;
+    if (m->torch && !nomem && !m->ntops && L.evri && hooks_nodes(m, r, nr, L.evri) != 0) nomem = 1;
     free(L.evri), L.evri = NULL;
     free(births);
     free(names), free(r), u64map_free(&ridx), gm_spans_free(&spans);
@@ -2162,7 +2223,7 @@ void adv_model_free(adv_model *m)
     if (!(m->borrows & ADV_BORROWS_EVS)) free(m->evs);
     if (!(m->borrows & ADV_BORROWS_TIMES)) free(m->steps), free(m->ops), free(m->opt_starts);
     if (m->owns_uses) free(m->use_off), free(m->use_t);
-    if (m->owns_tops) free(m->tops), free(m->targs), free(m->tholds);
+    if (m->owns_tops) free(m->tops), free(m->targs), free(m->tholds), free(m->hnode);
     if (m->owns_pools) free(m->pools);
     memset(m, 0, sizeof *m);
 }
@@ -3248,6 +3309,43 @@ static size_t unpack_at(const adv_model *m, const pairs *p, const size_t *starts
     return SIZE_MAX;
 }
 
+/* The event of the allocation standing for recorded allocation x (itself, or its copy: an
+ * accumulation's) between events lo and hi, the last one; SIZE_MAX none */
+static size_t orig_between(const adv_model *m, uint32_t x, size_t lo, size_t hi)
+{
+    for (size_t j = hi; x != UINT32_MAX && j-- > lo && j < m->nevs;)
+        if (m->evs[j].kind == ADV_EV_ALLOC && m->allocs[m->evs[j].a].orig == x) return j;
+    return SIZE_MAX;
+}
+
+/* Without the op log: where the node that frees saved tensor a of backward instance B starts
+ * (hooks_nodes: its module range's first allocation); SIZE_MAX unknown */
+static size_t hooks_node_at(const adv_model *m, const pairs *p, const lrinst *B, size_t a)
+{
+    uint32_t o = m->allocs[a].orig;
+    if (!m->hnode || o >= m->nrecorded || p->death[a] == SIZE_MAX) return SIZE_MAX;
+    return orig_between(m, m->hnode[o].freed_in, B->first, p->death[a]);
+}
+
+/* Without the op log: the Linear that saved tensor a as its input while the node that frees a is
+ * a later one (hooks_nodes: the ReLU's output, the next Linear's input too), whose node unpacks
+ * it for itself: its first allocation's event (*b0) and its last (*b1); 0 none */
+static int hooks_saved_again(const adv_model *m, const pairs *p, size_t a, size_t *b0, size_t *b1)
+{
+    uint32_t o = m->allocs[a].orig;
+    if (!m->hnode || o >= m->nrecorded || p->death[a] == SIZE_MAX) return 0;
+    const adv_hnode *h = &m->hnode[o];
+    /* nn.Linear's forward (F.linear) made the call's first allocation, its output */
+    if (h->fed == UINT32_MAX || !strstr(adv_str(m, m->allocs[h->fed].cls), "(linear.py:")) return 0;
+    *b1 = orig_between(m, h->fed_b1, p->birth[a], p->death[a]);
+    *b0 = *b1 == SIZE_MAX ? SIZE_MAX : orig_between(m, h->fed_b0, p->birth[a], *b1 + 1);
+    if (*b0 == SIZE_MAX || m->evs[*b0].phase != ADV_PH_BWD) return 0;
+    /* a later node frees it: an allocation after the Linear's node and before the free */
+    for (size_t j = *b1 + 1; j < p->death[a]; j++)
+        if (m->evs[j].kind == ADV_EV_ALLOC) return 1;
+    return 0;
+}
+
 int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_stats *st)
 {
     memset(st, 0, sizeof *st);
@@ -3454,6 +3552,11 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                     at = B->first;
                 } else if (un != SIZE_MAX && un >= B->first) {
                     at = un;
+                } else if (o->offload_at_use && (un = hooks_node_at(m, &p, B, a)) != SIZE_MAX) {
+                    /* without the op log, when the module range that frees it starts, in the
+                     * stash set's order (what F made, a weight's copy under autocast, then its
+                     * input: autograd unpacks a matmul's weight first) */
+                    at = un;
                 } else if (o->offload_at_use && p.death[a] != SIZE_MAX) {
                     /* the node that frees it: back from the host before the allocation (its
                      * gradient) that precedes the free */
@@ -3465,6 +3568,15 @@ int adv_stash(adv_model *m, const adv_stash_opts *o, double link_bps, adv_stash_
                         }
                 }
                 adv_rw_add(&w, at, -1, 1, adv_ev_like(&m->evs[at], h, ADV_EV_ALLOC, 0));
+                size_t b0, b1;
+                if (!nd && o->offload_at_use && hooks_saved_again(m, &p, a, &b0, &b1)) {
+                    /* the Linear's node unpacks its own copy, before the restores it starts with */
+                    uint32_t u = new_alloc(m, x.size, x.stream, x.cls, x.name, x.orig);
+                    if (u == UINT32_MAX) goto done2;
+                    adv_rw_add(&w, b0, -1, 0, adv_ev_like(&m->evs[b0], u, ADV_EV_ALLOC, 0));
+                    adv_rw_add(&w, b1, +1, 0,
+                               adv_ev_like(&m->evs[b1], u, ADV_EV_FREE_ASYNC, x.stream));
+                }
                 holder[a] = h;
             }
         if (o->bf16)

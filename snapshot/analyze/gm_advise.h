@@ -100,6 +100,21 @@ typedef struct adv_alloc {
     uint32_t orig;   /* the recorded allocation this one stands for (itself when recorded) */
 } adv_alloc;
 
+/* A PyTorch recording without the op log: what the hooks' module ranges (one a module call,
+ * flat) tell of the nodes around a recorded allocation; UINT32_MAX where they tell nothing. Each
+ * is an allocation, so that a rewrite finds it again by its orig (an accumulation copy's). */
+typedef struct adv_hnode {
+    /* the first allocation of the backward module range that frees it: the node that frees it
+     * starts there (a Linear's, a ReLU's: one node a range) */
+    uint32_t freed_in;
+    /* the first allocation of the next module call in the forward after its birth: the call it
+     * was passed to (its class: whether it saves its input) */
+    uint32_t fed;
+    /* that call's backward range in the same pass: its first and last allocation (the node that
+     * saved it as that call's input) */
+    uint32_t fed_b0, fed_b1;
+} adv_hnode;
+
 typedef struct adv_step {
     int64_t number; /* N of "step N" */
     uint64_t start_ns, end_ns;
@@ -235,6 +250,9 @@ typedef struct adv_model {
      * was passed, and the storage of a view its own code made (a local, as the attention's q, k,
      * v of its qkv), live until the module's forward returns (tops_load) */
     uint32_t *tholds;
+    /* per recorded allocation (NULL: the recording has the op log, or no module ranges): where
+     * the hooks' module ranges place autograd's nodes without the op log (hooks_nodes) */
+    adv_hnode *hnode;
     int owns_tops;
     /* the layer ranges (lr_name) a forward range opened inside the backward: the blocks the
      * recording checkpoints itself (torch.utils.checkpoint's recompute, load_ranges); more than

@@ -75,7 +75,12 @@
 #        the op log ckpt's was 4 MiB over the run's reserved (its checkpointed blocks and their
 #        recompute packed) and stepend's 20 MiB (the first Linear's weight.t() packed where the
 #        batch needs no gradient, the ReLU output's second unpack, the next Linear's, missing)
-#        (gm_advise_autocast.c, adv_pack_saved).
+#        (gm_advise_autocast.c, adv_pack_saved). Without the op log (a plain `gpumem record`, the
+#        users' way) amp's and stepend's were 20 MiB over their reserved (136314880 for 115343360,
+#        134217728 for 113246208; amp's offload not recommended): the restores came just before
+#        the allocation ahead of each free, not when the node that frees it starts, and the ReLU
+#        output's second unpack was missing; now the hooks' module ranges place both
+#        (gm_advise.c, hooks_nodes).
 #   phases  that same backward read as the parent's in every other command: report's phases put
 #        the head's backward (tied: 64 MiB of the peak) under "step */bwd/Tied", a root
 #        Sequential's last Linear's (stepend: 36 MiB) under "step */bwd/Sequential". The hooks
@@ -173,11 +178,12 @@ done
 # offload: every recommendation to offload saved activations, whether it lowers the peak reserved
 # or the allocated only, predicts the peaks the program measures under save_on_cpu (allocated /
 # reserved: PyTorch's max_memory_*, or with gpumem as its allocator gpumem's recorded peaks);
-# tied and amp (its op log's recording) have one, ckpt and stepend none (ckpt's run saves
-# nothing). So does `--try '--offload activations'`, recommended or not, each scenario that
+# tied and amp have one, ckpt and stepend none (ckpt's run saves nothing), with the op log and
+# without. So does `--try '--offload activations'`, recommended or not, each scenario that
 # trains: what a user comparing techniques reads.
 # Table: KIND#ENV of its recording above#recommendations
-for row in "ckpt#-#0" "ckpt#--torch-ops#0" "tied#-#1" "amp#--torch-ops#1" "stepend#--torch-ops#0" "tied#--allocator gpumem#1"; do
+for row in "ckpt#-#0" "ckpt#--torch-ops#0" "tied#-#1" "amp#-#1" "amp#--torch-ops#1" "stepend#-#0" "stepend#--torch-ops#0" \
+  "tied#--allocator gpumem#1"; do
   IFS='#' read -r kind env want <<< "$row"
   db=$tmp/$kind.db label=$kind
   [[ $env == - ]] || db=$tmp/$kind-${env//[^a-zA-Z0-9]/_}.db label="$kind $env"
