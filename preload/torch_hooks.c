@@ -16,8 +16,9 @@
  *
  * The behaviour is _Hooks' own, rule for rule (the Python code is the reference, and what runs
  * when this is absent): "step N/fwd|bwd|opt/<module path>" ranges, one module range open at a
- * time, "step N" and "bwd" opened by the first backward node of a pass and closed by the
- * engine's end-of-backward callback, no range while the program names its own phases
+ * time, "step N" and "bwd" opened by the first backward node of a pass (or by a forward on a
+ * thread running the backward: a reentrant checkpoint's re-run) and closed by the engine's
+ * end-of-backward callback, no range while the program names its own phases
  * (gpumem._user_ranges, which gpumem also tells this file: user_ranges_on), an Exception inside a hook swallowed after _torch._warn's one warning.
  *
  * Interface: gpumem_torch_hooks((resolve, warn, first_grad, grad_enabled, queue_callback,
@@ -166,6 +167,8 @@ static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
 
 static struct {
     PyObject *resolve, *warn, *first_grad, *grad_enabled, *queue_callback, *gpumem, *tensor;
+    /* torch._C._current_autograd_node, or NULL (a caller that passed 7: none asked) */
+    PyObject *current_node;
     PyObject *s_user_ranges, *s_requires_grad, *s_grad_fn, *s_register_prehook, *s_register_hook,
         *s_backward_hooks, *s_fwd_what, *s_bwd_what, *s_data_ptr, *s_grad, *s_params, *s_items;
     PyObject *bwd_end, *out_gone, *fns;
@@ -605,8 +608,29 @@ static int hook_tensor_cxx(const hk_mod *m, PyObject *out)
 
 /* ---- forward -------------------------------------------------------------------------------- */
 
+static int bwd_pass(const hk_thread *t);
+static int open_bwd(hk_thread *t);
+
+/* 1 where this thread runs autograd's backward (torch._C._current_autograd_node() is a node),
+ * 0 where not or not known, -1 with an exception. */
+static int in_backward(void)
+{
+    if (!hk.current_node || hk.current_node == py.None) return 0;
+    PyObject *n = py.PyObject_CallObject(hk.current_node, NULL);
+    if (!n) return -1;
+    int in = n != py.None;
+    py.Py_DecRef(n);
+    return in;
+}
+
 /* Before a module's forward: its range (and "step N/fwd" when it is the outermost). in: its
- * first argument, or NULL. 0, or -1 with an exception. */
+ * first argument, or NULL. 0, or -1 with an exception.
+ *
+ * An outermost forward on a thread running the backward, with no backward pass open there, is
+ * torch.utils.checkpoint's re-run with use_reentrant=True (its Function's backward, before any
+ * module's backward started: the checkpointed forward ran without grad, so hooked none): it
+ * opens "bwd" first, as the non-reentrant re-run finds it open, so the re-run is the
+ * backward's and not a forward pass of the loop ("4 forward passes a step" of a loop of one). */
 static int pre_work(PyObject *module, PyObject *in)
 {
     hk_thread *t = &tls;
@@ -615,7 +639,11 @@ static int pre_work(PyObject *module, PyObject *in)
     last_release();
     if (mod_lookup(module, &m) != 0) return -1;
     m.in = in, m.in_out = in_out;
-    if (!t->nmods && open_step(t, P_FWD, NULL) != 0) return -1;
+    if (!t->nmods) {
+        int b = bwd_pass(t) == t->n ? in_backward() : 0;
+        if (b < 0 || (b && open_bwd(t) != 0)) return -1;
+        if (open_step(t, P_FWD, NULL) != 0) return -1;
+    }
     if (enter_mod(t, m.enc, m.label) != 0) return -1;
     if (t->nmods == t->capm && grow((void **)&t->mods, &t->capm, sizeof *t->mods) != 0) return -1;
     t->mods[t->nmods++] = m;
@@ -979,6 +1007,17 @@ static void close_abandoned_fwd(hk_thread *t, int i)
     t->nmods = 0;
 }
 
+/* "step N/bwd" on this thread, closed by bwd_end when the backward ends (the engine's callback,
+ * queued here). 0, or -1 with an exception. */
+static int open_bwd(hk_thread *t)
+{
+    if (open_step(t, P_BWD, NULL) != 0) return -1;
+    PyObject *r = py.PyObject_CallFunctionObjArgs(hk.queue_callback, hk.bwd_end, NULL);
+    if (!r) return -1;
+    py.Py_DecRef(r);
+    return 0;
+}
+
 /* Node.register_prehook's (grad_outputs) and Tensor.register_hook's (grad): self is the path. */
 static PyObject *bwd_start(PyObject *enc, PyObject *arg)
 {
@@ -986,10 +1025,7 @@ static PyObject *bwd_start(PyObject *enc, PyObject *arg)
     hk_thread *t = &tls;
     int i = bwd_pass(t);
     if (i == t->n) {
-        if (open_step(t, P_BWD, NULL) != 0) return swallow(hk.s_bwd_what);
-        PyObject *r = py.PyObject_CallFunctionObjArgs(hk.queue_callback, hk.bwd_end, NULL);
-        if (!r) return swallow(hk.s_bwd_what);
-        py.Py_DecRef(r);
+        if (open_bwd(t) != 0) return swallow(hk.s_bwd_what);
     } else {
         close_abandoned_fwd(t, i);
     }
@@ -1669,20 +1705,23 @@ static PyObject *intern(const char *s, int *ok)
     return o;
 }
 
-/* (resolve, warn, first_grad, grad_enabled, queue_callback, gpumem, torch.Tensor) -> (fwd_pre, fwd_post,
- * opt_begin, opt_end, changed_grads, changed_state, remember, wrap_call), a reference this file keeps (ctypes' py_object
- * takes its own); NULL when the C API is not there, or with an exception. A second call gives the
- * same functions, calling back the new objects. */
+/* (resolve, warn, first_grad, grad_enabled, queue_callback, gpumem, torch.Tensor[, current_node])
+ * -> (fwd_pre, fwd_post, opt_begin, opt_end, changed_grads, changed_state, remember, wrap_call), a
+ * reference this file keeps (ctypes' py_object takes its own); NULL when the C API is not there,
+ * or with an exception. current_node: torch._C._current_autograd_node (None, or left out: a
+ * forward in the backward is not looked for, pre_work). A second call gives the same functions,
+ * calling back the new objects. */
 GM_EXPORT PyObject *gpumem_torch_hooks(PyObject *args)
 {
     if (find_python() != 0) return NULL;
-    if (py.PyTuple_Size(args) != 7) {
-        py.PyErr_SetString(*py.PyExc_TypeError, "gpumem_torch_hooks: a tuple of 7");
+    Py_ssize_t nargs = py.PyTuple_Size(args);
+    if (nargs != 7 && nargs != 8) {
+        py.PyErr_SetString(*py.PyExc_TypeError, "gpumem_torch_hooks: a tuple of 7 or 8");
         return NULL;
     }
-    PyObject **slot[] = {&hk.resolve,      &hk.warn,           &hk.first_grad,
-                         &hk.grad_enabled, &hk.queue_callback, &hk.gpumem, &hk.tensor};
-    for (int i = 0; i < 7; i++) {
+    PyObject **slot[] = {&hk.resolve,    &hk.warn,   &hk.first_grad, &hk.grad_enabled, &hk.queue_callback,
+                         &hk.gpumem,     &hk.tensor, &hk.current_node};
+    for (int i = 0; i < nargs; i++) {
         PyObject *o = py.PyTuple_GetItem(args, i);
         if (!o) return NULL;
         PyObject **s = slot[i];

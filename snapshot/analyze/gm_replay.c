@@ -480,6 +480,28 @@ int gm_replay_framework_only(const alloc_trace_event_t *trace, size_t n, size_t 
     return 0;
 }
 
+/* Each allocation of am (by index) -> its row's rank among the recording's allocation rows
+ * (kinds 1, 3 in seq order), from 1; 0: not an allocation. The load makes allocations of its own
+ * between the recorded ones (a stream marker's, an empty_cache's, a memory fraction's, a pool's
+ * end: adv_add_*, none of them allocated in the trace), so an allocation's index is its row's
+ * rank only until the first of those: the rows' allocations are the ones the trace allocates,
+ * made in the rows' order (an OOM's request, added after them all, ranks past the rows). NULL:
+ * out of memory. */
+static uint32_t *row_ranks(const adv_model *am, const alloc_trace_event_t *trace, size_t n) {
+    uint32_t *rank = calloc(am->nallocs ? am->nallocs : 1, sizeof *rank);
+    if (!rank) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t k = trace[i].kind;
+        if ((k == ALLOC_TR_ALLOC || k == ALLOC_TR_ALLOC_PRIVATE || k == ALLOC_TR_ALLOC_DRIVER) && trace[i].id >= 1 &&
+            trace[i].id <= am->nallocs)
+            rank[trace[i].id - 1] = 1;
+    }
+    uint32_t k = 0;
+    for (size_t a = 0; a < am->nallocs; a++)
+        if (rank[a]) rank[a] = ++k;
+    return rank;
+}
+
 long gm_replay_mark_served(gm_db *d, const adv_model *am, alloc_trace_event_t *trace, size_t n) {
     sqlite3_stmt *st;
     /* the load's answer where it read every row: the scan's, when no row has the flag, goes
@@ -509,12 +531,21 @@ long gm_replay_mark_served(gm_db *d, const adv_model *am, alloc_trace_event_t *t
         fw[na++] = (sqlite3_column_int64(st, 0) & REC_F_FRAMEWORK) != 0;
     }
     sqlite3_finalize(st);
+    uint32_t *rank = row_ranks(am, trace, n);
+    if (!rank) {
+        free(fw);
+        return -1;
+    }
     long marked = 0;
-    for (size_t i = 0; i < n; i++)
-        if (trace[i].kind == ALLOC_TR_ALLOC && trace[i].id >= 1 && trace[i].id <= na && !fw[trace[i].id - 1]) {
+    for (size_t i = 0; i < n; i++) {
+        if (trace[i].kind != ALLOC_TR_ALLOC || trace[i].id < 1 || trace[i].id > am->nallocs) continue;
+        uint32_t r = rank[trace[i].id - 1];
+        if (r >= 1 && r <= na && !fw[r - 1]) {
             trace[i].kind = ALLOC_TR_ALLOC_SERVED;
             marked++;
         }
+    }
+    free(rank);
     free(fw);
     return marked;
 }

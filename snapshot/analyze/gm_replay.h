@@ -104,9 +104,9 @@ int gm_replay_framework_only(const alloc_trace_event_t *trace, size_t n, size_t 
  * trace's allocations that did not come through it (a library's cudaMalloc, which gpumem's pool
  * served) become ALLOC_TR_ALLOC_SERVED: replayed as recorded, or outside the pool under the
  * pytorch presets with framework_only. trace is adv_to_trace of the model gm_replay_trace_load
- * made of d (id - 1: the allocation's rank among the recorded ones), am that model (its
- * hooked_rows: the events are scanned only where the load could not say whether any came through
- * the hook, or where some did). Returns how many, or -1 (the events could not be read). */
+ * made of d (id - 1: the model's allocation; its row is found by the rank of its ADV_EV_ALLOC
+ * among the model's, not by its index), am that model (its hooked_rows: the events are scanned
+ * only where the load could not say whether any came through the hook, or where some did). Returns how many, or -1 (the events could not be read). */
 long gm_replay_mark_served(gm_db *d, const adv_model *am, alloc_trace_event_t *trace, size_t n);
 
 #endif

@@ -9,6 +9,8 @@
 #         loop, and its tensors are no saved activations. Under save_on_cpu (argv[2] "offload",
 #         below), which packs nothing inside a checkpointed block, max_memory_reserved (printed)
 #         is the same.
+#   ckptr  the same blocks called from the loop (no module around them), each under
+#         torch.utils.checkpoint with use_reentrant=True: the re-run is the backward's too.
 #   expand  (under expandable_segments:True) one 256 MiB tensor: PyTorch maps its segment's pages
 #         one by one and records them as one range; the device's peak reserved, its last page,
 #         is PyTorch's reserve (max_memory_reserved, printed), no other program VMM.
@@ -73,7 +75,7 @@ if kind == "stream":
             kept.append(x.clone())  # the clone line
         x.record_stream(side)
         del x
-elif kind == "ckpt":
+elif kind in ("ckpt", "ckptr"):
 
     class Block(nn.Module):
         def __init__(self, d):
@@ -96,9 +98,14 @@ elif kind == "ckpt":
     model = Net().cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     for step in range(3):
-        x = torch.randn(1024, 512, device="cuda")
+        x = torch.randn(1024, 512, device="cuda", requires_grad=kind == "ckptr")
         with forward_scope():
-            loss = model(x).square().mean()
+            if kind == "ckptr":  # the blocks called from the loop, no module around them
+                for b in model.blocks:
+                    x = checkpoint(b, x, use_reentrant=True)
+                loss = x.square().mean()
+            else:
+                loss = model(x).square().mean()
         loss.backward()
         opt.step()
         opt.zero_grad()

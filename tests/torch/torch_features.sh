@@ -10,6 +10,12 @@
 #        of one forward a step, and recommended offloading saved activations (save_on_cpu) for
 #        12 MiB less reserved, where the program under save_on_cpu reserves what it did without
 #        (checked here: a recommendation to offload them must predict what that run measures);
+#   ckptr  the same with use_reentrant=True, the blocks called from the loop: the re-run ran on
+#        autograd's thread before any module's backward had opened "bwd" there (the checkpointed
+#        forward runs without grad), so the hooks opened a "step N/fwd" of its own for each block:
+#        advise said "this loop runs 4 forward passes a step" again, with the C hooks and the
+#        Python ones (GPUMEM_TORCH_C_HOOKS=0); a forward on a thread inside the backward opens
+#        "bwd" first now (torch_hooks.c, pre_work);
 #   expand  under expandable_segments:True the device's peak reserved, the last page PyTorch
 #        mapped for its segment, is PyTorch's reserve (its max_memory_reserved): it read as
 #        "other program VMM 260 MiB; PyTorch held 260 MiB less then than at its own peak".
@@ -104,6 +110,8 @@ clone=$(grep -n "# the clone line" "$script" | cut -d: -f1)
 table=(
   "stream#-#leaks --json#.leaked_held_bytes == \$mem, .leaked_allocations, ([.leaks[].site] | join(\",\"))#true 3 torch_features.py:$clone in <module>"
   "ckpt#--torch-ops#advise --json#[.not_predicted[] | select(.technique == \"accum\") | .why | test(\"forward passes\")] | map(tostring) | join(\",\")#false"
+  "ckptr#-#advise --json#[.not_predicted[] | select(.technique == \"accum\") | .why | test(\"forward passes\")] | map(tostring) | join(\",\")#false"
+  "ckptr#GPUMEM_TORCH_C_HOOKS=0#advise --json#[.not_predicted[] | select(.technique == \"accum\") | .why | test(\"forward passes\")] | map(tostring) | join(\",\")#false"
   "amp#-#advise --json#[.not_predicted[] | select(.technique == \"bf16\") | .why | test(\"runs under torch.autocast already [(]float16 on CUDA\")] | map(tostring) | join(\",\")#true"
   "ckpt#-#advise --json#[.not_predicted[] | select(.technique == \"bf16\") | .why | test(\"may run under autocast already\")] | map(tostring) | join(\",\")#true"
   "empty#-#report --json#.device_used.devices[0].exit.reserved_by_gpumem == \$resnow#true"

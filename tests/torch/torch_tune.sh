@@ -246,7 +246,11 @@ fi
 # cudaMalloc of its workspaces; PyTorch's allocator never sees them. tune's "under PyTorch"
 # prediction is what PyTorch's own allocator reserves when run with that setting: its
 # max_memory_reserved(), measured here (it once replayed the workspaces inside PyTorch's pool:
-# 666 MiB predicted against 586 MiB measured on this MLP).
+# 666 MiB predicted against 586 MiB measured on this MLP). mlpe: the same MLP with an
+# empty_cache() before its first matmul: the load's own event there (as a stream marker's or a
+# memory fraction's) shifted every later allocation's row by one, so the replay took the wrong
+# allocation for cuBLAS's (666 MiB predicted, 586 MiB measured; side streams and autocast with a
+# GradScaler met it the same way, through gpumem's markers).
 cat > "$tmp/mlp.py" <<'PY'
 import torch
 torch.manual_seed(0)
@@ -262,19 +266,24 @@ try:
 except RuntimeError:  # statistics that raise (gpumem answers them since 2026-12-07: kept for older builds)
     print(-1)
 PY
-for conf in preset:pytorch-expandable preset:pytorch; do
-  GPUMEM_SIM_BACKING=memory GPUMEM_CONF=$conf "$G" record -q --allocator gpumem -o "$tmp/mlp.db" -- "$torch_py" "$tmp/mlp.py" \
-    > /dev/null 2> "$tmp/mlp.err" || { bad "mlp ($conf): record --allocator gpumem failed: $(tail -3 "$tmp/mlp.err")"; continue; }
-  "$G" tune --json "$tmp/mlp.db" > "$tmp/mlp.json" || { bad "mlp ($conf): tune failed"; continue; }
+sed 's/^opt = .*/&\ntorch.cuda.empty_cache()/' "$tmp/mlp.py" > "$tmp/mlpe.py"
+while read -r prog conf; do
+  GPUMEM_SIM_BACKING=memory GPUMEM_CONF=$conf "$G" record -q --allocator gpumem -o "$tmp/mlp.db" -- "$torch_py" "$tmp/$prog.py" \
+    > /dev/null 2> "$tmp/mlp.err" || { bad "$prog ($conf): record --allocator gpumem failed: $(tail -3 "$tmp/mlp.err")"; continue; }
+  "$G" tune --json "$tmp/mlp.db" > "$tmp/mlp.json" || { bad "$prog ($conf): tune failed"; continue; }
   uconf=$(jq -r .under_pytorch.pytorch_conf "$tmp/mlp.json") upred=$(jq -r .under_pytorch.max_memory_reserved "$tmp/mlp.json")
-  umeas=$(torch_run GPUMEM_SIM_BACKING=memory PYTORCH_CUDA_ALLOC_CONF=$uconf -- "$tmp/mlp.py" 2>/dev/null | tail -1)
+  umeas=$(torch_run GPUMEM_SIM_BACKING=memory PYTORCH_CUDA_ALLOC_CONF=$uconf -- "$tmp/$prog.py" 2>/dev/null | tail -1)
   [[ $uconf != null && -n $umeas && $upred == "$umeas" ]] \
-    && ok "mlp recorded with gpumem as PyTorch's allocator ($conf): under PyTorch '$uconf' predicted max_memory_reserved() $upred = measured" \
-    || bad "mlp ($conf): under PyTorch '$uconf' predicted $upred, PyTorch's allocator measured $umeas"
+    && ok "$prog recorded with gpumem as PyTorch's allocator ($conf): under PyTorch '$uconf' predicted max_memory_reserved() $upred = measured" \
+    || bad "$prog ($conf): under PyTorch '$uconf' predicted $upred, PyTorch's allocator measured $umeas"
   "$G" tune "$tmp/mlp.db" | grepq "under PyTorch: PYTORCH_CUDA_ALLOC_CONF=.*predicted max_memory_reserved() " \
-    || bad "mlp ($conf): the text's under-PyTorch line: $("$G" tune "$tmp/mlp.db" | grep 'under PyTorch')"
+    || bad "$prog ($conf): the text's under-PyTorch line: $("$G" tune "$tmp/mlp.db" | grep 'under PyTorch')"
   rm -f "$tmp/mlp.db"
-done
+done <<'ROWS'
+mlp preset:pytorch-expandable
+mlp preset:pytorch
+mlpe preset:pytorch
+ROWS
 # After torch.cuda.reset_peak_memory_stats() (review of 2026-12-08: report, tune, frag and advise
 # quoted the whole run's peaks as max_memory_allocated() / max_memory_reserved(), which the
 # program's own calls read lower): the reset is recorded (event 38), report gives PyTorch's

@@ -768,7 +768,7 @@ class _Hooks:
             return fn((lambda m: self.paths.get(id(m)) or self._path(m), _warn, _first_grad,
                        torch.is_grad_enabled,
                        torch.autograd.Variable._execution_engine.queue_callback, gpumem,
-                       torch.Tensor))
+                       torch.Tensor, getattr(torch._C, "_current_autograd_node", None)))
         except Exception:  # noqa: BLE001 - a CPython it does not serve: the Python hooks
             return None
 
@@ -862,6 +862,12 @@ class _Hooks:
             x_out = x is not None and t.last is not None and t.last() is x
             t.last = t.last_in = None
             if not t.mods:
+                # torch.utils.checkpoint's re-run with use_reentrant=True: on a thread running
+                # the backward, before any module's backward opened "bwd" there (the checkpointed
+                # forward ran without grad and hooked none): the backward's, as the
+                # non-reentrant re-run is (torch_hooks.c, pre_work)
+                if self._bwd_pass(t) is None and self._in_backward():
+                    self._open_bwd(t)
                 self._open_step(t, "fwd")
             self._enter_mod(t, path)
             t.mods.append(path)
@@ -939,13 +945,21 @@ class _Hooks:
             t.last_in.register_prehook(cb)
         t.last_in = x.grad_fn if isinstance(x, self.torch.Tensor) else None
 
+    def _in_backward(self):
+        node = getattr(self.torch._C, "_current_autograd_node", None)
+        return node is not None and node() is not None
+
+    def _open_bwd(self, t):
+        # "step N/bwd", closed when the backward ends (the engine's callback)
+        self._open_step(t, "bwd")
+        self.torch.autograd.Variable._execution_engine.queue_callback(self._bwd_end)
+
     def _bwd_start(self, path):
         try:
             t = self._t()
             b = self._bwd_pass(t)
             if b is None:
-                self._open_step(t, "bwd")
-                self.torch.autograd.Variable._execution_engine.queue_callback(self._bwd_end)
+                self._open_bwd(t)
             else:
                 self._close_abandoned_fwd(t, b)
             self._enter_mod(t, path)
