@@ -98,6 +98,7 @@ static const char *const stat_names[GM_ST_COUNT] = {
     [GM_ST_NVTX_MARKS] = "nvtx_marks",
     [GM_ST_NAMED] = "named",
     [GM_ST_BAD_ACCESS] = "bad_access",
+    [GM_ST_PY_AGAIN] = "python_chains_again",
 };
 
 void gm_warn(const char *fmt, ...)

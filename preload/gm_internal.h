@@ -134,6 +134,8 @@ enum gm_stat {
     GM_ST_NVTX_MARKS,       /* NVTX marks */
     GM_ST_NAMED,            /* allocations named (gpumem_name or NVTX memory extension) */
     GM_ST_BAD_ACCESS,       /* copies and memsets refused: past an allocation's end, or freed */
+    GM_ST_PY_AGAIN,         /* Python stacks read without the GIL as a kept chain, checked as read
+                             * (python_nogil.c, memo_again) */
     GM_ST_COUNT
 };
 extern _Atomic unsigned long long gm_stats[GM_ST_COUNT];

@@ -308,10 +308,13 @@ static uint32_t name_sid(const void *key, const char *name)
 
 /* The thread's path with "/name" appended at the current depth, cut at PATH_LEN - 1; not
  * snprintf, whose format parsing cost more than the rest of the push (~800 instructions;
- * PyTorch's hooks push ~50 a step). Then one level deeper. */
+ * PyTorch's hooks push ~50 a step). Then one level deeper. The text is the debug log's alone
+ * (dlog's lines): without GPUMEM_DEBUG_RANGES, read once by the constructor before any push, only
+ * the depth is kept (the strlen and copy cost ~70 instructions a push, ~65 module range changes
+ * a tiny GPT-2 step; tests/bench/README.md, "Thirteenth pass"). */
 static void path_push(const char *name)
 {
-    if (ts.depth < MAX_DEPTH) {
+    if (debug_on && ts.depth < MAX_DEPTH) {
         size_t at = ts.len[ts.depth], room = PATH_LEN - 1 - at, nl = strlen(name);
         if (at && room) ts.path[at++] = '/', room--;
         if (nl > room) nl = room;
@@ -326,7 +329,7 @@ static void path_push(const char *name)
 static void path_pop(void)
 {
     ts.depth--;
-    if (ts.depth <= MAX_DEPTH)
+    if (debug_on && ts.depth <= MAX_DEPTH)
         ts.path[ts.len[ts.depth < MAX_DEPTH ? ts.depth : MAX_DEPTH]] = 0;
 }
 

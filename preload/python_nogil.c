@@ -46,7 +46,7 @@
  * and file are read and interned again. Lines are cached by (code object, instruction offset).
  * A frame then costs a dozen loads and two probes (BENCH rec.app_ns_python_nogil). Whole stacks
  * are kept by their chain (the chain memo, below): a chain seen before costs its walk's few loads
- * a frame and one comparison, and each code object's identity check only when a code object was
+ * a frame, compared with the kept chain as it is read (memo_again), and each code object's identity check only when a code object was
  * freed since the chain was last checked. The caches are shared by all
  * threads under one lock (gm_spin), taken once per event that has frames.
  */
@@ -668,7 +668,7 @@ static uint64_t memo_tag; /* the last tag given; not reset by a fork (a tag is n
 /* The frames of the chain key[0..nraw) (hash h), out of the memo; -1 when it is not there or a
  * code object in it is not the one it was (*tag: the chain's tag). */
 static int memo_find(const uintptr_t *key, int nraw, uint64_t h, rec_pyframe *out, int max,
-                     uint64_t *tag, uint64_t frees)
+                     uint64_t *tag, uint64_t frees, ng_memo **found)
 {
     ng_memo *const *set = memo[h & (MEMO_SETS - 1)];
     ng_memo *m = set[0];
@@ -683,13 +683,14 @@ static int memo_find(const uintptr_t *key, int nraw, uint64_t h, rec_pyframe *ou
     }
     memcpy(out, m->out, (size_t)m->nout * sizeof *out);
     *tag = m->tag;
+    *found = m;
     return m->nout;
 }
 
 /* Keeps the chain whose every frame walk() resolved (id: each one's code object's identity) and
  * its frames out[0..nout); nothing when there is no memory for its slot. */
-static void memo_put(const uintptr_t *key, int nraw, uint64_t h, const ng_ident *id,
-                     const rec_pyframe *out, int nout, uint64_t *tag, uint64_t frees)
+static ng_memo *memo_put(const uintptr_t *key, int nraw, uint64_t h, const ng_ident *id,
+                         const rec_pyframe *out, int nout, uint64_t *tag, uint64_t frees)
 {
     ng_memo **set = memo[h & (MEMO_SETS - 1)], *m;
     if (set[0] && set[0]->hash == h) /* the same chain, its identities changed: kept in place */
@@ -698,7 +699,7 @@ static void memo_put(const uintptr_t *key, int nraw, uint64_t h, const ng_ident 
         m = set[1];
     else {
         m = set[1]; /* the second way's chain is dropped */
-        if (!m && !(m = malloc(sizeof *m))) return;
+        if (!m && !(m = malloc(sizeof *m))) return NULL;
         set[1] = set[0];
         set[0] = m;
     }
@@ -706,6 +707,117 @@ static void memo_put(const uintptr_t *key, int nraw, uint64_t h, const ng_ident 
     memcpy(m->key, key, (size_t)nraw * 2 * sizeof *key);
     memcpy(m->id, id, (size_t)nraw * sizeof *id);
     memcpy(m->out, out, (size_t)nout * sizeof *out);
+    return m;
+}
+
+/* ---- a chain seen again, checked as it is read -----------------------------------------------
+ * Most stacks of a step are a chain kept in the memo, read again: collect's keys, their hash and
+ * the memo's comparison of them cost ~30 instructions a frame (~13 frames a stack, 78 stacks a
+ * tiny GPT-2 step on its main thread). memo_top names, by the keys of its TOP_KEYS innermost
+ * frames, the two chains last found or kept that begin so (fewer are shared by every caller of a
+ * helper: nn.Linear.forward's line under Module._call_impl's and _wrapped_call_impl's, from five
+ * callers in a tiny GPT-2, put each other out at every call); memo_again walks the thread's frames comparing each one's key with such a
+ * chain's as it reads it, nothing stored, no hash. It answers what collect and memo_find would (the same keys in the same order,
+ * shims left out as collect leaves them, the walk ending where collect's ends), or -1: then they
+ * are asked, as before. A slot names a memo that may have been given to another chain since
+ * (memo_put reuses the second way): the comparison is all that is trusted.
+ *
+ * The frames are read without collect's test of their pages: only once the tabulated layout has
+ * agreed with the C API's reading (gm_python_nogil_ok), when every frame reached from the thread
+ * state is one its thread runs (the invariant at the top), whose pages collect's own test answers
+ * from its table of pages seen (never forgotten) for the same reason. 3.11+ frames only (3.9/3.10
+ * PyFrameObjects take collect's path). */
+#define TOP_SLOTS 512u
+static ng_memo *memo_top[TOP_SLOTS][2];
+
+#define TOP_KEYS 4
+/* by the TOP_KEYS innermost frames' keys (k: 2 * TOP_KEYS words, 0 past the chain's end) */
+static inline ng_memo **top_slot(const uintptr_t *k)
+{
+    uint64_t h = 0;
+    for (int i = 0; i < 2 * TOP_KEYS; i += 2)
+        h = (h ^ (k[i] + k[i + 1] * 0x9E3779B1u)) * 0xff51afd7ed558ccdull;
+    return memo_top[addr_hash((uintptr_t)(h ^ h >> 32)) & (TOP_SLOTS - 1)];
+}
+
+/* m, a chain of nraw frames (key: its keys) found or kept, named first for its innermost */
+static void top_note(const uintptr_t *key, int nraw, ng_memo *m)
+{
+    uintptr_t k[2 * TOP_KEYS] = {0};
+    memcpy(k, key, (size_t)(nraw < TOP_KEYS ? nraw : TOP_KEYS) * 2 * sizeof *k);
+    ng_memo **w = top_slot(k);
+    if (w[0] != m) w[1] = w[0], w[0] = m;
+}
+
+/* Whether the chain from f (innermost frame: owner, code, raw, not a shim) is m's: its keys, and
+ * its end where collect's would be. */
+static int chain_is(const ng_memo *m, uintptr_t f, uintptr_t owner, uintptr_t code, uintptr_t raw)
+{
+    const py_layout *l = ng.l;
+    const uintptr_t fr_back = (uintptr_t)l->fr_back, fr_code = (uintptr_t)l->fr_code,
+                    fr_instr = (uintptr_t)l->fr_instr, fr_owner = (uintptr_t)l->fr_owner;
+    const uintptr_t *k = m->key, *kend = m->key + 2 * m->nraw;
+    int shims = 0; /* collect stops after MAX_VISITED frames, shims included; nraw <= MEMO_MAX */
+    for (;;) {
+        uintptr_t back = ld_ptr(f + fr_back);
+        /* a key's top byte is its frame's owner, below OWNED_BY_CSTACK: a shim's, or a frame past
+         * it (collect's end), is never one */
+        if (__builtin_expect(code != k[0] || raw != k[1], 0)) {
+            if (owner != OWNED_BY_CSTACK || ++shims + MEMO_MAX >= MAX_VISITED) return 0;
+        } else if ((k += 2) == kend) {
+            f = back;
+            break;
+        }
+        if (!(f = back)) return 0; /* a shorter chain */
+        owner = ld_u8(f + fr_owner);
+        code = ld_ptr(f + fr_code), raw = ld_ptr(f + fr_instr) | owner << 56;
+    }
+    /* collect goes on past the last frame kept: shims, then the end (no frame, or one that is
+     * none: owner past OWNED_BY_CSTACK) */
+    for (; f; f = ld_ptr(f + fr_back)) {
+        owner = ld_u8(f + fr_owner);
+        if (owner > OWNED_BY_CSTACK) break;
+        if (owner != OWNED_BY_CSTACK || ++shims + MEMO_MAX >= MAX_VISITED) return 0;
+    }
+    return 1;
+}
+
+/* The frames of the chain from f, when it is one of the chains memo_top names for its innermost
+ * frames (see above); -1 otherwise. Under ng_lock. */
+static int memo_again(uintptr_t f, rec_pyframe *out, int max, uint64_t *tag)
+{
+    const py_layout *l = ng.l;
+    const uintptr_t fr_back = (uintptr_t)l->fr_back, fr_code = (uintptr_t)l->fr_code,
+                    fr_instr = (uintptr_t)l->fr_instr, fr_owner = (uintptr_t)l->fr_owner;
+    uintptr_t owner = ld_u8(f + fr_owner);
+    if (owner >= OWNED_BY_CSTACK) return -1; /* a shim innermost: collect's path */
+    uintptr_t code = ld_ptr(f + fr_code), raw = ld_ptr(f + fr_instr) | owner << 56;
+    uintptr_t k[2 * TOP_KEYS] = {code, raw}; /* and the next frames kept, as collect keeps them */
+    int shims = 0, i = 2;
+    for (uintptr_t g = ld_ptr(f + fr_back); g && i < 2 * TOP_KEYS; g = ld_ptr(g + fr_back)) {
+        uintptr_t o = ld_u8(g + fr_owner);
+        if (o == OWNED_BY_CSTACK) {
+            if (++shims + MEMO_MAX >= MAX_VISITED) return -1;
+            continue;
+        }
+        if (o > OWNED_BY_CSTACK) break;
+        k[i] = ld_ptr(g + fr_code), k[i + 1] = ld_ptr(g + fr_instr) | o << 56;
+        i += 2;
+    }
+    ng_memo *const *w = top_slot(k), *m = w[0];
+    if (!m || !m->hash || m->nout > max || !chain_is(m, f, owner, code, raw)) {
+        m = w[1];
+        if (!m || !m->hash || m->nout > max || !chain_is(m, f, owner, code, raw)) return -1;
+    }
+    uint64_t frees = atomic_load_explicit(&code_frees, memory_order_relaxed);
+    if (!code_frees_counted || m->checked != frees) { /* as memo_find */
+        for (int j = 0; j < m->nraw; j++)
+            if (!ident_matches(m->key[2 * j], &m->id[j])) return -1;
+        m->checked = frees;
+    }
+    memcpy(out, m->out, (size_t)m->nout * sizeof *out);
+    *tag = m->tag;
+    return m->nout;
 }
 
 /* The frames of the chain key[0..nraw) (collect's, its hash chain), at most max. Under ng_lock.
@@ -716,9 +828,13 @@ static int walk(const uintptr_t *key, int nraw, uint64_t chain, rec_pyframe *out
     /* read before any identity below: a code object freed after it makes the next hit check */
     uint64_t frees = atomic_load_explicit(&code_frees, memory_order_relaxed);
     uint64_t h = nraw <= MEMO_MAX ? chain : 0;
+    ng_memo *found = NULL;
     if (h) {
-        int n = memo_find(key, nraw, h, out, max, tag, frees);
-        if (n >= 0) return n;
+        int n = memo_find(key, nraw, h, out, max, tag, frees, &found);
+        if (n >= 0) {
+            top_note(key, nraw, found);
+            return n;
+        }
     }
     ng_ident id[MEMO_MAX];
     int n = 0, i = 0, whole = h != 0; /* whole: every frame's code object known, so far */
@@ -749,7 +865,8 @@ static int walk(const uintptr_t *key, int nraw, uint64_t chain, rec_pyframe *out
         frame_put(code, raw, owner, e, 0, &out[n]);
         n++;
     }
-    if (whole && i == nraw) memo_put(key, nraw, h, id, out, n, tag, frees);
+    if (whole && i == nraw && (found = memo_put(key, nraw, h, id, out, n, tag, frees)))
+        top_note(key, nraw, found);
     return n;
 }
 
@@ -761,19 +878,34 @@ static int walk(const uintptr_t *key, int nraw, uint64_t chain, rec_pyframe *out
  * keeps. Entered by a jump (tag NULL is taken here, not in the caller's frame): its frame lies
  * where gm_python_nogil_frames' own did, and so do the words it leaves on the thread's stack,
  * which PyTorch's partly filled kernel argument structs pick up (called instead, a tiny GPT-2
- * recording's seqs moved by 2: a launch's word records; tests/bench/README.md, "Tenth pass"). */
+ * recording's seqs moved by 2: a launch's word records; tests/bench/README.md, "Tenth pass").
+ * A chain kept before is answered by memo_again, which neither collects keys nor calls collect:
+ * the keys' words no longer overwrite what lay below, and a foreach launch of each optimizer step
+ * carries one or two more of PyTorch's stale words (its seq and the later ones move; the uses
+ * are the same; "Thirteenth pass"). */
 static __attribute__((noinline)) int frames_from(uintptr_t f, struct rec_pyframe *out, int max, uint64_t *tag)
 {
     uint64_t none;
     if (!tag) tag = &none;
     uintptr_t key[2 * MAX_VISITED];
     uint64_t chain;
-    int nraw = collect(f, key, &chain);
-    if (!nraw) return 0;
+    int n = -1;
     ng_busy = 1;
-    gm_spin_lock(&ng_lock);
-    int n = walk(key, nraw, chain, out, max, tag);
-    gm_spin_unlock(&ng_lock);
+    if (gm_python_nogil_ok && ng.l->fr_owner >= 0) { /* memo_again's conditions */
+        gm_spin_lock(&ng_lock);
+        n = memo_again(f, out, max, tag);
+        gm_spin_unlock(&ng_lock);
+        if (n >= 0) gm_stat_add(GM_ST_PY_AGAIN, 1);
+    }
+    if (n < 0) {
+        int nraw = collect(f, key, &chain);
+        n = 0;
+        if (nraw) {
+            gm_spin_lock(&ng_lock);
+            n = walk(key, nraw, chain, out, max, tag);
+            gm_spin_unlock(&ng_lock);
+        }
+    }
     ng_busy = 0;
     return n;
 }
@@ -858,6 +990,7 @@ static void ng_fork_child(void)
     for (unsigned i = 0; i < MEMO_SETS; i++)
         for (int w = 0; w < 2; w++)
             if (memo[i][w]) memo[i][w]->hash = 0;
+    memset(memo_top, 0, sizeof memo_top);
 }
 
 #define NG_SYM(name) gm_real_dlsym_fn(RTLD_DEFAULT, name)

@@ -142,12 +142,25 @@ typedef struct {
     unsigned char kind, pass, pushed;
 } hk_ent;
 
+/* The path of a C++ pre-hook (torch_prehook.cpp): a module's path encoding (hk.tab's, never
+ * released) and its text, made once with the GIL with the module's entry and never changed nor
+ * freed, as the encoding is not (autograd's thread reads it without the GIL:
+ * gpumem_torch_cpaths_run). Every hook of the module shares it: a node autograd destroys, on any
+ * thread, GIL or not, lets go of nothing. (A block of its own for each hook, freed by the hook's
+ * destructor, cost a malloc and a free a hook, ~22 hooks a tiny GPT-2 step: tests/bench/README.md,
+ * "Thirteenth pass".) */
+typedef struct cpaths {
+    PyObject *enc;
+    const char *label;
+} cpaths;
+
 /* A module seen by the forward hooks: its path encoded as _Hooks._enc does (bytes, UTF-8 with
  * "replace"), and its backward-start callback (a builtin whose self is that path). */
 typedef struct {
     const void *module; /* the key only, as id(module) is _Hooks.paths': never dereferenced */
     PyObject *enc, *cb;
-    const char *label; /* enc's text (enc is never released) */
+    const char *label;   /* enc's text (enc is never released) */
+    cpaths *cp;          /* (enc, label) for the C++ pre-hooks, never freed (mod_lookup) */
     /* on the thread's stack only: the module's first argument (borrowed: the caller holds it
      * until the module returns), and whether it is the output hooked last (resume_parent) */
     PyObject *in;
@@ -380,15 +393,19 @@ static int mod_lookup(PyObject *module, hk_mod *out)
     if (!enc) return -1;
     const char *label = py.PyBytes_AsString(enc);
     PyObject *cb = label ? py.PyCFunction_NewEx(&bwd_start_def, enc, NULL) : NULL;
-    if (!cb || ((hk.count + 1) * 2 > hk.mask + 1 && tab_grow() != 0)) {
+    cpaths *cp = cb ? malloc(sizeof *cp) : NULL;
+    if (cb && !cp) py.PyErr_NoMemory();
+    if (!cp || ((hk.count + 1) * 2 > hk.mask + 1 && tab_grow() != 0)) {
+        free(cp);
         py.Py_DecRef(enc);
         if (cb) py.Py_DecRef(cb);
         return -1;
     }
+    *cp = (cpaths){enc, label};
     i = mod_hash(module) & hk.mask;
     while (hk.tab[i].module)
         i = (i + 1) & hk.mask;
-    hk.tab[i] = (hk_mod){module, enc, cb, label, NULL, 0};
+    hk.tab[i] = (hk_mod){module, enc, cb, label, cp, NULL, 0};
     hk.count++;
     *out = hk.tab[i];
     return 0;
@@ -396,14 +413,6 @@ static int mod_lookup(PyObject *module, hk_mod *out)
 
 /* ---- the node hooked last ------------------------------------------------------------------ */
 
-/* The path of a C++ pre-hook (torch_prehook.cpp): a module's path encoding (hk.tab's, never
- * released) and its text, made once with the GIL and never changed (autograd's thread reads it
- * without the GIL: gpumem_torch_cpaths_run); the hook's alone, freed when the hook lets go,
- * from wherever autograd destroys the node, GIL or not (nothing of Python is released then). */
-typedef struct {
-    PyObject *enc;
-    const char *label;
-} cpaths;
 
 /* libgpumem_torch.so's pre-hook functions, handed over when it is attached (gpumem_torch_hooks_cxx) */
 static struct {
@@ -444,22 +453,6 @@ static struct {
     PyObject *in_node; /* without cxx.keep_in: the node of the module's input (resume_parent) */
 } last;
 
-static void cpaths_free(cpaths *p)
-{
-    free(p);
-}
-
-/* A node's module path: NULL with an exception. */
-static cpaths *cpaths_new(const hk_mod *m)
-{
-    cpaths *p = malloc(sizeof *p);
-    if (!p) {
-        py.PyErr_NoMemory();
-        return NULL;
-    }
-    p->enc = m->enc, p->label = m->label;
-    return p;
-}
 
 static void last_release(void)
 {
@@ -513,10 +506,7 @@ static int keep_in(PyObject *in)
 static int resume_parent(const hk_mod *m)
 {
     if (cxx.add_in) {
-        cpaths *cp = cpaths_new(m); /* the hook's */
-        if (!cp) return -1;
-        if (cxx.add_in(cp)) cxx.added++;
-        else cpaths_free(cp);
+        if (cxx.add_in(m->cp)) cxx.added++;
     } else if (last.in_node) {
         PyObject *r = py.PyObject_CallMethodObjArgs(last.in_node, hk.s_register_prehook, m->cb, NULL);
         if (!r) return -1;
@@ -553,12 +543,7 @@ static void hold_last(PyObject *node, PyObject *out)
  * with an exception. */
 static int hook_node_cxx(const hk_mod *m, PyObject *node, PyObject *out)
 {
-    cpaths *cp = cpaths_new(m); /* the hook's */
-    if (!cp) return -1;
-    if (!cxx.add(node, cp)) {
-        cpaths_free(cp);
-        return 0;
-    }
+    if (!cxx.add(node, m->cp)) return 0;
     cxx.added++;
     hold_last(node, out);
     return keep_in(m->in) == 0 ? 1 : -1;
@@ -592,15 +577,8 @@ static int hook_tensor_cxx(const hk_mod *m, PyObject *out)
     if (st == 0) return 0;
     if (st == 1) return resume_parent(m) == 0 ? 1 : -1; /* its child's: the child's name stands */
     last_release();
-    cpaths *cp = cpaths_new(m); /* the hook's */
-    if (!cp) {
-        cxx.add_pending(NULL); /* lets go of the node it kept */
-        return -1;
-    }
-    if (!cxx.add_pending(cp)) { /* PyTorch refused: through Python, as a node this file cannot reach */
-        cpaths_free(cp);
+    if (!cxx.add_pending(m->cp)) /* PyTorch refused: through Python, as a node this file cannot reach */
         return -2;
-    }
     cxx.added++;
     last.tensor = 1;
     return keep_in(m->in) == 0 ? 1 : -1;
@@ -1061,12 +1039,6 @@ GM_EXPORT void gpumem_torch_cpaths_run(void *paths)
     if (r) py.Py_DecRef(r);
     else py.PyErr_WriteUnraisable(hk.s_bwd_what);
     py.PyGILState_Release(g);
-}
-
-/* A C++ pre-hook let go of its path (its node was destroyed: any thread, GIL or not). */
-GM_EXPORT void gpumem_torch_cpaths_release(void *paths)
-{
-    cpaths_free(paths);
 }
 
 /* libgpumem_torch.so hands over its pre-hook functions when it is attached (both, or NULL to

@@ -18,9 +18,10 @@
 // this wheel's headers': _torch.py attaches this library only to the PyTorch it was built for.
 //
 // The hook holds no Python object: its path is torch_hooks.c's (a module path encoding that
-// file never releases, in a small block of its own that the hook frees), so autograd may destroy
-// the node on any thread, at any time, with or without the GIL (even while the interpreter
-// finalizes) and the destructor touches nothing of Python.
+// file never releases, in a block that file keeps with the module's entry for the process and
+// that every hook of the module shares), so autograd may destroy the node on any thread, at any
+// time, with or without the GIL (even while the interpreter finalizes) and the destructor
+// touches nothing, of Python or of torch_hooks.c.
 //
 // Compiled autograd: compiled_args is a no-op, so a graph compiled by it leaves this hook out
 // (the backward's module ranges are missing there) rather than failing as a hook without it does.
@@ -38,7 +39,6 @@
 
 // libgpumem.so's (preload/torch_hooks.c)
 extern "C" void gpumem_torch_cpaths_run(void *paths);
-extern "C" void gpumem_torch_cpaths_release(void *paths);
 extern "C" void gpumem_torch_hooks_cxx(void *(*add)(PyObject *, void *), int (*data_ptr)(PyObject *, unsigned long long *));
 extern "C" void gpumem_torch_hooks_cxx_tensor(int (*node_state)(PyObject *, int), void *(*add_pending)(void *),
                                               int (*grad_enabled)(void));
@@ -48,13 +48,8 @@ extern "C" void gpumem_torch_hooks_cxx_in(void (*keep_in)(PyObject *), void *(*a
 namespace {
 
 struct GmPreHook final : torch::autograd::FunctionPreHook {
-    void *paths;
-    bool armed = false; // holds its reference to paths once added to a node
+    void *paths; // torch_hooks.c's, kept there for the process: nothing to let go of
     explicit GmPreHook(void *p) : paths(p) {}
-    ~GmPreHook() override
-    {
-        if (armed) gpumem_torch_cpaths_release(paths);
-    }
     torch::autograd::variable_list operator()(const torch::autograd::variable_list &grads) override
     {
         gpumem_torch_cpaths_run(paths);
@@ -74,14 +69,12 @@ bool plain_meta(const at::Tensor &t, torch::autograd::AutogradMeta **meta)
     return !*meta || !(*meta)->is_view_;
 }
 
-// A GmPreHook on n, taking one reference to paths once added (PyTorch may throw: the caller's
-// catch). The hook.
+// A GmPreHook on n running paths (PyTorch may throw: the caller's catch). The hook.
 GmPreHook *arm(torch::autograd::Node *n, void *paths)
 {
     auto h = std::make_unique<GmPreHook>(paths);
     GmPreHook *k = h.get();
     n->add_pre_hook(std::move(h));
-    k->armed = true;
     return k;
 }
 
@@ -93,8 +86,8 @@ torch::autograd::Node *node_of(PyObject *o)
     return nullptr;
 }
 
-// The hook added to the node whose Python object is node (GIL held), taking one reference to
-// paths; NULL when node is not one this file knows, or PyTorch refused.
+// The hook added to the node whose Python object is node (GIL held), running paths; NULL when
+// node is not one this file knows, or PyTorch refused.
 void *add_prehook(PyObject *node, void *paths)
 {
     torch::autograd::Node *n = node_of(node);
@@ -182,8 +175,8 @@ int tensor_node_state(PyObject *t, int last_held)
     }
 }
 
-// The hook added to the node tensor_node_state kept, taking one reference to paths: the hook, or
-// NULL (no node kept, paths NULL, or PyTorch refused).
+// The hook added to the node tensor_node_state kept, running paths: the hook, or NULL (no node
+// kept, paths NULL, or PyTorch refused).
 void *add_pending(void *paths)
 {
     c10::intrusive_ptr<torch::autograd::Node> n = std::move(pending);
@@ -223,7 +216,7 @@ void keep_in(PyObject *t)
 }
 
 // The hook added to the node keep_in remembered (still alive, none of this file's hooks on it),
-// taking one reference to paths: the hook, or NULL (paths not taken).
+// running paths: the hook, or NULL.
 void *add_in(void *paths)
 {
     c10::intrusive_ptr<torch::autograd::Node> n = in_node.lock();

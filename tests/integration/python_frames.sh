@@ -97,12 +97,26 @@ has "$TMP/nogil.txt" "LEAK SUMMARY: 4194304 bytes leaked in 4 allocations" "leak
 # every allocation's Python frames (function, file, line, innermost first) as with the GIL
 pyframes() { q "$1" "SELECT group_concat(function || '@' || file || ':' || line, ' ') FROM (SELECT e.seq, f.function, f.file, f.line FROM events e JOIN stack_frames f ON f.stack = e.stack AND f.python = 1 WHERE e.kind = 1 ORDER BY e.seq, f.depth) GROUP BY seq ORDER BY seq"; }
 pyframes "$db" > "$TMP/gil.frames"; pyframes "$ndb" > "$TMP/nogil.frames"
-[[ $(wc -l < "$TMP/gil.frames") -eq 13 ]] || { cat "$TMP/gil.frames"; fail "not 13 allocations with Python frames (GIL held)"; }
+[[ $(wc -l < "$TMP/gil.frames") -eq 19 ]] || { cat "$TMP/gil.frames"; fail "not 19 allocations with Python frames (GIL held)"; }
+# the helper reached from three callers in turn: each allocation names its own caller, both ways
+for v in via_a via_b via_c; do
+  [[ $(grep -c "alloc_activations@[^ ]*layers.py:$AA $v@[^ ]*frames_main.py:$(line frames_main.py $v) " "$TMP/nogil.frames") -eq 2 ]] \
+    || { cat "$TMP/nogil.frames"; fail "nogil: not 2 allocations of alloc_activations called from $v"; }
+done
 cmp -s "$TMP/gil.frames" "$TMP/nogil.frames" || { diff "$TMP/gil.frames" "$TMP/nogil.frames"; fail "Python frames without the GIL differ from those read with it"; }
 s=$(q "$ndb" "SELECT stack FROM stack_frames WHERE function = 'leak_cache' AND python = 1 LIMIT 1")
 [[ $(q "$ndb" "SELECT count(*) FROM stack_frames WHERE stack = $s AND python IS NULL") -gt 0 ]] \
   || fail "nogil: the native frames in front of the Python ones are gone"
 [[ -s $ndb.err ]] && { cat "$ndb.err"; fail "nogil: something on stderr"; }
+# the reader checked first (checked: gpumem_python_check, as gpumem's PyTorch support calls it):
+# a chain read again is compared with the kept one as it is read (python_nogil.c, memo_again),
+# not collected, hashed and looked up anew; the same frames, the three callers' included, and
+# GPUMEM_STATS says how many stacks were answered so (before memo_again: no such key)
+record "$TMP/checked.db" "$PY" checked GPUMEM_STATS=1
+pyframes "$TMP/checked.db" > "$TMP/checked.frames"
+cmp -s "$TMP/gil.frames" "$TMP/checked.frames" || { diff "$TMP/gil.frames" "$TMP/checked.frames"; fail "Python frames of chains read again differ from those read with the GIL"; }
+again=$(awk '$1 == "gpumem-stats" && $3 == "python_chains_again" { print $4 }' "$TMP/checked.db.err")
+[[ ${again:-0} -ge 22 ]] || { grep gpumem-stats "$TMP/checked.db.err"; fail "python_chains_again: '$again', want 22 or more (22 with CPython 3.11)"; }
 
 # ---- the collector at every chance, finalizers freeing device memory, frames walked meanwhile
 # (a stress check: a hang or crash here is a re-entry bug; py/gc_reentry.py says why)
