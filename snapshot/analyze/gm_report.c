@@ -2353,6 +2353,75 @@ static int last_step_partial(const gm_model *m, char *missing, size_t sz) {
     return partial;
 }
 
+/* The pinned blocks PyTorch's host cache held at exit (m->host_cache), by call site, most bytes
+ * first: blocks the program freed to PyTorch's CachingHostAllocator, which keeps them until exit
+ * or torch._C._host_emptyCache(); never leaks (gpumem's hooks gave them back at exit). */
+typedef struct {
+    char site[512];
+    uint64_t bytes, count;
+} host_site;
+
+static int host_site_cmp(const void *a, const void *b) {
+    const host_site *x = a, *y = b;
+    return x->bytes != y->bytes ? (x->bytes < y->bytes ? 1 : -1) : strcmp(x->site, y->site);
+}
+
+/* *sites (malloc'ed, NULL when none or out of memory) and their count; *bytes, *blocks: all */
+static size_t host_cache_sites(const gm_model *m, host_site **sites, uint64_t *bytes, uint64_t *blocks) {
+    size_t n = 0;
+    *bytes = *blocks = 0;
+    *sites = m->nhost_cache ? calloc(m->nhost_cache, sizeof **sites) : NULL;
+    for (size_t i = 0; i < m->nhost_cache; i++) {
+        const gm_alloc *a = &m->host_cache[i];
+        char site[512] = "(no stack: GPUMEM_STACKS=0)";
+        if (a->stack) gm_site_desc(m, a->stack, site, sizeof site);
+        *bytes += a->requested, ++*blocks;
+        if (!*sites) continue;
+        size_t k = 0;
+        while (k < n && strcmp((*sites)[k].site, site) != 0) k++;
+        if (k == n) snprintf((*sites)[n++].site, sizeof (*sites)[k].site, "%s", site);
+        (*sites)[k].bytes += a->requested, (*sites)[k].count++;
+    }
+    if (n) gm_sort(*sites, n, sizeof **sites, host_site_cmp);
+    return n;
+}
+
+static void host_cache_json(const gm_model *m, FILE *out, int top) {
+    host_site *hs;
+    uint64_t bytes, blocks;
+    size_t n = host_cache_sites(m, &hs, &bytes, &blocks);
+    fprintf(out, "\"host_cache\":{\"bytes\":%" PRIu64 ",\"blocks\":%" PRIu64 ",\"by_site\":[", bytes, blocks);
+    for (size_t i = 0; i < n && (int)i < top; i++) {
+        fprintf(out, "%s{\"site\":", i ? "," : "");
+        gm_json_str(out, hs[i].site);
+        fprintf(out, ",\"bytes\":%" PRIu64 ",\"count\":%" PRIu64 "}", hs[i].bytes, hs[i].count);
+    }
+    fputs("]}", out);
+    free(hs);
+}
+
+static void host_cache_text(const gm_model *m, FILE *out, int top) {
+    host_site *hs;
+    uint64_t bytes, blocks;
+    size_t n = host_cache_sites(m, &hs, &bytes, &blocks);
+    if (blocks) {
+        char b[32];
+        gm_fmt_bytes(bytes, b, sizeof b);
+        fprintf(out, "\nPyTorch's pinned host cache at exit (not leaks): %s in %" PRIu64 " block%s\n"
+                     "  pinned host blocks the program had freed to PyTorch's cache, which keeps them until exit\n"
+                     "  (gpumem gave them back then); if that page-locked memory matters, call\n"
+                     "  torch._C._host_emptyCache() once the program no longer needs them\n",
+                b, blocks, blocks == 1 ? "" : "s");
+    }
+    for (size_t i = 0; i < n && (int)i < top; i++) {
+        char b[32];
+        gm_fmt_bytes(hs[i].bytes, b, sizeof b);
+        fprintf(out, "  %s in %" PRIu64 " block%s at %s\n", b, hs[i].count, hs[i].count == 1 ? "" : "s", hs[i].site);
+    }
+    if (n > (size_t)top) fprintf(out, "  ... %zu more call sites (use --top N)\n", n - (size_t)top);
+    free(hs);
+}
+
 int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leaked_bytes) {
     labels l;
     labels_make(m, &l, 1);
@@ -2474,7 +2543,9 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         print_groups_json(out, "by_site", gk, kn, o->top, ktotal, "site");
         fputc(',', out);
         print_groups_json(out, "by_name", gkn, knn, o->top, ktotal, "name");
-        fprintf(out, "},\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64
+        fputs("},", out);
+        host_cache_json(m, out, o->top);
+        fprintf(out, ",\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64
                      ",\"leaked_held_bytes\":%" PRIu64 ",\"dropped_events\":%" PRId64
                      ",\"judgeable\":%s}\n", total, count, held, dropped, judgeable ? "true" : "false");
     } else {
@@ -2602,6 +2673,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
                     print_groups_text(out, "by tensor name", gkn, knn, o->top, ktotal);
             }
         }
+        host_cache_text(m, out, o->top);
         char hb[32];
         gm_fmt_bytes(held, hb, sizeof hb);
         if (count) fprintf(out, "\nLeaked bytes are the bytes requested; the allocator holds %s for them.\n", hb);

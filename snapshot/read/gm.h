@@ -383,6 +383,9 @@ typedef struct gm_model {
     u64map range_idx; gm_range *ranges; size_t nranges;
     gm_spans spans; /* the start/end ranges, for gm_event_range */
     gm_alloc *allocs; size_t nallocs, allocs_cap;
+    /* the pinned host blocks PyTorch's host cache held at exit (gm_host_cache): copies, owned
+     * here, shared by the views (the torch view's allocs hold no host blocks) */
+    gm_alloc *host_cache; size_t nhost_cache;
     /* deaths_linked: the allocations that died are linked in the order they died (the sweep
      * meets deaths in seq order), from allocs[first_death - 1] on through their next_death, so
      * a pass in time order merges births and deaths without sorting. 0 where the model has no
@@ -586,6 +589,12 @@ long gm_step_index(const gm_model *m, const gm_alloc *a);
  * parameters); malloc'ed, or NULL when fn is not a mangled name. */
 char *gm_readable_function(const char *fn);
 
+/* The range gpumem's PyTorch hooks give PyTorch's pinned host cache back in at exit
+ * (preload/python/gpumem/_torch.py, _host_cache_at_exit): a pinned block freed in it was one the
+ * program had freed to PyTorch's CachingHostAllocator, which keeps its blocks until exit or
+ * torch._C._host_emptyCache() (a freed tensor makes no CUDA call); a pinned block alive at the
+ * end is one a tensor still held. gm_model_load fills m->host_cache with the former. */
+#define GM_HOST_CACHE_RANGE "gpumem: PyTorch's pinned host cache at exit"
 /* Deaths between two marks of gm_model.death_marks. */
 #define GM_DEATH_MARK 4096u
 /* The first death after seq in m's list of deaths (deaths_linked): *first its allocation's

@@ -1762,12 +1762,34 @@ gm_model gm_model_torch_view(const gm_model *m) {
     return v;
 }
 
+/* Whether a's free was gpumem's emptying of PyTorch's pinned host cache at exit: a pinned block
+ * freed in GM_HOST_CACHE_RANGE (the range's own name, or the innermost of its path). */
+static int freed_from_host_cache(const gm_model *m, const gm_alloc *a) {
+    if (a->kind != REC_HOST_ALLOC || !a->death || !a->death_range) return 0;
+    const gm_range *r = gm_range_of(m, a->death_range);
+    if (!r || !r->path) return 0;
+    size_t n = strlen(r->path), k = strlen(GM_HOST_CACHE_RANGE);
+    return n >= k && strcmp(r->path + n - k, GM_HOST_CACHE_RANGE) == 0 && (n == k || r->path[n - k - 1] == '/');
+}
+
+/* m->host_cache: copies of the pinned blocks PyTorch's host cache held at exit (the views share
+ * them, whatever allocations they read). Out of memory: none (the readers then say nothing of
+ * the cache; the blocks are freed either way, never leaks). */
+static void host_cache_collect(gm_model *m) {
+    size_t n = 0;
+    for (size_t i = 0; i < m->nallocs; i++) n += freed_from_host_cache(m, &m->allocs[i]);
+    if (!n || !(m->host_cache = malloc(n * sizeof *m->host_cache))) return;
+    for (size_t i = 0; i < m->nallocs; i++)
+        if (freed_from_host_cache(m, &m->allocs[i])) m->host_cache[m->nhost_cache++] = m->allocs[i];
+}
+
 int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) {
     int rc = model_load(d, m, progress, 1, err, errsz);
     if (rc == LOAD_RESTART) {
         gm_model_free(m);
         rc = model_load(d, m, progress, 0, err, errsz);
     }
+    if (rc == 0) host_cache_collect(m);
     return rc;
 }
 
@@ -1790,6 +1812,7 @@ void gm_model_free(gm_model *m) {
     free(m->stack_frames);
     free(m->stack_off);
     free(m->allocs);
+    free(m->host_cache);
     free(m->death_marks);
     free(m->alive);
     free(m->ooms);

@@ -95,6 +95,10 @@ SCRIPT_TESTS += tests/torch/torch_features.sh
 # inferred steps have no update (no optimizer.step() ran: no optimizer state); bytes no source
 # categorised read "undecided", not "by nothing" (torch_extras.sh, .py)
 SCRIPT_TESTS += tests/torch/torch_extras.sh
+# PyTorch's pinned host cache (a DataLoader's pin_memory=True) is not a leak, and is said apart
+# with torch._C._host_emptyCache(); a pinned tensor kept to the end is, on each allocator
+# (torch_host_cache.sh, host_cache.py)
+SCRIPT_TESTS += tests/torch/torch_host_cache.sh
 # the steps inferred from a PyTorch recording's periodicity: a loop followed by an evaluation
 # (--no-torch-hooks), a loop with no backward (torch_steps_inferred.sh)
 SCRIPT_TESTS += tests/torch/torch_steps_inferred.sh
