@@ -235,6 +235,8 @@ typedef struct gm_alloc {
  * (REC_F_POOL, REC_F_GRAPH): memory the driver gave for exactly this block, its own segment, so
  * in reserved from its allocation to its free (README, "What each figure counts") */
 #define GM_ALLOC_OWN_SEGMENT 16u
+/* a pinned host block freed from PyTorch's host cache at exit by gpumem's hooks (GM_HOST_CACHE_FN) */
+#define GM_ALLOC_HOST_CACHE 32u
 /* the events.flags of such an allocation (kinds 1 and 3; rec_is_own_segment tests them with the
  * kind) */
 #define GM_OWN_SEGMENT_FLAGS (REC_F_POOL | REC_F_GRAPH)
@@ -589,12 +591,13 @@ long gm_step_index(const gm_model *m, const gm_alloc *a);
  * parameters); malloc'ed, or NULL when fn is not a mangled name. */
 char *gm_readable_function(const char *fn);
 
-/* The range gpumem's PyTorch hooks give PyTorch's pinned host cache back in at exit
- * (preload/python/gpumem/_torch.py, _host_cache_at_exit): a pinned block freed in it was one the
+/* The Python function of gpumem's PyTorch hooks that gives PyTorch's pinned host cache back at
+ * exit (preload/python/gpumem/_torch.py): a pinned block whose free's stack holds it was one the
  * program had freed to PyTorch's CachingHostAllocator, which keeps its blocks until exit or
  * torch._C._host_emptyCache() (a freed tensor makes no CUDA call); a pinned block alive at the
- * end is one a tensor still held. gm_model_load fills m->host_cache with the former. */
-#define GM_HOST_CACHE_RANGE "gpumem: PyTorch's pinned host cache at exit"
+ * end is one a tensor still held. The sweep flags the former GM_ALLOC_HOST_CACHE, and
+ * gm_model_load copies them into m->host_cache. */
+#define GM_HOST_CACHE_FN "_host_cache_at_exit"
 /* Deaths between two marks of gm_model.death_marks. */
 #define GM_DEATH_MARK 4096u
 /* The first death after seq in m's list of deaths (deaths_linked): *first its allocation's

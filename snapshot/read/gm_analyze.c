@@ -733,6 +733,22 @@ static inline __attribute__((always_inline)) int alloc_open(sweep *w, uint64_t a
 
 /* One events row, in seq order. Inlined into the loop over a leaf's rows (sweep_rows): the call
  * of ten arguments was a tenth of the sweep's instructions. */
+/* Whether a free's stack is gpumem's hooks emptying PyTorch's pinned host cache at exit: a
+ * Python frame of GM_HOST_CACHE_FN in gpumem's module. */
+static int host_cache_free(const gm_model *m, uint32_t stack) {
+    size_t len = 0;
+    if (!stack) return 0;
+    gm_stack_frame(m, stack, 0, &len);
+    for (size_t k = 0; k < len; k++) {
+        long fi = gm_stack_frame(m, stack, k, NULL);
+        const gm_frame *f = fi >= 0 ? &m->frames[fi] : NULL;
+        if (f && f->python && f->function && strcmp(f->function, GM_HOST_CACHE_FN) == 0 && f->file &&
+            strstr(f->file, "gpumem"))
+            return 1;
+    }
+    return 0;
+}
+
 static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags,
                                                            uint64_t addr, uint64_t size, uint32_t stack,
                                                            uint32_t range, int dev, uint64_t requested) {
@@ -773,6 +789,7 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
             born = a->birth;
             a->death = seq;
             a->death_range = range;
+            if (kind == REC_HOST_FREE && host_cache_free(m, stack)) a->flags |= GM_ALLOC_HOST_CACHE;
             death_note(w, ai);
             hot_end(m, a, &m->allocated, &m->requested);
             if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) framework_free(m, a);
@@ -1762,25 +1779,15 @@ gm_model gm_model_torch_view(const gm_model *m) {
     return v;
 }
 
-/* Whether a's free was gpumem's emptying of PyTorch's pinned host cache at exit: a pinned block
- * freed in GM_HOST_CACHE_RANGE (the range's own name, or the innermost of its path). */
-static int freed_from_host_cache(const gm_model *m, const gm_alloc *a) {
-    if (a->kind != REC_HOST_ALLOC || !a->death || !a->death_range) return 0;
-    const gm_range *r = gm_range_of(m, a->death_range);
-    if (!r || !r->path) return 0;
-    size_t n = strlen(r->path), k = strlen(GM_HOST_CACHE_RANGE);
-    return n >= k && strcmp(r->path + n - k, GM_HOST_CACHE_RANGE) == 0 && (n == k || r->path[n - k - 1] == '/');
-}
-
 /* m->host_cache: copies of the pinned blocks PyTorch's host cache held at exit (the views share
  * them, whatever allocations they read). Out of memory: none (the readers then say nothing of
  * the cache; the blocks are freed either way, never leaks). */
 static void host_cache_collect(gm_model *m) {
     size_t n = 0;
-    for (size_t i = 0; i < m->nallocs; i++) n += freed_from_host_cache(m, &m->allocs[i]);
+    for (size_t i = 0; i < m->nallocs; i++) n += !!(m->allocs[i].flags & GM_ALLOC_HOST_CACHE);
     if (!n || !(m->host_cache = malloc(n * sizeof *m->host_cache))) return;
     for (size_t i = 0; i < m->nallocs; i++)
-        if (freed_from_host_cache(m, &m->allocs[i])) m->host_cache[m->nhost_cache++] = m->allocs[i];
+        if (m->allocs[i].flags & GM_ALLOC_HOST_CACHE) m->host_cache[m->nhost_cache++] = m->allocs[i];
 }
 
 int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) {

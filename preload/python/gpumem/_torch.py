@@ -487,31 +487,20 @@ def _dump(why):
 
 # ---------------------------------------------------------------- pinned host cache
 
-# The range the pinned blocks of PyTorch's host cache are given back in at exit: the readers
-# (snapshot/read, gm_host_cache) tell them by it from the pinned blocks the program still held.
-HOST_CACHE_RANGE = "gpumem: PyTorch's pinned host cache at exit"
-
-
 def _host_cache_at_exit(torch):
     """PyTorch's CachingHostAllocator keeps every pinned block it made (pin_memory(), a
     DataLoader's pin_memory=True) until the process ends: a tensor freed makes no CUDA call, so
     in the recording a cached block looks alive at exit like one a tensor still holds. At exit
-    (after the program's own exit handlers: registered at import) its cache is emptied inside
-    HOST_CACHE_RANGE, so that each cached block's cudaFreeHost says which it was; blocks still
-    held by tensors stay alive, as they are. Nothing else of the program changes: the blocks
-    are ones no tensor uses, which the process's end would give back."""
+    (after the program's own exit handlers: registered at import) its cache is emptied here, so
+    that each cached block's cudaFreeHost, whose stack holds this function (the readers look for
+    its name: GM_HOST_CACHE_FN, snapshot/read/gm.h), says which it was; blocks still held by
+    tensors stay alive, as they are. Nothing else of the program changes: the blocks are ones no
+    tensor uses, which the process's end would give back. No range is opened: every reader would
+    take it for one of the program's phases."""
     if not _ours() or not torch.cuda.is_initialized():
         return
-    lib = gpumem._gpumem()
-    if lib is None:
-        return
     try:
-        if lib.gpumem_range_push(HOST_CACHE_RANGE.encode()) < 0:
-            return
-        try:
-            torch._C._host_emptyCache()
-        finally:
-            lib.gpumem_range_pop()
+        torch._C._host_emptyCache()
     except Exception as e:  # noqa: BLE001 - never break the program
         _warn("emptying PyTorch's pinned host cache at exit", e)
 
