@@ -32,7 +32,10 @@ record` sets, README.md "PyTorch programs"):
   (snapshot/README.md, torch_ops);
 - allocator (GPUMEM_TORCH_ALLOCATOR=gpumem, `--allocator gpumem`): libgpumem.so becomes PyTorch's
   allocator (gpumem.use_as_allocator) before the first CUDA allocation; history is then off
-  (a pluggable allocator has none) and names go to gpumem directly.
+  (a pluggable allocator has none) and names go to gpumem directly;
+- the pinned host cache (always, whichever allocator): at exit, PyTorch's host cache is emptied
+  (_host_cache_at_exit), so that a pinned block the program had freed to it reads as the
+  cache's in the recording, never as a leak (snapshot/README.md, leaks' .host_cache).
 
 Every Python interpreter `gpumem record` runs does this (the sitecustomize runs at its start:
 the program, a launcher script's steps, torchrun's workers), each dumping into its own file
