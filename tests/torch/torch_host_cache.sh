@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # torch_host_cache.sh — PyTorch's pinned host cache is not a leak (tests/torch/host_cache.py: a
-# DataLoader with pin_memory=True whose batches are dropped, and one pin_memory()'d tensor kept to
-# the end), on each allocator (PyTorch's, `--allocator gpumem`), one recording each:
-#   - leaks --json: .host_cache names the DataLoader's pinned blocks (at torch's pin_memory.py),
-#     and no leak is at that site (they were listed as leaks under --allocator gpumem, 48 KiB at
-#     pin_memory.py:57, until 2026-12-07);
+# DataLoader with pin_memory=True whose batches are dropped, a pin_memory()'d tensor freed, the
+# saved activations of save_on_cpu(pin_memory=True), and one pin_memory()'d tensor kept to the
+# end), on each allocator (PyTorch's, `--allocator gpumem`), one recording each:
+#   - leaks --json: .host_cache names each of the three kinds of cached blocks by its site (the
+#     DataLoader's at torch's pin_memory.py, the others at their lines), and no leak is at the
+#     DataLoader's site or the freed tensor's line (under --allocator gpumem they were listed as
+#     leaks, 64 KiB at pin_memory.py:57 and 1 MiB at the freed tensor's line, until 2026-12-07);
 #   - the text says the cache apart, with what to do (torch._C._host_emptyCache());
 #   - under --allocator gpumem (the device allocations are the view) the kept tensor's block is
 #     still a leak, at its line: a pinned block the program holds is told from the cache.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
 script=tests/torch/host_cache.py
-kept_line=$(grep -n '# KEPT' "$script" | cut -d: -f1)
+# line MARK: the line of $script marked "# MARK"
+line() { grep -n "# $1\$" "$script" | cut -d: -f1; }
+kept_line=$(line KEPT)
 for alloc in torch gpumem; do
   if ! GPUMEM_SIM_BACKING=memory "$G" record -o "$tmp/$alloc.db" --allocator "$alloc" -- "$torch_py" "$script" \
       > "$tmp/$alloc.out" 2>&1; then
@@ -19,12 +23,24 @@ for alloc in torch gpumem; do
   fi
   "$G" leaks "$tmp/$alloc.db" > "$tmp/$alloc.txt" 2>&1
   "$G" leaks --json "$tmp/$alloc.db" > "$tmp/$alloc.json" 2>&1
-  got=$(jq -r '"\(.host_cache.blocks // "none") \(.host_cache.by_site[0].site // "none")"' "$tmp/$alloc.json")
-  [[ $got =~ ^[1-9][0-9]*\ pin_memory\.py:[0-9]+\ in\ pin_memory$ ]] \
-    && ok "$alloc: .host_cache holds the DataLoader's pinned blocks ($got)" \
-    || bad "$alloc: .host_cache blocks and first site '$got', want N >= 1 at pin_memory.py"
-  cached=$(jq -r '[.leaks[] | select(.site | startswith("pin_memory.py:")) | "\(.bytes) at \(.site)"] | join(", ")' "$tmp/$alloc.json")
-  [[ -z $cached ]] && ok "$alloc: no leak at pin_memory.py" || bad "$alloc: the host cache counted as a leak: $cached"
+  # the cache's sites: the DataLoader's pin thread (torch's pin_memory.py), the freed tensor's
+  # line, the offloaded activations' line
+  for row in "dataloader pin_memory.py:[0-9]+ in pin_memory" "freed host_cache.py:$(line FREED) in <module>" \
+             "offload host_cache.py:$(line OFFLOAD) in <module>"; do
+    what=${row%% *} re=${row#* }
+    got=$(jq -r --arg re "^$re\$" '[.host_cache.by_site[] | select(.site | test($re)) | "\(.count) at \(.site)"] | join(", ")' "$tmp/$alloc.json" 2>&1)
+    [[ -n $got && $got != *error* ]] && ok "$alloc: $what: .host_cache holds its blocks ($got)" \
+      || bad "$alloc: $what: no block of .host_cache at $re (${got:-none})"
+  done
+  for row in "dataloader pin_memory.py:" "freed host_cache.py:$(line FREED) "; do
+    what=${row%% *} pre=${row#* }
+    got=$(jq -r --arg p "$pre" '[.leaks[] | select(.site | startswith($p)) | "\(.bytes) at \(.site)"] | join(", ")' "$tmp/$alloc.json")
+    [[ -z $got ]] && ok "$alloc: $what: no leak at $pre" || bad "$alloc: $what: the host cache counted as a leak: $got"
+  done
+  # the kept tensor's block is the program's, never the cache's
+  got=$(jq -r --arg p "host_cache.py:$kept_line " '[.host_cache.by_site[] | select(.site | startswith($p)) | .count] | add // 0' "$tmp/$alloc.json")
+  [[ $got == 0 ]] && ok "$alloc: kept: the kept tensor's block is not the cache's" \
+    || bad "$alloc: kept: .host_cache counts $got blocks at the kept tensor's line"
   grep -q "^PyTorch's pinned host cache at exit (not leaks): " "$tmp/$alloc.txt" && grep -q '_host_emptyCache()' "$tmp/$alloc.txt" \
     && ok "$alloc: the text says the cache apart, with torch._C._host_emptyCache()" \
     || { bad "$alloc: the text does not say the cache apart"; cat "$tmp/$alloc.txt"; }
