@@ -2353,9 +2353,10 @@ static int last_step_partial(const gm_model *m, char *missing, size_t sz) {
     return partial;
 }
 
-/* The pinned blocks PyTorch's host cache held at exit (m->host_cache), by call site, most bytes
- * first: blocks the program freed to PyTorch's CachingHostAllocator, which keeps them until exit
- * or torch._C._host_emptyCache(); never leaks (gpumem's hooks gave them back at exit). */
+/* Pinned host blocks by call site, most bytes first: those PyTorch's host cache held at exit
+ * (m->host_cache: blocks the program freed to PyTorch's CachingHostAllocator, which keeps them
+ * until exit or torch._C._host_emptyCache(); never leaks, gpumem's hooks gave them back at exit)
+ * or those tensors still held (m->host_held). */
 typedef struct {
     char site[512];
     uint64_t bytes, count;
@@ -2366,13 +2367,15 @@ static int host_site_cmp(const void *a, const void *b) {
     return x->bytes != y->bytes ? (x->bytes < y->bytes ? 1 : -1) : strcmp(x->site, y->site);
 }
 
-/* *sites (malloc'ed, NULL when none or out of memory) and their count; *bytes, *blocks: all */
-static size_t host_cache_sites(const gm_model *m, host_site **sites, uint64_t *bytes, uint64_t *blocks) {
+/* *sites (malloc'ed, NULL when none or out of memory) and their count; *bytes (requested),
+ * *blocks: all of v[0, n) */
+static size_t host_sites(const gm_model *m, const gm_alloc *v, size_t nv, host_site **sites, uint64_t *bytes,
+                         uint64_t *blocks) {
     size_t n = 0;
     *bytes = *blocks = 0;
-    *sites = m->nhost_cache ? calloc(m->nhost_cache, sizeof **sites) : NULL;
-    for (size_t i = 0; i < m->nhost_cache; i++) {
-        const gm_alloc *a = &m->host_cache[i];
+    *sites = nv ? calloc(nv, sizeof **sites) : NULL;
+    for (size_t i = 0; i < nv; i++) {
+        const gm_alloc *a = &v[i];
         char site[512] = "(no stack: GPUMEM_STACKS=0)";
         if (a->stack) gm_site_desc(m, a->stack, site, sizeof site);
         *bytes += a->requested, ++*blocks;
@@ -2386,32 +2389,31 @@ static size_t host_cache_sites(const gm_model *m, host_site **sites, uint64_t *b
     return n;
 }
 
-static void host_cache_json(const gm_model *m, FILE *out, int top) {
+/* "KEY":{"bytes":N,"blocks":N,"by_site":[{site, bytes, count}]MORE} */
+static void host_json(const gm_model *m, const gm_alloc *v, size_t nv, FILE *out, const char *key, int top,
+                      const char *more) {
     host_site *hs;
     uint64_t bytes, blocks;
-    size_t n = host_cache_sites(m, &hs, &bytes, &blocks);
-    fprintf(out, "\"host_cache\":{\"bytes\":%" PRIu64 ",\"blocks\":%" PRIu64 ",\"by_site\":[", bytes, blocks);
+    size_t n = host_sites(m, v, nv, &hs, &bytes, &blocks);
+    fprintf(out, "\"%s\":{\"bytes\":%" PRIu64 ",\"blocks\":%" PRIu64 ",\"by_site\":[", key, bytes, blocks);
     for (size_t i = 0; i < n && (int)i < top; i++) {
         fprintf(out, "%s{\"site\":", i ? "," : "");
         gm_json_str(out, hs[i].site);
         fprintf(out, ",\"bytes\":%" PRIu64 ",\"count\":%" PRIu64 "}", hs[i].bytes, hs[i].count);
     }
-    fputs("]}", out);
+    fprintf(out, "]%s}", more);
     free(hs);
 }
 
-static void host_cache_text(const gm_model *m, FILE *out, int top) {
+/* HEAD (with the bytes and blocks; nothing when there are none), then v by call site */
+static void host_text(const gm_model *m, const gm_alloc *v, size_t nv, FILE *out, const char *head, int top) {
     host_site *hs;
     uint64_t bytes, blocks;
-    size_t n = host_cache_sites(m, &hs, &bytes, &blocks);
+    size_t n = host_sites(m, v, nv, &hs, &bytes, &blocks);
     if (blocks) {
         char b[32];
         gm_fmt_bytes(bytes, b, sizeof b);
-        fprintf(out, "\nPyTorch's pinned host cache at exit (not leaks): %s in %" PRIu64 " block%s\n"
-                     "  pinned host blocks the program had freed to PyTorch's cache, which keeps them until exit\n"
-                     "  (gpumem gave them back then); if that page-locked memory matters, call\n"
-                     "  torch._C._host_emptyCache() once the program no longer needs them\n",
-                b, blocks, blocks == 1 ? "" : "s");
+        fprintf(out, head, b, blocks, blocks == 1 ? "" : "s");
     }
     for (size_t i = 0; i < n && (int)i < top; i++) {
         char b[32];
@@ -2421,6 +2423,17 @@ static void host_cache_text(const gm_model *m, FILE *out, int top) {
     if (n > (size_t)top) fprintf(out, "  ... %zu more call sites (use --top N)\n", n - (size_t)top);
     free(hs);
 }
+
+static const char host_cache_head[] =
+    "\nPyTorch's pinned host cache at exit (not leaks): %s in %" PRIu64 " block%s\n"
+    "  pinned host blocks the program had freed to PyTorch's cache, which keeps them until exit\n"
+    "  (gpumem gave them back then); if that page-locked memory matters, call\n"
+    "  torch._C._host_emptyCache() once the program no longer needs them\n";
+/* PyTorch's view lists its device tensors: a pinned block a tensor still holds is said here */
+static const char host_held_head[] =
+    "\nPinned host memory still held at exit: %s in %" PRIu64 " block%s\n"
+    "  page-locked host memory tensors still held (not PyTorch's cache); PyTorch's view lists its\n"
+    "  device tensors only, so it is not in the summary below\n";
 
 int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leaked_bytes) {
     labels l;
@@ -2544,7 +2557,11 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         fputc(',', out);
         print_groups_json(out, "by_name", gkn, knn, o->top, ktotal, "name");
         fputs("},", out);
-        host_cache_json(m, out, o->top);
+        host_json(m, m->host_cache, m->nhost_cache, out, "host_cache", o->top, "");
+        fputc(',', out);
+        /* in_leaks: the view's leaks count them (the device's view), or not (PyTorch's) */
+        host_json(m, m->host_held, m->nhost_held, out, "host_held", o->top,
+                  m->is_torch_view ? ",\"in_leaks\":false" : ",\"in_leaks\":true");
         fprintf(out, ",\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64
                      ",\"leaked_held_bytes\":%" PRIu64 ",\"dropped_events\":%" PRId64
                      ",\"judgeable\":%s}\n", total, count, held, dropped, judgeable ? "true" : "false");
@@ -2673,7 +2690,8 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
                     print_groups_text(out, "by tensor name", gkn, knn, o->top, ktotal);
             }
         }
-        host_cache_text(m, out, o->top);
+        host_text(m, m->host_cache, m->nhost_cache, out, host_cache_head, o->top);
+        if (m->is_torch_view) host_text(m, m->host_held, m->nhost_held, out, host_held_head, o->top);
         char hb[32];
         gm_fmt_bytes(held, hb, sizeof hb);
         if (count) fprintf(out, "\nLeaked bytes are the bytes requested; the allocator holds %s for them.\n", hb);

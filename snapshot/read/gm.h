@@ -388,6 +388,8 @@ typedef struct gm_model {
     /* the pinned host blocks PyTorch's host cache held at exit (gm_host_cache): copies, owned
      * here, shared by the views (the torch view's allocs hold no host blocks) */
     gm_alloc *host_cache; size_t nhost_cache;
+    /* the pinned host blocks alive at the end (tensors still held them), copies as host_cache */
+    gm_alloc *host_held; size_t nhost_held;
     /* deaths_linked: the allocations that died are linked in the order they died (the sweep
      * meets deaths in seq order), from allocs[first_death - 1] on through their next_death, so
      * a pass in time order merges births and deaths without sorting. 0 where the model has no

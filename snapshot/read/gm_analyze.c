@@ -1779,15 +1779,25 @@ gm_model gm_model_torch_view(const gm_model *m) {
     return v;
 }
 
-/* m->host_cache: copies of the pinned blocks PyTorch's host cache held at exit (the views share
- * them, whatever allocations they read). Out of memory: none (the readers then say nothing of
- * the cache; the blocks are freed either way, never leaks). */
-static void host_cache_collect(gm_model *m) {
-    size_t n = 0;
-    for (size_t i = 0; i < m->nallocs; i++) n += !!(m->allocs[i].flags & GM_ALLOC_HOST_CACHE);
-    if (!n || !(m->host_cache = malloc(n * sizeof *m->host_cache))) return;
+/* Copies of m's allocations that keep(a) says (*v, *n; none out of memory: the readers then say
+ * nothing of them). */
+static void allocs_copy(const gm_model *m, int (*keep)(const gm_alloc *), gm_alloc **v, size_t *n) {
+    size_t k = 0;
+    for (size_t i = 0; i < m->nallocs; i++) k += keep(&m->allocs[i]) != 0;
+    if (!k || !(*v = malloc(k * sizeof **v))) return;
     for (size_t i = 0; i < m->nallocs; i++)
-        if (m->allocs[i].flags & GM_ALLOC_HOST_CACHE) m->host_cache[m->nhost_cache++] = m->allocs[i];
+        if (keep(&m->allocs[i])) (*v)[(*n)++] = m->allocs[i];
+}
+
+static int is_host_cache(const gm_alloc *a) { return (a->flags & GM_ALLOC_HOST_CACHE) != 0; }
+static int is_host_held(const gm_alloc *a) { return a->kind == REC_HOST_ALLOC && !a->death; }
+
+/* m->host_cache (the pinned blocks PyTorch's host cache held at exit) and m->host_held (those
+ * tensors still held): copies the views share, whatever allocations they read (PyTorch's view
+ * holds its device tensors only). The cache's blocks are freed either way, never leaks. */
+static void host_blocks_collect(gm_model *m) {
+    allocs_copy(m, is_host_cache, &m->host_cache, &m->nhost_cache);
+    allocs_copy(m, is_host_held, &m->host_held, &m->nhost_held);
 }
 
 int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) {
@@ -1796,7 +1806,7 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
         gm_model_free(m);
         rc = model_load(d, m, progress, 0, err, errsz);
     }
-    if (rc == 0) host_cache_collect(m);
+    if (rc == 0) host_blocks_collect(m);
     return rc;
 }
 
@@ -1820,6 +1830,7 @@ void gm_model_free(gm_model *m) {
     free(m->stack_off);
     free(m->allocs);
     free(m->host_cache);
+    free(m->host_held);
     free(m->death_marks);
     free(m->alive);
     free(m->ooms);

@@ -8,7 +8,8 @@
 #     DataLoader's site or the freed tensor's line (under --allocator gpumem they were listed as
 #     leaks, 64 KiB at pin_memory.py:57 and 1 MiB at the freed tensor's line, until 2026-12-07);
 #   - the text says the cache apart, with what to do (torch._C._host_emptyCache());
-#   - under --allocator gpumem (the device allocations are the view) the kept tensor's block is
+#   - the kept tensor's block is never the cache's: .host_held names it (PyTorch's view said
+#     nothing of it), and under --allocator gpumem (the device allocations are the view) it is
 #     still a leak, at its line: a pinned block the program holds is told from the cache.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
@@ -41,6 +42,12 @@ for alloc in torch gpumem; do
   got=$(jq -r --arg p "host_cache.py:$kept_line " '[.host_cache.by_site[] | select(.site | startswith($p)) | .count] | add // 0' "$tmp/$alloc.json")
   [[ $got == 0 ]] && ok "$alloc: kept: the kept tensor's block is not the cache's" \
     || bad "$alloc: kept: .host_cache counts $got blocks at the kept tensor's line"
+  # ... it is the program's: .host_held names it, counted in the leaks where the view is the
+  # device's (--allocator gpumem), said apart where it is PyTorch's (its tensors are device ones)
+  want=$([[ $alloc == torch ]] && echo false || echo true)
+  got=$(jq -r --arg p "host_cache.py:$kept_line " '"\([.host_held.by_site[] | select(.site | startswith($p)) | .count] | add // 0) \(.host_held.in_leaks)"' "$tmp/$alloc.json")
+  [[ $got == "1 $want" ]] && ok "$alloc: kept: .host_held holds its block, in_leaks $want" \
+    || bad "$alloc: kept: .host_held's blocks at the kept tensor's line and in_leaks '$got', want '1 $want'"
   grep -q "^PyTorch's pinned host cache at exit (not leaks): " "$tmp/$alloc.txt" && grep -q '_host_emptyCache()' "$tmp/$alloc.txt" \
     && ok "$alloc: the text says the cache apart, with torch._C._host_emptyCache()" \
     || { bad "$alloc: the text does not say the cache apart"; cat "$tmp/$alloc.txt"; }
