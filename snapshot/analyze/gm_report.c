@@ -658,6 +658,27 @@ static void held_figures(FILE *out, const char *is, uint64_t n, uint64_t total, 
     fprintf(out, "%s at its peak, %s in all (%" PRIu64 " allocations of %s", p, t, n, is);
 }
 
+/* the requested bytes and the count of v[0, n) (pinned host blocks: m->host_cache, m->host_held) */
+static void host_totals(const gm_alloc *v, size_t n, uint64_t *bytes, uint64_t *blocks) {
+    *bytes = 0, *blocks = n;
+    for (size_t i = 0; i < n; i++) *bytes += v[i].requested;
+}
+
+/* Where the pinned host memory alive at the end was PyTorch's host cache (m->host_cache), the
+ * summary says so, with what tensors still held: the cache is not the program's leak. */
+static void host_end_line(FILE *out, const gm_model *m) {
+    uint64_t cb, cn, hb, hn;
+    host_totals(m->host_cache, m->nhost_cache, &cb, &cn);
+    host_totals(m->host_held, m->nhost_held, &hb, &hn);
+    if (!cn) return;
+    char c[32], h[32];
+    gm_fmt_bytes(cb, c, sizeof c);
+    gm_fmt_bytes(hb, h, sizeof h);
+    fprintf(out, "  pinned at exit      %s in %" PRIu64 " block%s were PyTorch's host cache (freed by the program, kept by "
+                 "PyTorch until exit or torch._C._host_emptyCache(); not leaks), %s in %" PRIu64 " still held\n",
+            c, cn, cn == 1 ? "" : "s", h, hn);
+}
+
 static void held_line(FILE *out, const char *what, const char *is, uint64_t n, uint64_t total, uint64_t peak)
 {
     if (!n) return;
@@ -1805,6 +1826,13 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         fprintf(out, ",\"host_bytes\":%" PRIu64 ",\"peak_host_bytes\":%" PRIu64 ",\"managed_allocations\":%" PRIu64
                      ",\"managed_bytes\":%" PRIu64 ",\"peak_managed_bytes\":%" PRIu64,
                 s.host_bytes, s.host_peak, s.n_managed, s.managed_bytes, s.managed_peak);
+        /* of the pinned host blocks alive at the end: PyTorch's host cache's (never leaks), and
+         * those tensors still held (leaks' .host_cache, .host_held) */
+        uint64_t hcb, hcn, hhb, hhn;
+        host_totals(m->host_cache, m->nhost_cache, &hcb, &hcn);
+        host_totals(m->host_held, m->nhost_held, &hhb, &hhn);
+        fprintf(out, ",\"host_cache_bytes\":%" PRIu64 ",\"host_cache_blocks\":%" PRIu64 ",\"host_held_bytes\":%" PRIu64
+                     ",\"host_held_blocks\":%" PRIu64, hcb, hcn, hhb, hhn);
         /* the program's own VMM: held outside the allocator, in none of the peaks above */
         fprintf(out, ",\"peak_program_vmm\":%" PRIu64 ",\"peak_device\":%" PRIu64, m->peak_vmm, m->peak_device);
         fprintf(out, ",\"driver_calls_counted\":%s", s.driver_calls_counted ? "true" : "false");
@@ -1882,6 +1910,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                      ", pinned host %" PRIu64 ", managed %" PRIu64 "\n",
                 s.n_alloc, s.n_async, s.n_free, s.n_host, s.n_managed);
         held_line(out, "pinned host", "page-locked host memory", s.n_host, s.host_bytes, s.host_peak);
+        host_end_line(out, m);
         held_line(out, "managed", "unified memory", s.n_managed, s.managed_bytes, s.managed_peak);
         if (s.hit_rate >= 0) fprintf(out, "  cache hit rate      %.1f%% (from %s)\n", s.hit_rate, s.hit_source);
         else fprintf(out, "  cache hit rate      unknown (no allocator stats recorded)\n");

@@ -7,7 +7,8 @@
 #     DataLoader's at torch's pin_memory.py, the others at their lines), and no leak is at the
 #     DataLoader's site or the freed tensor's line (under --allocator gpumem they were listed as
 #     leaks, 64 KiB at pin_memory.py:57 and 1 MiB at the freed tensor's line, until 2026-12-07);
-#   - the text says the cache apart, with what to do (torch._C._host_emptyCache());
+#   - the text says the cache apart, with what to do (torch._C._host_emptyCache()), and report's
+#     summary too (a "pinned at exit" line, .summary.host_cache_bytes ... as leaks counts them);
 #   - the kept tensor's block is never the cache's: .host_held names it (PyTorch's view said
 #     nothing of it), and under --allocator gpumem (the device allocations are the view) it is
 #     still a leak, at its line: a pinned block the program holds is told from the cache.
@@ -48,6 +49,13 @@ for alloc in torch gpumem; do
   got=$(jq -r --arg p "host_cache.py:$kept_line " '"\([.host_held.by_site[] | select(.site | startswith($p)) | .count] | add // 0) \(.host_held.in_leaks)"' "$tmp/$alloc.json")
   [[ $got == "1 $want" ]] && ok "$alloc: kept: .host_held holds its block, in_leaks $want" \
     || bad "$alloc: kept: .host_held's blocks at the kept tensor's line and in_leaks '$got', want '1 $want'"
+  # report's summary says the same apart: its figures are leaks'
+  "$G" report "$tmp/$alloc.db" > "$tmp/$alloc.report" 2>&1
+  got=$("$G" report --json "$tmp/$alloc.db" | jq -c '.summary | [.host_cache_bytes, .host_cache_blocks, .host_held_bytes, .host_held_blocks]')
+  want=$(jq -c '[.host_cache.bytes, .host_cache.blocks, .host_held.bytes, .host_held.blocks]' "$tmp/$alloc.json")
+  [[ $got == "$want" && $want != *null* ]] && grep -q "^  pinned at exit .* were PyTorch's host cache" "$tmp/$alloc.report" \
+    && ok "$alloc: report: the pinned host memory at exit, the cache's apart, as leaks counts it ($got)" \
+    || bad "$alloc: report: .summary's host cache and held '$got', leaks' '$want', or no 'pinned at exit' line"
   grep -q "^PyTorch's pinned host cache at exit (not leaks): " "$tmp/$alloc.txt" && grep -q '_host_emptyCache()' "$tmp/$alloc.txt" \
     && ok "$alloc: the text says the cache apart, with torch._C._host_emptyCache()" \
     || { bad "$alloc: the text does not say the cache apart"; cat "$tmp/$alloc.txt"; }
