@@ -385,7 +385,7 @@ typedef struct gm_model {
     u64map range_idx; gm_range *ranges; size_t nranges;
     gm_spans spans; /* the start/end ranges, for gm_event_range */
     gm_alloc *allocs; size_t nallocs, allocs_cap;
-    /* the pinned host blocks PyTorch's host cache held at exit (gm_host_cache): copies, owned
+    /* the pinned host blocks PyTorch's host cache held at exit (GM_HOST_CACHE_FN): copies, owned
      * here, shared by the views (the torch view's allocs hold no host blocks) */
     gm_alloc *host_cache; size_t nhost_cache;
     /* the pinned host blocks alive at the end (tensors still held them), copies as host_cache */

@@ -731,8 +731,6 @@ static inline __attribute__((always_inline)) int alloc_open(sweep *w, uint64_t a
     return 0;
 }
 
-/* One events row, in seq order. Inlined into the loop over a leaf's rows (sweep_rows): the call
- * of ten arguments was a tenth of the sweep's instructions. */
 /* Whether a free's stack is gpumem's hooks emptying PyTorch's pinned host cache at exit: a
  * Python frame of GM_HOST_CACHE_FN in gpumem's module. */
 static int host_cache_free(const gm_model *m, uint32_t stack) {
@@ -749,6 +747,8 @@ static int host_cache_free(const gm_model *m, uint32_t stack) {
     return 0;
 }
 
+/* One events row, in seq order. Inlined into the loop over a leaf's rows (sweep_rows): the call
+ * of ten arguments was a tenth of the sweep's instructions. */
 static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags,
                                                            uint64_t addr, uint64_t size, uint32_t stack,
                                                            uint32_t range, int dev, uint64_t requested) {
