@@ -86,7 +86,11 @@
 #        134217728 for 113246208; amp's offload not recommended): the restores came just before
 #        the allocation ahead of each free, not when the node that frees it starts, and the ReLU
 #        output's second unpack was missing; now the hooks' module ranges place both
-#        (gm_advise.c, hooks_nodes).
+#        (gm_advise.c, hooks_nodes). Under gpumem's allocator (--allocator gpumem, gpumem's
+#        recorded peaks of the save_on_cpu run) amp's was 2 MiB over (182452224 for 180355072),
+#        with the op log and without: the autocast copies of weights no op saved, let go as the
+#        region exits after the loss, were taken for saved tensors (offloaded at the forward's
+#        end, restored in the loss); the backward starts at autograd's first event now.
 #   phases  that same backward read as the parent's in every other command: report's phases put
 #        the head's backward (tied: 64 MiB of the peak) under "step */bwd/Tied", a root
 #        Sequential's last Linear's (stepend: 36 MiB) under "step */bwd/Sequential". The hooks
