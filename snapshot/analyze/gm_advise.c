@@ -2060,6 +2060,12 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
         }
     }
     u64map_free(&site);
+    /* the events autograd's thread made, as far as the recording tells (NULL: not known): PyTorch's
+     * history keeps the Python stack of every allocation, and that thread runs no Python; an event
+     * of gpumem's outside every range inside a step's time is that thread's (below) */
+    uint8_t *autograd = m->torch ? calloc(m->nevs + 1, 1) : NULL;
+    for (size_t i = 0; autograd && m->torch == 1 && i < m->nevs; i++)
+        autograd[i] = m->evs[i].kind == ADV_EV_ALLOC && m->evs[i].a < m->nallocs && !stacks[m->evs[i].a];
     free(stacks);
     m->nrecorded = m->nallocs;
     if (m->torch == 2)
@@ -2072,7 +2078,10 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
             if (e->step >= 0) continue;
             while (s < m->nsteps && m->steps[s].end_ns < e->t)
                 s++;
-            if (s < m->nsteps && m->steps[s].start_ns <= e->t) e->step = (int32_t)s;
+            if (s < m->nsteps && m->steps[s].start_ns <= e->t) {
+                e->step = (int32_t)s;
+                if (autograd) autograd[i] = 1;
+            }
         }
     if (m->torch == 1) {
         /* PyTorch's history keeps microseconds: a tensor made just after a module's range was
@@ -2158,7 +2167,12 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
          * nodes saved pairs with the forward that made it (save_on_cpu packs it too); but not a
          * repeated block's range: the loss (computed outside the model by a user's loop) is no
          * block's, and the last block's output it saved is not that block's saved tensor
-         * (checkpointing dropped it and re-made it before the loss: 6% low in reserved) */
+         * (checkpointing dropped it and re-made it before the loss: 6% low in reserved).
+         * What the program did there before autograd's first event (the loss computed outside the
+         * model, autocast's cache let go as its region exits, the loss scaled) is no node's: a
+         * tensor freed there is no saved one (the autocast copies of weights no op saved were
+         * offloaded and restored in the loss: torch_features.py amp under --allocator gpumem, 2
+         * MiB over its run's reserved); where autograd's events are not known, all of it */
         size_t *pend = malloc((m->nevs ? m->nevs : 1) * sizeof *pend), np = 0;
         int32_t fwd_step = -1; /* the step of the last forward event, -1 after a backward or update */
         for (size_t i = 0; pend && i < m->nevs; i++) {
@@ -2167,7 +2181,11 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
                 fwd_step = e->step, np = 0;
             } else if (e->phase == ADV_PH_BWD) {
                 int blk = e->lr && adv_is_block_name(adv_str(m, e->lr_name));
-                for (size_t k = 0; k < np && e->step == fwd_step && e->lr; k++) {
+                size_t k0 = 0; /* autograd's first event among them */
+                while (autograd && k0 < np && !autograd[pend[k0]])
+                    k0++;
+                if (k0 == np) k0 = 0;
+                for (size_t k = k0; k < np && e->step == fwd_step && e->lr; k++) {
                     adv_ev *x = &m->evs[pend[k]];
                     x->phase = ADV_PH_BWD, x->lr = blk ? 0 : e->lr, x->lr_name = blk ? 0 : e->lr_name;
                 }
@@ -2190,6 +2208,7 @@ int adv_model_load_tap(gm_db *d, adv_model *m, int how, const adv_tap *tap, char
             prev[e->phase] = e;
         }
     }
+    free(autograd);
     for (size_t i = 0; i < m->nevs && !m->phases_from; i++)
         if (m->evs[i].phase != ADV_PH_OTHER && m->evs[i].step >= 0) m->phases_from = GM_CSRC_PHASES;
     m->steps_from = m->nsteps ? GM_CSRC_PHASES : GM_CSRC_NONE;
