@@ -37,3 +37,24 @@ torch_run() {
   shift
   env "${envs[@]}" "$torch_env" "$torch_py" "$@"
 }
+# torch_serve [ENV=VALUE...]: the runs of torch_fork, forked from one interpreter on the virtual GPU
+# that imported torch once (tests/torch/forkrun.py --serve; 2-3 s of CPU saved a run). For runs
+# that only measure: a child under `gpumem record` would be a process of its own, with its own
+# database. It ends when the script does (its stdin closes): a bare `wait` would wait for it too,
+# so start it after one.
+torch_serve() {
+  mkfifo "$tmp/serve.req" "$tmp/serve.rep"
+  torch_run "$@" -- tests/torch/forkrun.py --serve "$tmp" < "$tmp/serve.req" > "$tmp/serve.rep" 2> "$tmp/serve.err" &
+  exec {serve_w}> "$tmp/serve.req" {serve_r}< "$tmp/serve.rep"
+}
+# torch_fork NAME CONF ARGS...: runs ARGS (a script and its arguments, -m MODULE ARGS, or
+# train_gpt2.py's arguments; no white space inside one) with PYTORCH_CUDA_ALLOC_CONF=CONF (handed
+# to torch's parser as at start-up) in a child of torch_serve's interpreter; its stdout in
+# $tmp/NAME.out, its stderr in $tmp/NAME.err; its exit status (1 when the server is gone)
+torch_fork() {
+  local name=$1 conf=$2 st
+  shift 2
+  (echo "$name|$conf|$*" >&"$serve_w") 2> /dev/null || return 1
+  read -r st <&"$serve_r" || return 1
+  return "$st"
+}

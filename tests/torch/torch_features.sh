@@ -196,6 +196,7 @@ done
 # without. So does `--try '--offload activations'`, recommended or not, each scenario that
 # trains: what a user comparing techniques reads.
 # Table: KIND#ENV of its recording above#recommendations
+torch_serve GPUMEM_SIM_BACKING=memory # the runs that only measure, forked (plumbing: common.bash)
 for row in "ckpt#-#0" "ckpt#--torch-ops#0" "tied#-#1" "amp#-#1" "amp#--torch-ops#1" "stepend#-#0" "stepend#--torch-ops#0" \
   "tied#--allocator gpumem#1" "amp#--allocator gpumem#1" "amp#--allocator gpumem --torch-ops#1"; do
   IFS='#' read -r kind env want <<< "$row"
@@ -210,7 +211,7 @@ for row in "ckpt#-#0" "ckpt#--torch-ops#0" "tied#-#1" "amp#-#1" "amp#--torch-ops
     measured=$("$G" advise --json "$offdb" 2> /dev/null | jq -r "$peaks")
     base=$("$G" advise --json "$db" | jq -r "$peaks")
   else  # (one run a kind: a recording with the op log and one without share it)
-    [[ -f $tmp/off-$kind.out ]] || GPUMEM_SIM_BACKING=memory torch_run -- "$script" "$kind" offload > "$tmp/off-$kind.out" 2>&1
+    [[ -f $tmp/off-$kind.out ]] || torch_fork "off-$kind" "" "$script" "$kind" offload
     measured=$(awk '$1 == "max_memory_allocated" { a = $2 } $1 == "max_memory_reserved" { r = $2 } END { if (a && r) print a "/" r }' "$tmp/off-$kind.out")
     base=$(awk '$1 == "max_memory_allocated" { a = $2 } $1 == "max_memory_reserved" { r = $2 } END { print a "/" r }' "$db.out")
   fi
@@ -327,7 +328,7 @@ for row in "gc#garbage_collection_threshold:0.5" "split#max_split_size_mb:40"; d
   kind=${row%%#*} env=PYTORCH_CUDA_ALLOC_CONF=${row#*#}
   db=$tmp/$kind-${env//[^a-zA-Z0-9]/_}.db
   [[ -f $db ]] || continue
-  GPUMEM_SIM_BACKING=memory torch_run -- "$script" "$kind" > "$tmp/nokey.out" 2>&1
+  torch_fork nokey "" "$script" "$kind"
   measured=$(awk '$1 == "max_memory_reserved" { print $2 }' "$tmp/nokey.out")
   got=$("$G" tune --json "$db" | jq -r '.results[] | select(.conf == "preset:pytorch") | .peak_reserved')
   [[ -n $measured && $got == "$measured" ]] && ok "$kind: tune's preset:pytorch predicts $got, what the program reserves without the key" \

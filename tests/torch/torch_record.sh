@@ -121,9 +121,9 @@ n1=$(stacks_of tiny-default | grep -c "train_gpt2.py:") n0=$(stacks_of clock | g
 # PyTorch's history on too (GPUMEM_TORCH_PYTORCH_HISTORY=1), its entries paired with the tracker's,
 # the same run merges the same entries: kind, size, stream, range and stack of each, in order
 # (the addresses differ from run to run). 10 steps: more entries than the tracker's first ring
-# holds (4,096), so it has grown
-rec trk10 GPUMEM_SIM_BACKING=memory -- -- --model tiny --steps 10 || true
-rec pyhist GPUMEM_SIM_BACKING=memory GPUMEM_TORCH_PYTORCH_HISTORY=1 -- -- --model tiny --steps 10 || true
+# holds (4,096), so it has grown. With the planted leak (--leak): the leaks row below reads trk10
+rec trk10 GPUMEM_SIM_BACKING=memory -- -- --model tiny --steps 10 --leak || true
+rec pyhist GPUMEM_SIM_BACKING=memory GPUMEM_TORCH_PYTORCH_HISTORY=1 -- -- --model tiny --steps 10 --leak || true
 merged() { sqlite3 "$tmp/$1.db" "SELECT e.kind, e.size, e.stream, coalesce(r.path, ''), e.stack FROM events e
   LEFT JOIN ranges r ON r.id = e.range WHERE e.kind BETWEEN 31 AND 35 ORDER BY e.seq"; }
 meta() { sqlite3 "$tmp/$1.db" "SELECT value FROM meta WHERE key = '$2'"; }
@@ -191,9 +191,8 @@ read -r checked differ < <(sed -n 's/.*: \([0-9]*\) frames checked against libdw
 grep -q '^adam\.exp_avg\.' "$tmp/names" && grep -q '^grad\.' "$tmp/names" && grep -q '^wte\.weight$\|^h\.\*\.attn\.c_attn\.weight$' "$tmp/names" \
   && ok "$n: parameter, grad.* and adam.* names" || bad "$n: names: $(head -c 300 "$tmp/names" | tr '\n' ' ')"
 
-# the planted leak, at its line
-rec leak GPUMEM_SIM_BACKING=memory -- -- --model tiny --steps 4 --leak || true
-"$G" leaks "$tmp/leak.db" > "$tmp/leak.txt" 2>&1
+# the planted leak, at its line (trk10's recording: 10 steps, --leak)
+"$G" leaks "$tmp/trk10.db" > "$tmp/leak.txt" 2>&1
 sed -n '/what grows/,/^$/p' "$tmp/leak.txt" > "$tmp/grows.txt"
 grep -q "train_gpt2.py:$leak_line in main" "$tmp/grows.txt" \
   && ok "leaks: what grows each step is at train_gpt2.py:$leak_line (the planted leak)" \

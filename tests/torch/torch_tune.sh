@@ -17,6 +17,9 @@
 #     with the script's own max_memory_allocated() / max_memory_reserved() after it.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
+# the measuring runs (no gpumem record): forked from one interpreter that imported torch once
+torch_serve GPUMEM_SIM_BACKING=memory
+echo pass > "$tmp/nothing.py"
 GPUMEM_SIM_BACKING=virtual "$G" record -q -o "$tmp/run.db" -- "$torch_py" tests/torch/train_gpt2.py \
   --model small -B 8 -T 512 --steps 4 --seq-jitter > "$tmp/run.out" 2> "$tmp/run.err" \
   || { bad "the GPT-2 script under gpumem record failed: $(tail -3 "$tmp/run.err")"; exit 1; }
@@ -35,7 +38,8 @@ replayed=$(jq -r ".results[$recidx].peak_reserved" "$tmp/t.json")
 [[ $pconf != null && $pred -gt 0 && $pred -le $want ]] \
   && ok "recommended for PyTorch's allocator: PYTORCH_CUDA_ALLOC_CONF='$pconf', predicted max_memory_reserved() $pred" \
   || bad "recommendation '$pconf' predicted '$pred'"
-e=$(torch_run -- -c 'import sys, torch; torch._C._accelerator_setAllocatorSettings(sys.argv[1])' "$pconf" 2>&1 >/dev/null | grep -v Warn | grep -i error)
+torch_fork parse "$pconf" "$tmp/nothing.py" # the child hands it to torch's parser first
+e=$(grep -v Warn "$tmp/parse.err" | grep -i error)
 [[ -z $e ]] && ok "PyTorch's own parser takes '$pconf'" || bad "PyTorch refuses '$pconf': $e"
 [[ $meas == "$pred" ]] && ok "--check: measured max_memory_reserved() $meas = predicted $pred (re-run under PYTORCH_CUDA_ALLOC_CONF, the variable PyTorch reads first)" \
   || bad "--check: measured $meas, predicted $pred"
@@ -117,7 +121,7 @@ while read -r name conf; do
     v="$v $(grep -o "\"$a\":{.*" "$tmp/$name.html" | grep -o '"recommended":{"conf":"[^"]*","pytorch_conf":"[^"]*"' | sed -n '1s/.*"pytorch_conf":"//p' | tr -d '"')"
   done
   [[ $v == " $tconf $tconf" ]] && ok "$name: viz's frag and tune panels recommend the same" || bad "$name: viz's frag, tune panels:$v"
-  meas=$(torch_run GPUMEM_SIM_BACKING=memory PYTORCH_CUDA_ALLOC_CONF=$tconf -- "$tmp/hist.py" 2>/dev/null | tail -1)
+  torch_fork "$name-meas" "$tconf" "$tmp/hist.py"; meas=$(tail -1 "$tmp/$name-meas.out")
   [[ $meas == "$tpred" ]] && ok "$name: a run under it measures the predicted max_memory_reserved() $meas" \
     || bad "$name: under $tconf measured $meas, predicted $tpred"
 done <<'ROWS'
@@ -168,8 +172,8 @@ PY
 ex=expandable_segments:True
 for prog in streams oom expand; do
   p=$tmp/$prog.py db=$tmp/$prog.db
-  measured=$(torch_run GPUMEM_SIM_BACKING=memory -- "$p" 2>/dev/null | tail -1)
-  measured_ex=$(torch_run GPUMEM_SIM_BACKING=memory PYTORCH_CUDA_ALLOC_CONF=$ex -- "$p" 2>/dev/null | tail -1)
+  torch_fork "$prog-meas" "" "$p"; measured=$(tail -1 "$tmp/$prog-meas.out")
+  torch_fork "$prog-meas-ex" "$ex" "$p"; measured_ex=$(tail -1 "$tmp/$prog-meas-ex.out")
   GPUMEM_SIM_BACKING=memory "$G" record -q -o "$db" -- "$torch_py" "$p" > /dev/null 2> "$tmp/$prog.err" \
     || { bad "$prog: gpumem record failed: $(tail -3 "$tmp/$prog.err")"; continue; }
   "$G" tune --json "$db" > "$tmp/$prog.json" || { bad "$prog: tune failed"; continue; }
@@ -233,7 +237,8 @@ f() { jq -r "$1" "$tmp/cnn.json"; }
 pseq=$(f .at_peak.seq) pres=$(f .at_peak.reserved) pal=$(f .at_peak.allocated) pfree=$(f .at_peak.free_cached)
 psegs=$(f .at_peak.segments) tl=$(f '[.timeline[].reserved] | max')
 "$G" export --format torch --at "$pseq" "$tmp/cnn.db" -o "$tmp/cnn.pickle" || bad "cnn: export --at $pseq failed"
-vsegs=$(torch_run -- -m torch.cuda._memory_viz stats "$tmp/cnn.pickle" 2>/dev/null | awk '$1 == "segments:" { print $2 }')
+torch_fork cnn-viz "" -m torch.cuda._memory_viz stats "$tmp/cnn.pickle"
+vsegs=$(awk '$1 == "segments:" { print $2 }' "$tmp/cnn-viz.out")
 [[ $pres == "$want" && $tl == "$want" && $psegs == "$vsegs" && $((pal + pfree)) == "$pres" ]] \
   && ok "cnn: frag's peak is PyTorch's: reserved $pres = max_memory_reserved() = the timeline's, $psegs segments as memory_viz counts" \
   || bad "cnn: frag's peak reserved $pres (allocated $pal + free $pfree), $psegs segments; max_memory_reserved() $want, timeline $tl, memory_viz $vsegs segments"
@@ -272,7 +277,7 @@ while read -r prog conf; do
     > /dev/null 2> "$tmp/mlp.err" || { bad "$prog ($conf): record --allocator gpumem failed: $(tail -3 "$tmp/mlp.err")"; continue; }
   "$G" tune --json "$tmp/mlp.db" > "$tmp/mlp.json" || { bad "$prog ($conf): tune failed"; continue; }
   uconf=$(jq -r .under_pytorch.pytorch_conf "$tmp/mlp.json") upred=$(jq -r .under_pytorch.max_memory_reserved "$tmp/mlp.json")
-  umeas=$(torch_run GPUMEM_SIM_BACKING=memory PYTORCH_CUDA_ALLOC_CONF=$uconf -- "$tmp/$prog.py" 2>/dev/null | tail -1)
+  torch_fork "$prog-meas" "$uconf" "$tmp/$prog.py"; umeas=$(tail -1 "$tmp/$prog-meas.out")
   [[ $uconf != null && -n $umeas && $upred == "$umeas" ]] \
     && ok "$prog recorded with gpumem as PyTorch's allocator ($conf): under PyTorch '$uconf' predicted max_memory_reserved() $upred = measured" \
     || bad "$prog ($conf): under PyTorch '$uconf' predicted $upred, PyTorch's allocator measured $umeas"
