@@ -286,31 +286,30 @@ static int range_push(const char *domain, const char *name) { return range_push_
 /* The recorder's id of a name pushed under a kept key (gm_nvtx_user_push_kept): PyTorch's module
  * hooks push the same ~25 module paths each step, and interning each again (the recorder's
  * per-thread cache holds 8) cost a hash, the recorder's lock and a compare, ~200 instructions
- * a push. Two ways a set, by the key: direct-mapped, two of a tiny GPT-2's ~30 paths that met
- * in a slot put each other out at every push (4 to 6 interned again a step on each thread,
- * ~300 instructions each). A key found in the second way moves to the first; a new one takes
- * the first and moves its holder to the second. Per thread, so that the callers need no lock
- * (torch_hooks.c pushes from autograd's thread without the GIL). */
-#define SID_SETS 128
+ * a push. Four ways a set, by the key, the oldest put out by a new one: direct-mapped, two of a
+ * tiny GPT-2's ~30 paths that met in a slot put each other out at every push (4 to 6 names
+ * interned again a step on each thread, ~300 instructions each), and with two ways three that
+ * met in a set still did (3 a step). Per thread, so that the callers need no lock (torch_hooks.c
+ * pushes from autograd's thread without the GIL). */
+#define SID_SETS 64
+#define SID_WAYS 4
 static __thread struct sid_way {
     const void *key;
     uint32_t sid, gen;
-} kept_sid[SID_SETS][2] __attribute__((tls_model("initial-exec")));
+} kept_sid[SID_SETS][SID_WAYS] __attribute__((tls_model("initial-exec")));
 
 static uint32_t name_sid(const void *key, const char *name)
 {
-    struct sid_way *w = kept_sid[((uintptr_t)key * 0x9E3779B97F4A7C15ull) >> 57];
+    struct sid_way *w = kept_sid[((uintptr_t)key * 0x9E3779B97F4A7C15ull) >> 58];
     uint32_t gen = rec_generation();
-    if (w[0].key == key && w[0].gen == gen && w[0].sid)
-        return w[0].sid;
-    if (w[1].key == key && w[1].gen == gen && w[1].sid) {
-        struct sid_way hit = w[1];
-        w[1] = w[0], w[0] = hit;
-        return hit.sid;
-    }
+    for (int i = 0; i < SID_WAYS; i++)
+        if (w[i].key == key && w[i].gen == gen && w[i].sid)
+            return w[i].sid;
     uint32_t sid = rec_string(name);
-    if (sid)
-        w[1] = w[0], w[0] = (struct sid_way){key, sid, gen};
+    if (sid) {
+        memmove(w + 1, w, (SID_WAYS - 1) * sizeof *w);
+        w[0] = (struct sid_way){key, sid, gen};
+    }
     return sid;
 }
 #endif
