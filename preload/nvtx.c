@@ -286,30 +286,22 @@ static int range_push(const char *domain, const char *name) { return range_push_
 /* The recorder's id of a name pushed under a kept key (gm_nvtx_user_push_kept): PyTorch's module
  * hooks push the same ~25 module paths each step, and interning each again (the recorder's
  * per-thread cache holds 8) cost a hash, the recorder's lock and a compare, ~200 instructions
- * a push. Four ways a set, by the key, the oldest put out by a new one: direct-mapped, two of a
- * tiny GPT-2's ~30 paths that met in a slot put each other out at every push (4 to 6 names
- * interned again a step on each thread, ~300 instructions each), and with two ways three that
- * met in a set still did (3 a step). Per thread, so that the callers need no lock (torch_hooks.c
- * pushes from autograd's thread without the GIL). */
-#define SID_SETS 64
-#define SID_WAYS 4
-static __thread struct sid_way {
+ * a push. Direct-mapped by the key; a key that loses its slot is interned again. Per thread, so
+ * that the callers need no lock (torch_hooks.c pushes from autograd's thread without the GIL). */
+static __thread struct {
     const void *key;
     uint32_t sid, gen;
-} kept_sid[SID_SETS][SID_WAYS] __attribute__((tls_model("initial-exec")));
+} kept_sid[256] __attribute__((tls_model("initial-exec")));
 
 static uint32_t name_sid(const void *key, const char *name)
 {
-    struct sid_way *w = kept_sid[((uintptr_t)key * 0x9E3779B97F4A7C15ull) >> 58];
+    unsigned h = (unsigned)(((uintptr_t)key * 0x9E3779B97F4A7C15ull) >> 56);
     uint32_t gen = rec_generation();
-    for (int i = 0; i < SID_WAYS; i++)
-        if (w[i].key == key && w[i].gen == gen && w[i].sid)
-            return w[i].sid;
+    if (kept_sid[h].key == key && kept_sid[h].gen == gen && kept_sid[h].sid)
+        return kept_sid[h].sid;
     uint32_t sid = rec_string(name);
-    if (sid) {
-        memmove(w + 1, w, (SID_WAYS - 1) * sizeof *w);
-        w[0] = (struct sid_way){key, sid, gen};
-    }
+    if (sid)
+        kept_sid[h].key = key, kept_sid[h].sid = sid, kept_sid[h].gen = gen;
     return sid;
 }
 #endif
