@@ -286,22 +286,35 @@ static int range_push(const char *domain, const char *name) { return range_push_
 /* The recorder's id of a name pushed under a kept key (gm_nvtx_user_push_kept): PyTorch's module
  * hooks push the same ~25 module paths each step, and interning each again (the recorder's
  * per-thread cache holds 8) cost a hash, the recorder's lock and a compare, ~200 instructions
- * a push. Direct-mapped by the key; a key that loses its slot is interned again. Per thread, so
- * that the callers need no lock (torch_hooks.c pushes from autograd's thread without the GIL). */
-static __thread struct {
+ * a push. Two ways a set, by a mix of the key's bits: direct-mapped by the top bits of key *
+ * 2^64/phi, keys that lie at a fixed spacing (the path objects, one allocator size class
+ * apart) met in a few slots and put each other out at every push (4 to 6 names interned again
+ * a step on each thread, ~270 instructions each, as the heap's layout had it; with four ways,
+ * 5 keys in one set still did). A key found in the second way moves to the first; a new one
+ * takes the first and moves its holder to the second. Per thread, so that the callers need no lock
+ * (torch_hooks.c pushes from autograd's thread without the GIL). */
+#define SID_SETS 128
+static __thread struct sid_way {
     const void *key;
     uint32_t sid, gen;
-} kept_sid[256] __attribute__((tls_model("initial-exec")));
+} kept_sid[SID_SETS][2] __attribute__((tls_model("initial-exec")));
 
 static uint32_t name_sid(const void *key, const char *name)
 {
-    unsigned h = (unsigned)(((uintptr_t)key * 0x9E3779B97F4A7C15ull) >> 56);
+    uint64_t k = (uintptr_t)key;
+    k ^= k >> 33, k *= 0xff51afd7ed558ccdull, k ^= k >> 33; /* murmur3's finalizer, in part */
+    struct sid_way *w = kept_sid[k & (SID_SETS - 1)];
     uint32_t gen = rec_generation();
-    if (kept_sid[h].key == key && kept_sid[h].gen == gen && kept_sid[h].sid)
-        return kept_sid[h].sid;
+    if (w[0].key == key && w[0].gen == gen && w[0].sid)
+        return w[0].sid;
+    if (w[1].key == key && w[1].gen == gen && w[1].sid) {
+        struct sid_way hit = w[1];
+        w[1] = w[0], w[0] = hit;
+        return hit.sid;
+    }
     uint32_t sid = rec_string(name);
     if (sid)
-        kept_sid[h].key = key, kept_sid[h].sid = sid, kept_sid[h].gen = gen;
+        w[1] = w[0], w[0] = (struct sid_way){key, sid, gen};
     return sid;
 }
 #endif
@@ -510,21 +523,31 @@ static int h_RangePushA(const char *m)
     return r;
 }
 /* gpumem_range_push / gpumem_range_pop (python.c): gpumem's own API, the same per-thread
- * stack as NVTX push/pop, not forwarded to a chained tool (the program did not call NVTX). */
+ * stack as NVTX push/pop, not forwarded to a chained tool (the program did not call NVTX).
+ * The exit handler is registered by the first (gm_exit_register_nvtx's exchange, a locked
+ * instruction and a call, was paid on each of PyTorch's hooks' ~65 pushes a step). */
+static _Atomic int user_exit_registered;
+static inline void user_exit_register(void)
+{
+    if (__builtin_expect(!atomic_load_explicit(&user_exit_registered, memory_order_relaxed), 0)) {
+        gm_exit_register_nvtx();
+        atomic_store_explicit(&user_exit_registered, 1, memory_order_relaxed);
+    }
+}
 int gm_nvtx_user_push(const char *name)
 {
-    gm_exit_register_nvtx();
+    user_exit_register();
     return range_push(NULL, name);
 }
 int gm_nvtx_user_push_kept(const void *key, const char *name)
 {
-    gm_exit_register_nvtx();
+    user_exit_register();
     return range_push_sid(NULL, name, key);
 }
 int gm_nvtx_user_pop(void) { return range_pop(NULL); }
 int gm_nvtx_user_swap_kept(const void *key, const char *name)
 {
-    gm_exit_register_nvtx();
+    user_exit_register();
     return range_swap_kept(name, key);
 }
 

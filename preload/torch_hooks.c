@@ -277,6 +277,23 @@ static int enter_mod(hk_thread *t, PyObject *enc, const char *label)
     return push(t, K_MOD, 0, label, enc);
 }
 
+/* "step N" into b (32 bytes), as snprintf's "step %ld" writes it: not snprintf, whose format
+ * parsing cost ~700 instructions a call, twice a step (the main thread's and autograd's). */
+static void step_label(char *b, long step)
+{
+    char d[24];
+    int n = 0;
+    unsigned long v = step < 0 ? 0ul - (unsigned long)step : (unsigned long)step;
+    do
+        d[n++] = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    memcpy(b, "step ", 5);
+    int k = 5;
+    if (step < 0) b[k++] = '-';
+    while (n) b[k++] = d[--n];
+    b[k] = 0;
+}
+
 /* "step N" (unless open on this thread) and the pass; opt: the optimizer of an update (NULL for
  * a forward or backward), hk.step_done's rule deciding whether the pass begins step N+1. */
 static int open_step(hk_thread *t, int pass, const void *opt)
@@ -294,7 +311,7 @@ static int open_step(hk_thread *t, int pass, const void *opt)
         i++;
     if (i == t->n) {
         char label[32];
-        snprintf(label, sizeof label, "step %ld", hk.step);
+        step_label(label, hk.step);
         if (push(t, K_STEP, 0, label, NULL) != 0) return -1;
     }
     return push(t, K_PASS, pass, pass_label[pass], pass_label[pass]);
