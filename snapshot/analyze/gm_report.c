@@ -3036,6 +3036,18 @@ static uint64_t gc_collect(const gc_cand *c, size_t n, uint8_t *gone, size_t *ng
     return reclaimed;
 }
 
+/* Whether every candidate a replay gave back (gone) is among the first m recorded frees */
+static int replay_frees_recorded(const gc_cand *c, size_t n, const uint8_t *gone, const uint64_t *freed_addr, size_t m)
+{
+    for (size_t i = 0; i < n; i++) {
+        int found = !gone[i];
+        for (size_t j = 0; j < m && !found; j++)
+            found = freed_addr[j] == c[i].addr;
+        if (!found) return 0;
+    }
+    return 1;
+}
+
 static int gc_replay_retried(const gc_cand *c, size_t n, const uint64_t *freed_addr, size_t nfreed, uint64_t r0,
                              uint64_t cap, double threshold, uint64_t seg)
 {
@@ -3044,13 +3056,7 @@ static int gc_replay_retried(const gc_cand *c, size_t n, const uint64_t *freed_a
     size_t ngone = 0;
     uint64_t reclaimed = gc_collect(c, n, gone, &ngone, r0, cap, threshold);
     int retried = r0 - reclaimed + seg > cap;
-    int ok = retried ? ngone < nfreed : ngone == nfreed;
-    for (size_t i = 0; i < n && ok; i++) {
-        int found = !gone[i];
-        for (size_t j = 0; j < nfreed && !found; j++)
-            found = freed_addr[j] == c[i].addr;
-        ok = found;
-    }
+    int ok = (retried ? ngone < nfreed : ngone == nfreed) && replay_frees_recorded(c, n, gone, freed_addr, nfreed);
     free(gone);
     return ok ? retried : -1;
 }
@@ -3119,12 +3125,7 @@ static int split_release_retried(const gc_cand *c, size_t n, uint64_t stream, co
         ok = released < key ? nfreed >= ngone : nfreed > ngone || (nfreed == ngone && !over);
     }
     /* the recorded frees begin with the replay's */
-    for (size_t i = 0; i < n && ok; i++) {
-        int found = !gone[i];
-        for (size_t j = 0; j < ngone && j < nfreed && !found; j++)
-            found = freed_addr[j] == c[i].addr;
-        ok = found;
-    }
+    ok = ok && replay_frees_recorded(c, n, gone, freed_addr, ngone < nfreed ? ngone : nfreed);
     free(gone);
     return ok ? retried : -1;
 }
