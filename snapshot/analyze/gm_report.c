@@ -2382,52 +2382,31 @@ static int last_step_partial(const gm_model *m, char *missing, size_t sz) {
     return partial;
 }
 
-/* Pinned host blocks by call site, most bytes first: those PyTorch's host cache held at exit
- * (m->host_cache: blocks the program freed to PyTorch's CachingHostAllocator, which keeps them
- * until exit or torch._C._host_emptyCache(); never leaks, gpumem's hooks gave them back at exit)
- * or those tensors still held (m->host_held). */
-typedef struct {
-    char site[512];
-    uint64_t bytes, count;
-} host_site;
-
-static int host_site_cmp(const void *a, const void *b) {
-    const host_site *x = a, *y = b;
-    return x->bytes != y->bytes ? (x->bytes < y->bytes ? 1 : -1) : strcmp(x->site, y->site);
-}
-
-/* *sites (malloc'ed, NULL when none or out of memory) and their count; *bytes (requested),
- * *blocks: all of v[0, n) */
-static size_t host_sites(const gm_model *m, const gm_alloc *v, size_t nv, host_site **sites, uint64_t *bytes,
-                         uint64_t *blocks) {
-    size_t n = 0;
-    *bytes = *blocks = 0;
+/* Pinned host blocks by call site, most bytes first (groups keyed by site_of's call site, merged
+ * by merge_groups): those PyTorch's host cache held at exit (m->host_cache: blocks the program
+ * freed to PyTorch's CachingHostAllocator, which keeps them until exit or
+ * torch._C._host_emptyCache(); never leaks, gpumem's hooks gave them back at exit) or those
+ * tensors still held (m->host_held). *sites: malloc'ed, NULL when none or out of memory. */
+static size_t host_sites(const gm_model *m, labels *l, const gm_alloc *v, size_t nv, group **sites) {
     *sites = nv ? calloc(nv, sizeof **sites) : NULL;
-    for (size_t i = 0; i < nv; i++) {
-        const gm_alloc *a = &v[i];
-        char site[512] = "(no stack: GPUMEM_STACKS=0)";
-        if (a->stack) gm_site_desc(m, a->stack, site, sizeof site);
-        *bytes += a->requested, ++*blocks;
-        if (!*sites) continue;
-        size_t k = 0;
-        while (k < n && strcmp((*sites)[k].site, site) != 0) k++;
-        if (k == n) snprintf((*sites)[n++].site, sizeof (*sites)[k].site, "%s", site);
-        (*sites)[k].bytes += a->requested, (*sites)[k].count++;
-    }
-    if (n) gm_sort(*sites, n, sizeof **sites, host_site_cmp);
-    return n;
+    if (!*sites) return 0;
+    for (size_t i = 0; i < nv; i++)
+        (*sites)[i] = (group){.key = v[i].stack ? site_of(m, l, v[i].stack, NULL) : "(no stack: GPUMEM_STACKS=0)",
+                              .bytes = v[i].requested, .count = 1};
+    return merge_groups(*sites, nv);
 }
 
 /* "KEY":{"bytes":N,"blocks":N,"by_site":[{site, bytes, count}]MORE} */
-static void host_json(const gm_model *m, const gm_alloc *v, size_t nv, FILE *out, const char *key, int top,
+static void host_json(const gm_model *m, labels *l, const gm_alloc *v, size_t nv, FILE *out, const char *key, int top,
                       const char *more) {
-    host_site *hs;
+    group *hs;
     uint64_t bytes, blocks;
-    size_t n = host_sites(m, v, nv, &hs, &bytes, &blocks);
+    size_t n = host_sites(m, l, v, nv, &hs);
+    host_totals(v, nv, &bytes, &blocks);
     fprintf(out, "\"%s\":{\"bytes\":%" PRIu64 ",\"blocks\":%" PRIu64 ",\"by_site\":[", key, bytes, blocks);
     for (size_t i = 0; i < n && (int)i < top; i++) {
         fprintf(out, "%s{\"site\":", i ? "," : "");
-        gm_json_str(out, hs[i].site);
+        gm_json_str(out, hs[i].key);
         fprintf(out, ",\"bytes\":%" PRIu64 ",\"count\":%" PRIu64 "}", hs[i].bytes, hs[i].count);
     }
     fprintf(out, "]%s}", more);
@@ -2435,10 +2414,11 @@ static void host_json(const gm_model *m, const gm_alloc *v, size_t nv, FILE *out
 }
 
 /* HEAD (with the bytes and blocks; nothing when there are none), then v by call site */
-static void host_text(const gm_model *m, const gm_alloc *v, size_t nv, FILE *out, const char *head, int top) {
-    host_site *hs;
+static void host_text(const gm_model *m, labels *l, const gm_alloc *v, size_t nv, FILE *out, const char *head, int top) {
+    group *hs;
     uint64_t bytes, blocks;
-    size_t n = host_sites(m, v, nv, &hs, &bytes, &blocks);
+    size_t n = host_sites(m, l, v, nv, &hs);
+    host_totals(v, nv, &bytes, &blocks);
     if (blocks) {
         char b[32];
         gm_fmt_bytes(bytes, b, sizeof b);
@@ -2447,7 +2427,7 @@ static void host_text(const gm_model *m, const gm_alloc *v, size_t nv, FILE *out
     for (size_t i = 0; i < n && (int)i < top; i++) {
         char b[32];
         gm_fmt_bytes(hs[i].bytes, b, sizeof b);
-        fprintf(out, "  %s in %" PRIu64 " block%s at %s\n", b, hs[i].count, hs[i].count == 1 ? "" : "s", hs[i].site);
+        fprintf(out, "  %s in %" PRIu64 " block%s at %s\n", b, hs[i].count, hs[i].count == 1 ? "" : "s", hs[i].key);
     }
     if (n > (size_t)top) fprintf(out, "  ... %zu more call sites (use --top N)\n", n - (size_t)top);
     free(hs);
@@ -2586,10 +2566,10 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         fputc(',', out);
         print_groups_json(out, "by_name", gkn, knn, o->top, ktotal, "name");
         fputs("},", out);
-        host_json(m, m->host_cache, m->nhost_cache, out, "host_cache", o->top, "");
+        host_json(m, &l, m->host_cache, m->nhost_cache, out, "host_cache", o->top, "");
         fputc(',', out);
         /* in_leaks: the view's leaks count them (the device's view), or not (PyTorch's) */
-        host_json(m, m->host_held, m->nhost_held, out, "host_held", o->top,
+        host_json(m, &l, m->host_held, m->nhost_held, out, "host_held", o->top,
                   m->is_torch_view ? ",\"in_leaks\":false" : ",\"in_leaks\":true");
         fprintf(out, ",\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64
                      ",\"leaked_held_bytes\":%" PRIu64 ",\"dropped_events\":%" PRId64
@@ -2719,8 +2699,8 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
                     print_groups_text(out, "by tensor name", gkn, knn, o->top, ktotal);
             }
         }
-        host_text(m, m->host_cache, m->nhost_cache, out, host_cache_head, o->top);
-        if (m->is_torch_view) host_text(m, m->host_held, m->nhost_held, out, host_held_head, o->top);
+        host_text(m, &l, m->host_cache, m->nhost_cache, out, host_cache_head, o->top);
+        if (m->is_torch_view) host_text(m, &l, m->host_held, m->nhost_held, out, host_held_head, o->top);
         char hb[32];
         gm_fmt_bytes(held, hb, sizeof hb);
         if (count) fprintf(out, "\nLeaked bytes are the bytes requested; the allocator holds %s for them.\n", hb);
