@@ -258,7 +258,8 @@ static void calibrate_clock(rec_state *g) {
  * without the lifetimes of what was alive and without the last ~100 ms of events. Where the
  * program kept the default action, the recorder closes the recording first: the handler (only
  * async-signal-safe calls) stops recording, has the writer drain the ring and close with
- * state = 'interrupted', waits for it (at most 3 s), then dies of the same signal as before.
+ * state = 'interrupted', waits for it (while it makes progress: wait_writer), then dies of the
+ * same signal as before.
  * A program that handles the signal itself and then kills itself with it (Python on Ctrl-C:
  * its handler raises KeyboardInterrupt, and at exit it puts the default action back and sends
  * SIGINT to itself) gets the same close from the preload's kill() (preload/core.c).
@@ -276,7 +277,7 @@ int rec_signals_handled(void) { return atomic_load(&signals_on); }
  * A signal handler runs on the thread it interrupted, and that thread may be inside a section
  * of rec_g.lock (a new string, a new stack, a new thread, an item) or of db_lock (the fork
  * handlers, which hold both). The writer's close needs both (take_items, and every SQLite
- * round), so a handler that waited for the close there waited for itself: the 3 s ran out and
+ * round), so a handler that waited for the close there waited for itself: its wait ran out and
  * the file said 'recording'. Each thread therefore says, in initial-exec TLS, when it is in
  * such a section; only the slow paths that take the lock do, never an event's fast path.
  * What the handlers do with it: rec_close_ending. */
@@ -357,6 +358,36 @@ int rec_signal_ends(int sig) {
     return sig >= SIGRTMIN && sig <= SIGRTMAX;
 }
 
+/* The waits for the writer on the way out (rec_close_ending, rec_flush). A fixed time (it was
+ * 3 s for the close, 10 s for a flush) cut short a close that was slow but moving: a loaded
+ * machine, a long backlog, a large index at close; the file then said 'recording'. Now the
+ * wait ends when the writer is done, goes on while it makes progress (writer_progress: records
+ * drained, commits, SQLite's steps), and gives up after WAIT_IDLE_NS without any: a writer
+ * that stopped (a lock that is not ours held by the interrupted thread, a disk that hangs)
+ * must not keep a dying process. WAIT_CAP_NS bounds it in all: a batch system's SIGKILL follows
+ * its SIGTERM after a grace period (tens of seconds), and nothing is written after that.
+ * Async-signal-safe: an atomic, clock_gettime and nanosleep. */
+#define WAIT_IDLE_NS (3ull * 1000000000u)
+#define WAIT_CAP_NS (60ull * 1000000000u)
+
+typedef struct {
+    uint64_t start, since, seen;
+} wait_writer;
+
+static void wait_writer_begin(wait_writer *o) {
+    o->start = o->since = rec_now_ns();
+    o->seen = atomic_load(&rec_g.writer_progress);
+}
+
+/* Sleeps sleep_ns, then says whether to wait on (1) or give up (0). */
+static int wait_writer_on(wait_writer *o, long sleep_ns) {
+    struct timespec ts = {0, sleep_ns};
+    nanosleep(&ts, NULL);
+    uint64_t now = rec_now_ns(), p = atomic_load(&rec_g.writer_progress);
+    if (p != o->seen) o->seen = p, o->since = now;
+    return now - o->since < WAIT_IDLE_NS && now - o->start < WAIT_CAP_NS;
+}
+
 /* The close when the process is about to end without its exit handlers: from the recorder's
  * handlers and from the preload's kill, killpg, raise, _exit and _Exit. The caller's thread may
  * be inside a section of rec_g.lock or db_lock (above), which the writer needs to close. Two
@@ -377,8 +408,9 @@ int rec_signal_ends(int sig) {
  * Taking the items without the lock and writing less (dropping what it could not take) was the
  * other way: it would leave events whose string or stack rows were never written, and the
  * readers join on those ids.
- * Still bounded (3 s): a lock that is not ours (the C library's allocator, the driver's, under a
- * timing resolver) held by the interrupted thread can still stop the writer. */
+ * Still bounded (wait_writer: 3 s without progress, 60 s in all): a lock that is not ours (the C
+ * library's allocator, the driver's, under a timing resolver) held by the interrupted thread
+ * can still stop the writer. */
 void rec_close_ending(int sig) {
     rec_state *g = &rec_g;
     int expect = REC_ST_OPEN;
@@ -387,9 +419,9 @@ void rec_close_ending(int sig) {
         if (sect.owns) atomic_store(&g->frozen, (int)sect.owns);
         atomic_store(&g->writer_stop, 1);
         rec_ring_wake(&g->ring);
-        for (int i = 0; i < 300 && !atomic_load(&g->writer_done); i++) {
-            struct timespec ts = {0, 10000000};
-            nanosleep(&ts, NULL);
+        wait_writer o;
+        wait_writer_begin(&o);
+        while (!atomic_load(&g->writer_done) && wait_writer_on(&o, 10000000)) {
         }
     }
 }
@@ -676,22 +708,21 @@ void rec_close(void) {
     rec_g.lock_fd = -1;
 }
 
-/* Waits (at most 10 s) until every record pushed and every item queued before the call is
- * committed: the records by seq, the items (meta, strings, ...) by the request's number, which
- * the writer answers after a round that took them. */
+/* Waits until every record pushed and every item queued before the call is committed: the
+ * records by seq, the items (meta, strings, ...) by the request's number, which the writer
+ * answers after a round that took them. Bounded as the close is (wait_writer). */
 void rec_flush(void) {
     if (!rec_enabled() || !in_recording_process()) return;
     uint64_t target = rec_ring_last_seq(&rec_g.ring);
-    uint64_t deadline = rec_now_ns() + 10ull * 1000000000u;
     uint64_t want = atomic_load(&rec_g.flush_seq);
     while (want < target && !atomic_compare_exchange_weak(&rec_g.flush_seq, &want, target)) {
     }
     uint64_t req = atomic_fetch_add(&rec_g.flush_req, 1) + 1;
     rec_ring_wake(&rec_g.ring);
+    wait_writer o;
+    wait_writer_begin(&o);
     while ((atomic_load(&rec_g.committed_seq) < target || atomic_load(&rec_g.flush_done) < req) &&
-           rec_enabled() && rec_now_ns() < deadline) {
-        struct timespec ts = {0, 500000};
-        nanosleep(&ts, NULL);
+           rec_enabled() && wait_writer_on(&o, 500000)) {
     }
 }
 

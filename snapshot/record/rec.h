@@ -556,7 +556,8 @@ int rec_check_env(char *err, size_t errsz);
 int rec_open(const rec_options *opt);
 /* 1 when recording. */
 int rec_enabled(void);
-/* Blocks until every event recorded so far is committed to the file (tests, checkpoints). */
+/* Blocks until every event recorded so far is committed to the file (tests, checkpoints), or the
+ * writer made no progress for 3 s (60 s at most in all). */
 void rec_flush(void);
 /* Around an exec of PATH (preload/core.c): the file marked state 'exec' and committed; after a
  * failed exec, 'recording' again. */
@@ -566,7 +567,8 @@ void rec_exec_failed(void);
 void rec_close(void);
 /* The process ends now, without its exit handlers: of signal sig (one of rec_signal_ends'; the writer
  * closes with state = 'interrupted' and meta.signal), or by _exit (sig 0: state = 'closed'). The
- * writer drains the ring and closes; waits for it at most 3 s. Async-signal-safe: the
+ * writer drains the ring and closes; waits for it while it makes progress (given up after 3 s
+ * without any, 60 s in all: rec.c wait_writer). Async-signal-safe: the
  * recorder's own signal handler calls it, and so do the preload's kill(), raise() and _exit().
  * The caller must not go back to what its thread was doing (the process ends): where that
  * thread holds the recorder's locks (a handler on top of one of its sections), the writer

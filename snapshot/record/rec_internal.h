@@ -121,6 +121,9 @@ typedef struct rec_state {
     _Atomic int writer_stop;
     _Atomic int writer_running;   /* the writer thread has started its loop (see rec_writer_start) */
     _Atomic int writer_done;      /* ... and has closed the database (the signal handler waits) */
+    _Atomic uint64_t writer_progress; /* bumped by the writer as it works (a round that drained
+                                         records, a commit, every few thousand SQLite steps): the
+                                         waits on the way out wait while it moves (rec.c wait_writer) */
     _Atomic int interrupted;      /* the ending signal (rec_signal_ends) that closed the recording, 0 if none */
     _Atomic int frozen;           /* REC_HOLD_*: held by the thread closing in a signal handler, which
                                      never goes back to its section (rec.c rec_close_ending): the

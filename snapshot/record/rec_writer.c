@@ -562,6 +562,19 @@ static int write_schema_image(rec_state *g) {
     return 1;
 }
 
+/* The writer's progress, which the waits on the way out follow (rec.c wait_writer): a close
+ * that is slow but moving (a long backlog, a large index at close, a loaded disk) is waited for;
+ * one that stopped moving is not. */
+static void progress(rec_state *g) { atomic_fetch_add_explicit(&g->writer_progress, 1, memory_order_relaxed); }
+
+/* SQLite's progress handler: a single long statement (the index built at close, the lifetimes
+ * of a large run) is progress too. Every 10000 virtual machine steps: nothing next to a row's
+ * cost. */
+static int sqlite_progress(void *g) {
+    progress(g);
+    return 0;
+}
+
 int rec_writer_open_db(rec_state *g) {
     writer *w = &W;
     memset(w, 0, sizeof *w);
@@ -583,6 +596,7 @@ int rec_writer_open_db(rec_state *g) {
                  w->db ? sqlite3_errmsg(w->db) : sqlite3_errstr(rc));
         goto fail;
     }
+    sqlite3_progress_handler(w->db, 10000, sqlite_progress, g);
     struct stat named, locked;
     if (lstat(g->path, &named) != 0 || fstat(g->lock_fd, &locked) != 0 || !S_ISREG(named.st_mode) ||
         named.st_dev != locked.st_dev || named.st_ino != locked.st_ino) {
@@ -917,7 +931,7 @@ static void flush_peak(writer *w, int dev, int force) {
 /* Takes m (REC_HOLD_* bit), or returns 0 without it once the thread that holds it is closing
  * the recording in a signal handler (g->frozen, set by rec.c rec_close_ending): that thread
  * never goes back to its section and nobody else can take the lock, so what it guards is the
- * writer's alone, and waiting would only run out the handler's 3 s. Uncontended, one trylock. */
+ * writer's alone, and waiting would only run out the handler's wait. Uncontended, one trylock. */
 static int writer_lock(rec_state *g, pthread_mutex_t *m, int bit) {
     if (pthread_mutex_trylock(m) == 0) return 1;
     for (;;) {
@@ -1613,6 +1627,7 @@ static void commit(writer *w, rec_state *g) {
         w->in_txn = 0;
     }
     atomic_store(&g->committed_seq, w->last_seq);
+    progress(g);
 }
 
 static void finish(writer *w, rec_state *g) {
@@ -1689,6 +1704,30 @@ static void writer_cleanup(writer *w) {
     memset(w, 0, sizeof *w);
 }
 
+/* GPUMEM_TEST_SLOW_CLOSE=ms:n (tests only: tests/integration/snapshot_signals.sh,
+ * record_exec.sh). At the first close or flush the program asks for, the writer first spends n
+ * steps of ms each, each one progress, as a close that writes a long backlog a slice at a time
+ * on a loaded disk would; n = 0: one step of ms without progress, a writer stuck in a system
+ * call. The program's waits for it (rec.c, wait_writer) must see the first through and still
+ * end with the second. Read at each start of the writer (a forked child's too). */
+static long test_slow_ms, test_slow_n;
+
+static void test_slow_read(void) {
+    const char *v = getenv("GPUMEM_TEST_SLOW_CLOSE");
+    test_slow_ms = test_slow_n = 0;
+    if (v && sscanf(v, "%ld:%ld", &test_slow_ms, &test_slow_n) != 2) test_slow_ms = 0;
+}
+
+static void test_slow_close(rec_state *g) {
+    long ms = test_slow_ms;
+    test_slow_ms = 0; /* once */
+    for (long i = 0; i < (test_slow_n ? test_slow_n : 1); i++) {
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+        nanosleep(&ts, NULL);
+        if (test_slow_n) progress(g);
+    }
+}
+
 static void *writer_main(void *arg) {
     rec_state *g = arg;
     writer *w = &W;
@@ -1702,12 +1741,16 @@ static void *writer_main(void *arg) {
     int stall_said = 0;
     for (;;) {
         int stopping = atomic_load(&g->writer_stop);
+        if (__builtin_expect(test_slow_ms != 0, 0) &&
+            (stopping || atomic_load(&g->flush_req) > atomic_load(&g->flush_done)))
+            test_slow_close(g);
         int db_held = writer_lock(g, &g->db_lock, REC_HOLD_DB);
         size_t n = 0;
         if (!w->failed) {
             uint64_t req = atomic_load(&g->flush_req); /* before the items its caller queued */
             take_items(w, g);
             n = drain(w, g, BATCH);
+            if (n) progress(g);
             take_items(w, g);
             timing_write(w);
             /* Commit on the clock, not whenever the ring runs dry: a training loop drains in
@@ -1802,6 +1845,7 @@ int rec_writer_start(rec_state *g) {
     atomic_store(&g->frozen, 0);
     atomic_store(&g->writer_running, 0);
     atomic_store(&g->writer_done, 0);
+    test_slow_read();
     int rc = pthread_create(&g->writer, NULL, writer_main, g);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {

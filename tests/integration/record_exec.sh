@@ -45,6 +45,31 @@ grepq "recorded to $TMP/x-exec2.db" "$TMP/err.txt" && grepq "the program exec'd:
   || fail "exec chain: record's summary: $(tail -4 "$TMP/err.txt")"
 ok "a program that execs twice: three recordings, each image's allocation committed in its own, the last summarised"
 
+# the exec's flush is waited for while the writer makes progress (snapshot/record/rec.c
+# wait_writer), not for a fixed time: a flush of 10.5 s (GPUMEM_TEST_SLOW_CLOSE: 30 steps of
+# 350 ms, the first image's only) was cut at 10 s, the exec then ended the writer, and the
+# first image's file said 'recording'
+cat > "$TMP/slow.py" <<'PY'
+import ctypes, os, sys
+first = len(sys.argv) == 1
+if first: os.environ["GPUMEM_TEST_SLOW_CLOSE"] = "350:30"  # read when the recording opens
+ctypes.CDLL("libcudart.so.13", mode=ctypes.RTLD_GLOBAL)
+p = ctypes.c_void_p()
+assert ctypes.CDLL(None).cudaMalloc(ctypes.byref(p), 1 << 20) == 0
+if first:
+    del os.environ["GPUMEM_TEST_SLOW_CLOSE"]
+    os.execv(sys.executable, [sys.executable, __file__, "next"])
+PY
+"$GM" record -q -o "$TMP/slow.db" -- python3 "$TMP/slow.py" > /dev/null 2> "$TMP/slow.err" \
+  || fail "slow exec flush: record exited $?: $(tail -3 "$TMP/slow.err")"
+for db in slow slow-exec1; do
+  want=exec; [[ $db == slow-exec1 ]] && want=closed
+  got=$("$GM" sql "$TMP/$db.db" -c "SELECT (SELECT value FROM meta WHERE key = 'state') || ' ' ||
+    (SELECT count(*) FROM events WHERE kind = 1)" | tail -1)
+  [[ $got == "$want 1" ]] || fail "slow exec flush: $db.db: state and allocations '$got' (want '$want 1')"
+done
+ok "an exec whose flush takes 10.5 s but makes progress: waited for, the first image's file says 'exec'"
+
 cat > "$TMP/nope.py" <<'PY'
 import ctypes, os
 ctypes.CDLL("libcudart.so.13", mode=ctypes.RTLD_GLOBAL)

@@ -14,6 +14,11 @@
 # can catch, is never summarised as "nothing allocated".
 # A signal sent to `gpumem record` alone reaches the program: it ends, is summarised, and record
 # exits as it did (no program left running, orphaned).
+# The close is waited for while the writer makes progress, not for a fixed time, and not for
+# ever when it makes none (snapshot/record/rec.c wait_writer): GPUMEM_TEST_SLOW_CLOSE=ms:n makes
+# the close take n steps of ms (each one progress), or stops the writer for ms (n = 0). A close
+# of 3.5 s, at a signal and in a forked child's _exit, ends 'interrupted' / 'closed' (the fixed
+# 3 s cut it: 'recording'); one stuck for 30 s still ends the program 3 s after its last progress.
 source tests/integration/snapshot_common.bash
 need "$GPUMEM"
 TRAIN=$BUILD/train_gpt2_sim
@@ -48,6 +53,30 @@ for sig in HUP INT QUIT TERM USR1 USR2 ALRM PIPE XCPU XFSZ VTALRM PROF IO PWR ST
   [[ $rc -eq 3 ]] && grep -q "did not run to its end (ended by SIG$sig" "$TMP/leaks.txt" \
     || fail "SIG$sig: leaks --fail-on-leak exited $rc on an interrupted run, expected 3 (cannot judge)"
 done
+# a close slower than 3 s but moving is waited for; a stuck one is given up (no hang): hook
+# setting, state, seconds from the signal to the program's end (at least, at most)
+for row in "350:10 interrupted 3 20" "30000:0 recording 2 20"; do
+  read -r slow wstate lo hi <<< "$row"
+  db=$TMP/slow-${slow%%:*}.db
+  env --default-signal GPUMEM_TEST_SLOW_CLOSE="$slow" GPUMEM_DB="$db" LD_PRELOAD="$BUILD/libgpumem.so" \
+    "$TRAIN" --steps 100000 > /dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 400); do [[ -s $db ]] && break; sleep 0.01; done
+  sleep 0.5
+  t0=$(date +%s%N)
+  kill -TERM "$pid"
+  wait "$pid"; rc=$?
+  secs=$(( ($(date +%s%N) - t0) / 1000000000 ))
+  state=$("$GPUMEM" sql "$db" -c "SELECT value FROM meta WHERE key = 'state'" | tail -1)
+  [[ $rc -eq 143 && $state == "$wstate" ]] && (( secs >= lo && secs <= hi )) \
+    || fail "GPUMEM_TEST_SLOW_CLOSE=$slow: exit $rc (want 143), state '$state' (want $wstate), ended ${secs} s after the signal (want $lo-$hi)"
+  if [[ $wstate == interrupted ]]; then
+    births=$("$GPUMEM" sql "$db" -c "SELECT count(*) FROM events WHERE kind IN (1, 3)" | tail -1)
+    lives=$("$GPUMEM" sql "$db" -c "SELECT count(*) FROM alloc_life" | tail -1)
+    (( births > 0 && lives == births )) || fail "GPUMEM_TEST_SLOW_CLOSE=$slow: $births allocations, $lives lifetime rows"
+  fi
+done
+echo "ok: a close of 3.5 s that makes progress is waited for (interrupted); a stuck one is given up 3 s after its last progress (recording, no hang)"
 # a signal sent to `gpumem record` alone (kill PID, Popen.terminate(), a supervisor): record passes
 # it on to the program, waits for it, summarises and exits as the program did (128+N); the
 # program is gone and its recording closed (state interrupted), never left running, orphaned
@@ -89,7 +118,16 @@ signal.signal(sig, die)  # before the recording opens: the recorder leaves it to
 ctypes.CDLL("libcudart.so.13", mode=ctypes.RTLD_GLOBAL)
 malloc = ctypes.CDLL(None).cudaMalloc
 p, q = ctypes.c_void_p(), ctypes.c_void_p()
+if how == "fork":  # a child forked before any CUDA call (the recording opened for a range)
+    ctypes.CDLL(None).gpumem_range_push(b"parent")
+    child = os.fork()
+    if child == 0:  # records to its own file, and ends by _exit, its close slow
+        os.environ["GPUMEM_TEST_SLOW_CLOSE"] = "350:10"  # read when its recording opens
+        assert malloc(ctypes.byref(q), 1 << 20) == 0
+        os._exit(0)
+    os.waitpid(child, 0)
 assert malloc(ctypes.byref(p), 1 << 20) == 0
+if how == "fork": sys.exit(0)
 if how == "spawn":
     try: subprocess.run(["/nonexistent/gpumem-test-program"])
     except OSError: pass
@@ -102,7 +140,7 @@ PY
 for row in "ctrl-c SIGINT 130 interrupted 1" "kill SIGTERM 143 interrupted 1" "raise SIGTERM 143 interrupted 1" \
            "killpg SIGINT 130 interrupted 1" "_exit SIGTERM 3 closed 1" "spawn SIGTERM 0 closed 2" \
            "kill SIGHUP 129 interrupted 1" "raise SIGQUIT 131 interrupted 1" "killpg SIGUSR1 138 interrupted 1" \
-           "raise SIGINT 130 recording 0 GPUMEM_SIGNALS=0"; do
+           "fork SIGTERM 0 closed 1" "raise SIGINT 130 recording 0 GPUMEM_SIGNALS=0"; do
   read -r how sig want wstate walive env1 <<< "$row"
   db=$TMP/self-$how-$sig${env1:+-off}.db
   env --default-signal ${env1:-} "$GPUMEM" record -q -o "$db" -- python3 "$TMP/self.py" "$how" "$sig" \
@@ -112,6 +150,13 @@ for row in "ctrl-c SIGINT 130 interrupted 1" "kill SIGTERM 143 interrupted 1" "r
   [[ $rc -eq $want && $state == "$wstate" && $alive == "$walive" ]] \
     || fail "$how $sig ${env1:-}: exit $rc (want $want), state '$state' (want $wstate), $alive lifetimes alive (want $walive): $(tail -2 "$TMP/self.err")"
 done
+# the forked child's own file (NAME-<pid>.db): closed at its _exit, the 3.5 s close waited for
+kid=$(ls "$TMP"/self-fork-SIGTERM-*.db 2> /dev/null | head -1)
+[[ -n $kid ]] || fail "fork: no file of the forked child ($(ls "$TMP"))"
+read -r kstate kalive < <("$GPUMEM" sql "$kid" -c "SELECT (SELECT value FROM meta WHERE key = 'state'),
+  (SELECT count(*) FROM alloc_life WHERE death IS NULL)" | tail -1 | tr '|' ' ')
+[[ $kstate == closed && $kalive == 1 ]] \
+  || fail "fork: the child's file $kid: state '$kstate' (want closed: its slow close cut short?), $kalive lifetimes alive (want 1)"
 # opted out: the signal kills the program as before, the recording stays unclosed
 run_and_signal TERM "$TMP/off.db" GPUMEM_SIGNALS=0; rc=$?
 [[ $rc -eq 143 ]] || fail "GPUMEM_SIGNALS=0: exit $rc"
@@ -147,4 +192,4 @@ else
     || { cat "$TMP/crash.err"; fail "crash_app kill9: exit $rc, or summarised as nothing allocated"; }
   echo "ok: abort, SIGSEGV (and the program's own handler, chained): 100 allocations and 50 frees committed before the end; kill -9: '0 allocations committed', never 'nothing allocated'"
 fi
-echo "ok: SIGHUP, SIGINT, SIGTERM and every other ending signal: exit 128+N as before, state interrupted, every allocation has its lifetime; also when the program kills itself (Python's Ctrl-C exit, kill, raise, killpg); closed at _exit, not by a vfork child's; GPUMEM_SIGNALS=0 opts out"
+echo "ok: SIGHUP, SIGINT, SIGTERM and every other ending signal: exit 128+N as before, state interrupted, every allocation has its lifetime; also when the program kills itself (Python's Ctrl-C exit, kill, raise, killpg); closed at _exit (a forked child's too, its 3.5 s close waited for), not by a vfork child's; GPUMEM_SIGNALS=0 opts out"
