@@ -26,13 +26,27 @@ TRAIN=$BUILD/train_gpt2_sim
 # a background job of a script ignores SIGINT and SIGQUIT, a harness may ignore others (nohup):
 # give the program every default action back; no core files from SIGQUIT, SIGXCPU, SIGXFSZ
 ulimit -c 0
-run_and_signal() { # sig db [env...]
+# 0 when process $1 catches signal number $2 (its SigCgt bit)
+catches() {
+  local m
+  m=$(awk '/^SigCgt:/ {print $2}' "/proc/$1/status" 2> /dev/null) && [[ -n $m ]] && (( (16#$m >> ($2 - 1)) & 1 ))
+}
+start_trainer() { # sig db [env...]: the trainer recording to db, in $pid, once the recorder
+  # catches sig (its handlers are installed a few ms after the file appears; a signal before
+  # them would kill the program as without gpumem) and it has run a little
   local sig=$1 db=$2; shift 2
   env --default-signal "$@" GPUMEM_DB="$db" LD_PRELOAD="$BUILD/libgpumem.so" \
     "$TRAIN" --steps 100000 > /dev/null 2>&1 &
-  local pid=$!
+  pid=$!
   for _ in $(seq 400); do [[ -s $db ]] && break; sleep 0.01; done
+  if [[ " $* " != *" GPUMEM_SIGNALS=0 "* ]]; then
+    for _ in $(seq 400); do catches "$pid" "$(kill -l "$sig")" && break; sleep 0.01; done
+  fi
   sleep 0.5
+}
+run_and_signal() { # sig db [env...]
+  local sig=$1
+  start_trainer "$@"
   kill "-$sig" "$pid"
   wait "$pid"
 }
@@ -58,11 +72,7 @@ done
 for row in "350:10 interrupted 3 20" "30000:0 recording 2 20"; do
   read -r slow wstate lo hi <<< "$row"
   db=$TMP/slow-${slow%%:*}.db
-  env --default-signal GPUMEM_TEST_SLOW_CLOSE="$slow" GPUMEM_DB="$db" LD_PRELOAD="$BUILD/libgpumem.so" \
-    "$TRAIN" --steps 100000 > /dev/null 2>&1 &
-  pid=$!
-  for _ in $(seq 400); do [[ -s $db ]] && break; sleep 0.01; done
-  sleep 0.5
+  start_trainer TERM "$db" GPUMEM_TEST_SLOW_CLOSE="$slow"
   t0=$(date +%s%N)
   kill -TERM "$pid"
   wait "$pid"; rc=$?
