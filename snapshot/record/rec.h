@@ -49,8 +49,9 @@ enum rec_kind {
     REC_FREE = 2,            /* device memory given back by the program                        */
     REC_ALLOC_ASYNC = 3,     /* stream-ordered allocation (cudaMallocAsync, cuMemAllocAsync)    */
     REC_FREE_ASYNC = 4,      /* stream-ordered free (cudaFreeAsync, cuMemFreeAsync)             */
-    REC_HOST_ALLOC = 5,      /* pinned host memory (cudaMallocHost, cudaHostAlloc)              */
-    REC_HOST_FREE = 6,       /* cudaFreeHost                                                    */
+    REC_HOST_ALLOC = 5,      /* pinned host memory (cudaMallocHost, cudaHostAlloc; the program's
+                                cudaHostRegister / cuMemHostRegister, passed through)           */
+    REC_HOST_FREE = 6,       /* cudaFreeHost (cuMemHostUnregister of a registration)            */
     REC_MANAGED_ALLOC = 7,   /* cudaMallocManaged (passed through)                              */
     REC_MANAGED_FREE = 8,    /* free of managed memory                                          */
     REC_FOREIGN_FREE = 9,    /* free of a pointer gpumem does not own (forwarded to the real one)*/
