@@ -1271,9 +1271,39 @@ static CUresult h_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
  * answer for such memory is CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED; nothing changes. */
 static CUresult h_cuMemHostUnregister(void *p)
 {
-    if (!gm_pass() && gm_mode() == GM_MODE_REPLACE && gm_pinned_owns(p))
+    if (gm_pass())
+        return gm_real.cuMemHostUnregister(p);
+    if (gm_mode() == GM_MODE_REPLACE && gm_pinned_owns(p))
         return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    /* the program's registration ends: its pinned block freed, recorded before the real call as
+     * every free is (another thread may register the same pages once it returns) */
+    size_t size;
+    enum gm_pt_kind k;
+    int dev;
+    if (p && gm_pt_remove((uintptr_t)p, &size, &k, &dev)) {
+        if (k == GM_PT_HOST)
+            gm_event(GM_EV_HOST_FREE, -1, 0, (uintptr_t)p, size, 0);
+        else
+            gm_pt_add((uintptr_t)p, size, k, dev); /* not a registration: the driver refuses it */
+    }
     return gm_real.cuMemHostUnregister(p);
+}
+
+/* cudaHostRegister / cuMemHostRegister: the program's own memory page-locked (PyTorch's pinned
+ * host cache does so under PYTORCH_CUDA_ALLOC_CONF=pinned_use_cuda_host_register:True, malloc
+ * then register, instead of cudaHostAlloc): pinned host memory as cudaHostAlloc's is, recorded
+ * as such (event 5 at registration, 6 at its cuMemHostUnregister), so that leaks and report see
+ * it. Passed through in every mode: the memory is the program's. The runtime reaches the driver
+ * through cuGetProcAddress, so this one hook sees both (never twice); gpumem's own pool
+ * registers through gm_real, unseen. */
+static CUresult h_cuMemHostRegister_v2(void *p, size_t size, unsigned flags)
+{
+    CUresult r = gm_real.cuMemHostRegister_v2(p, size, flags);
+    if (r == CUDA_SUCCESS && p && size && !gm_pass()) {
+        gm_pt_add((uintptr_t)p, size, GM_PT_HOST, -1);
+        gm_event(GM_EV_HOST_ALLOC, -1, 0, (uintptr_t)p, size, size);
+    }
+    return r;
 }
 
 /* The default memory pool's attributes: the pool serves what gpumem does not (explicit
@@ -1470,7 +1500,8 @@ static struct hook_ent hooks[] = {
     {"cuDeviceGetAttribute", 0, "cuDeviceGetAttribute", SLOT(cuDeviceGetAttribute), NULL},
     {"cuIpcGetMemHandle", 0, "cuIpcGetMemHandle", (void **)(void *)&real_cuIpcGetMemHandle,
      (void *)h_cuIpcGetMemHandle},
-    {"cuMemHostRegister", 0, "cuMemHostRegister_v2", SLOT(cuMemHostRegister_v2), NULL},
+    {"cuMemHostRegister", 0, "cuMemHostRegister_v2", SLOT(cuMemHostRegister_v2),
+     (void *)h_cuMemHostRegister_v2},
     {"cuMemHostUnregister", 0, "cuMemHostUnregister", SLOT(cuMemHostUnregister),
      (void *)h_cuMemHostUnregister},
     {"cuMemGetAllocationGranularity", 0, "cuMemGetAllocationGranularity",

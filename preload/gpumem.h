@@ -59,6 +59,11 @@ void gpumem_torch_memory_fraction(double fraction, int device);
  * destroyed and its last tensor freed, its pool goes back here. Nothing in modes record and
  * off (the program's own allocator caches). */
 void gpumem_empty_cache(void);
+/* on != 0: the calling thread is emptying PyTorch's pinned host cache (gpumem's Python hooks at
+ * exit, around torch._C._host_emptyCache()); its pinned host frees until gpumem_host_cache_emptying
+ * (0) are recorded as the cache's (event 6 flagged 512), which leaks and report say apart from
+ * leaks, whatever the stack settings. */
+void gpumem_host_cache_emptying(int on);
 
 /* PyTorch's memory statistics with gpumem as its allocator: PyTorch keeps none of its own then,
  * and libgpumem_torch.so's allocator answers getDeviceStats / resetPeakStats /

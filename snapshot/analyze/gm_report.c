@@ -670,6 +670,15 @@ static void host_end_line(FILE *out, const gm_model *m) {
     uint64_t cb, cn, hb, hn;
     host_totals(m->host_cache, m->nhost_cache, &cb, &cn);
     host_totals(m->host_held, m->nhost_held, &hb, &hn);
+    uint64_t ub, un;
+    host_totals(m->host_unknown, m->nhost_unknown, &ub, &un);
+    if (un) {
+        char u[32];
+        gm_fmt_bytes(ub, u, sizeof u);
+        fprintf(out, "  pinned at exit      %s in %" PRIu64 " block%s made by PyTorch, whose host cache gpumem's hooks did not "
+                     "empty: blocks freed to it cannot be told from those still held (leaks counts them all)\n",
+                u, un, un == 1 ? "" : "s");
+    }
     if (!cn) return;
     char c[32], h[32];
     gm_fmt_bytes(cb, c, sizeof c);
@@ -1833,6 +1842,9 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         host_totals(m->host_held, m->nhost_held, &hhb, &hhn);
         fprintf(out, ",\"host_cache_bytes\":%" PRIu64 ",\"host_cache_blocks\":%" PRIu64 ",\"host_held_bytes\":%" PRIu64
                      ",\"host_held_blocks\":%" PRIu64, hcb, hcn, hhb, hhn);
+        /* of those held: PyTorch's, where its cache was never emptied (leaks' .host_cache_unknown) */
+        host_totals(m->host_unknown, m->nhost_unknown, &hhb, &hhn);
+        fprintf(out, ",\"host_cache_unknown_bytes\":%" PRIu64 ",\"host_cache_unknown_blocks\":%" PRIu64, hhb, hhn);
         /* the program's own VMM: held outside the allocator, in none of the peaks above */
         fprintf(out, ",\"peak_program_vmm\":%" PRIu64 ",\"peak_device\":%" PRIu64, m->peak_vmm, m->peak_device);
         fprintf(out, ",\"driver_calls_counted\":%s", s.driver_calls_counted ? "true" : "false");
@@ -2438,11 +2450,22 @@ static const char host_cache_head[] =
     "  pinned host blocks the program had freed to PyTorch's cache, which keeps them until exit\n"
     "  (gpumem gave them back then); if that page-locked memory matters, call\n"
     "  torch._C._host_emptyCache() once the program no longer needs them\n";
-/* PyTorch's view lists its device tensors: a pinned block a tensor still holds is said here */
+/* PyTorch's view lists its device tensors: a pinned block a tensor still holds is said here, and
+ * counted in the summary (alive at exit, as leaks' meaning is) */
 static const char host_held_head[] =
     "\nPinned host memory still held at exit: %s in %" PRIu64 " block%s\n"
     "  page-locked host memory tensors still held (not PyTorch's cache); PyTorch's view lists its\n"
-    "  device tensors only, so it is not in the summary below\n";
+    "  device tensors above, and these here: both are in the summary below\n";
+
+/* No sign that gpumem's hooks emptied PyTorch's cache (m->host_unknown): the cached blocks are
+ * alive at exit, with those tensors held */
+static const char host_unknown_head[] =
+    "\nPinned host memory alive at exit that PyTorch made, its host cache not emptied: %s in %" PRIu64 " block%s\n"
+    "  gpumem's PyTorch hooks did not empty PyTorch's pinned host cache at exit (they did not run:\n"
+    "  python -E, -I or -S keeps gpumem record's sitecustomize out; a recording before 2026-12-07\n"
+    "  does not say), so blocks the program had freed to that cache cannot be told from blocks\n"
+    "  tensors still held: all are counted in the summary below; record again without those\n"
+    "  options to tell them apart\n";
 
 int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leaked_bytes) {
     labels l;
@@ -2458,7 +2481,13 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     int named = nn > 1 || (nn == 1 && strcmp(gn[0].key, "(unnamed)") != 0);
     for (size_t k = 0; k < end.n; k++) held += m->allocs[end.idx[k]].size;
     free(end.idx);
-    *leaked_bytes = total;
+    /* the summary's figures: with the pinned host blocks kept to the end that the view does not
+     * hold among its allocations (PyTorch's: its device tensors), listed apart (host_held_head) */
+    uint64_t hbytes, hblocks, hheld;
+    gm_view_host_held(m, &hbytes, &hblocks, &hheld);
+    uint64_t sum_bytes = total + hbytes, sum_count = count + hblocks;
+    held += hheld;
+    *leaked_bytes = sum_bytes;
     int64_t dropped = gm_meta_int(d, "dropped_events", 0);
     /* leaks are what a program that ran to its end never freed: a recording cut short (a
      * signal, a kill, still being written) or with events missing cannot say */
@@ -2568,12 +2597,17 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         fputs("},", out);
         host_json(m, &l, m->host_cache, m->nhost_cache, out, "host_cache", o->top, "");
         fputc(',', out);
-        /* in_leaks: the view's leaks count them (the device's view), or not (PyTorch's) */
+        /* in_leaks: leaked_bytes counts them, in every view (among the device view's leaks; beside
+         * PyTorch's tensors, gm_view_host_held); in_leaks_list: .leaks lists them (the device's
+         * view) or .host_held alone does (PyTorch's) */
         host_json(m, &l, m->host_held, m->nhost_held, out, "host_held", o->top,
-                  m->is_torch_view ? ",\"in_leaks\":false" : ",\"in_leaks\":true");
+                  m->is_torch_view ? ",\"in_leaks\":true,\"in_leaks_list\":false"
+                                   : ",\"in_leaks\":true,\"in_leaks_list\":true");
+        fputc(',', out);
+        host_json(m, &l, m->host_unknown, m->nhost_unknown, out, "host_cache_unknown", o->top, "");
         fprintf(out, ",\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64
                      ",\"leaked_held_bytes\":%" PRIu64 ",\"dropped_events\":%" PRId64
-                     ",\"judgeable\":%s}\n", total, count, held, dropped, judgeable ? "true" : "false");
+                     ",\"judgeable\":%s}\n", sum_bytes, sum_count, held, dropped, judgeable ? "true" : "false");
     } else {
         print_header(d, m, out, "leaks");
         if (m->is_torch_view)
@@ -2701,9 +2735,10 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         }
         host_text(m, &l, m->host_cache, m->nhost_cache, out, host_cache_head, o->top);
         if (m->is_torch_view) host_text(m, &l, m->host_held, m->nhost_held, out, host_held_head, o->top);
+        host_text(m, &l, m->host_unknown, m->nhost_unknown, out, host_unknown_head, o->top);
         char hb[32];
         gm_fmt_bytes(held, hb, sizeof hb);
-        if (count) fprintf(out, "\nLeaked bytes are the bytes requested; the allocator holds %s for them.\n", hb);
+        if (sum_count) fprintf(out, "\nLeaked bytes are the bytes requested; the allocator holds %s for them.\n", hb);
         if (dropped)
             fprintf(out, "\nwarning: %" PRId64 " events were dropped while recording (the ring was "
                          "full): frees may be missing, so some of these allocations may have been "
@@ -2711,7 +2746,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         char note[256];
         gm_ending_line(d, note, sizeof note);
         if (note[0]) fprintf(out, "\nwarning: %s.\n", note);
-        fprintf(out, "\nLEAK SUMMARY: %" PRIu64 " bytes leaked in %" PRIu64 " allocations\n", total, count);
+        fprintf(out, "\nLEAK SUMMARY: %" PRIu64 " bytes leaked in %" PRIu64 " allocations\n", sum_bytes, sum_count);
     }
     free(gs), free(gp), free(gn), free(gk), free(gkn);
     labels_free(m, &l);

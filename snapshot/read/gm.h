@@ -235,7 +235,8 @@ typedef struct gm_alloc {
  * (REC_F_POOL, REC_F_GRAPH): memory the driver gave for exactly this block, its own segment, so
  * in reserved from its allocation to its free (README, "What each figure counts") */
 #define GM_ALLOC_OWN_SEGMENT 16u
-/* a pinned host block freed from PyTorch's host cache at exit by gpumem's hooks (GM_HOST_CACHE_FN) */
+/* a pinned host block freed from PyTorch's host cache at exit by gpumem's hooks: its free flagged
+ * REC_F_HOST_CACHE, or (recordings before that flag) with GM_HOST_CACHE_FN in its stack */
 #define GM_ALLOC_HOST_CACHE 32u
 /* the events.flags of such an allocation (kinds 1 and 3; rec_is_own_segment tests them with the
  * kind) */
@@ -390,6 +391,12 @@ typedef struct gm_model {
     gm_alloc *host_cache; size_t nhost_cache;
     /* the pinned host blocks alive at the end (tensors still held them), copies as host_cache */
     gm_alloc *host_held; size_t nhost_held;
+    /* those of host_held that PyTorch made (its pinned host allocator in their stacks) in a
+     * recording where gpumem's hooks never emptied PyTorch's host cache (no meta
+     * torch_host_cache: python -E, -I or -S kept gpumem record's sitecustomize out, or recorded
+     * without gpumem record): the cache's blocks are among them, not told apart. Copies as
+     * host_cache; none where the hooks ran */
+    gm_alloc *host_unknown; size_t nhost_unknown;
     /* deaths_linked: the allocations that died are linked in the order they died (the sweep
      * meets deaths in seq order), from allocs[first_death - 1] on through their next_death, so
      * a pass in time order merges births and deaths without sorting. 0 where the model has no
@@ -584,6 +591,12 @@ int gm_alloc_in_view(const gm_model *m, const gm_alloc *a);
  * view: its tensors, since PyTorch's cached segments outlive them all by design and are not
  * leaks; otherwise m itself (a shallow copy; never free it, free m). */
 gm_model gm_model_leak_view(const gm_model *m);
+/* The pinned host blocks still held at the end (m->host_held) that the leaks of the leak view v
+ * count beside its allocations: a block the program kept to its end is alive at exit, which is
+ * what leaks lists, whichever view. The device's view has them among its allocations already
+ * (0 here); PyTorch's view holds its device tensors only, and adds them: *bytes requested,
+ * *blocks, *held the blocks' bytes. */
+void gm_view_host_held(const gm_model *v, uint64_t *bytes, uint64_t *blocks, uint64_t *held);
 /* The step an allocation belongs to: the last of m->steps (in the order they began, which is
  * seq order) begun at or before its birth, so one made between two steps' ranges (a tensor kept
  * after opt.step(), when the hook's range has closed) is the step before it's; -1 before the
@@ -598,7 +611,8 @@ char *gm_readable_function(const char *fn);
  * program had freed to PyTorch's CachingHostAllocator, which keeps its blocks until exit or
  * torch._C._host_emptyCache() (a freed tensor makes no CUDA call); a pinned block alive at the
  * end is one a tensor still held. The sweep flags the former GM_ALLOC_HOST_CACHE, and
- * gm_model_load copies them into m->host_cache. */
+ * gm_model_load copies them into m->host_cache. Recordings since the free's flag
+ * (REC_F_HOST_CACHE, rec.h) need no stack: this name is for the ones before it. */
 #define GM_HOST_CACHE_FN "_host_cache_at_exit"
 /* Deaths between two marks of gm_model.death_marks. */
 #define GM_DEATH_MARK 4096u

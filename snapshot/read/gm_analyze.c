@@ -732,7 +732,8 @@ static inline __attribute__((always_inline)) int alloc_open(sweep *w, uint64_t a
 }
 
 /* Whether a free's stack is gpumem's hooks emptying PyTorch's pinned host cache at exit: a
- * Python frame of GM_HOST_CACHE_FN in gpumem's module. */
+ * Python frame of GM_HOST_CACHE_FN in gpumem's module. How recordings made before the free's
+ * flag (REC_F_HOST_CACHE) are read; that flag needs no stack. */
 static int host_cache_free(const gm_model *m, uint32_t stack) {
     size_t len = 0;
     if (!stack) return 0;
@@ -789,7 +790,9 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
             born = a->birth;
             a->death = seq;
             a->death_range = range;
-            if (kind == REC_HOST_FREE && host_cache_free(m, stack)) a->flags |= GM_ALLOC_HOST_CACHE;
+            /* the recorder's flag; before it, the stack (empty with GPUMEM_STACKS=0) */
+            if (rec_is_host_cache_free(kind, flags) || (kind == REC_HOST_FREE && host_cache_free(m, stack)))
+                a->flags |= GM_ALLOC_HOST_CACHE;
             death_note(w, ai);
             hot_end(m, a, &m->allocated, &m->requested);
             if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) framework_free(m, a);
@@ -1754,6 +1757,14 @@ gm_model gm_model_leak_view(const gm_model *m) {
     return m->torch.present == 1 ? gm_model_torch_view(m) : *m;
 }
 
+void gm_view_host_held(const gm_model *v, uint64_t *bytes, uint64_t *blocks, uint64_t *held) {
+    *bytes = *blocks = *held = 0;
+    if (!v->is_torch_view) return;
+    for (size_t i = 0; i < v->nhost_held; i++)
+        *bytes += v->host_held[i].requested, *held += v->host_held[i].size;
+    *blocks = v->nhost_held;
+}
+
 int gm_alloc_in_view(const gm_model *m, const gm_alloc *a) {
     return m->is_torch_view ? a->kind == REC_TORCH_ALLOC : a->kind == REC_ALLOC || a->kind == REC_ALLOC_ASYNC;
 }
@@ -1792,12 +1803,46 @@ static void allocs_copy(const gm_model *m, int (*keep)(const gm_alloc *), gm_all
 static int is_host_cache(const gm_alloc *a) { return (a->flags & GM_ALLOC_HOST_CACHE) != 0; }
 static int is_host_held(const gm_alloc *a) { return a->kind == REC_HOST_ALLOC && !a->death; }
 
+/* Whether frame fi is PyTorch's: a native frame of its libraries (libtorch*.so, libc10*.so), or
+ * a Python frame of its package (a DataLoader's pin thread in torch/utils/data). */
+static int torch_frame(const gm_model *m, long fi) {
+    const gm_frame *f = fi >= 0 ? &m->frames[fi] : NULL;
+    if (!f) return 0;
+    if (f->python) return f->file && strstr(f->file, "/torch/") != NULL;
+    const char *mod = f->module && f->module <= m->nmods ? m->mods[f->module - 1].path : NULL;
+    const char *base = mod ? strrchr(mod, '/') : NULL;
+    base = base ? base + 1 : mod;
+    return base && (strncmp(base, "libtorch", 8) == 0 || strncmp(base, "libc10", 6) == 0);
+}
+
+/* a pinned block PyTorch made (its CachingHostAllocator, or pin_memory's thread): a frame of
+ * PyTorch's in its stack */
+static int torch_host_block(const gm_model *m, const gm_alloc *a) {
+    size_t len = 0;
+    if (!a->stack) return 0;
+    gm_stack_frame(m, a->stack, 0, &len);
+    for (size_t k = 0; k < len; k++)
+        if (torch_frame(m, gm_stack_frame(m, a->stack, k, NULL))) return 1;
+    return 0;
+}
+
 /* m->host_cache (the pinned blocks PyTorch's host cache held at exit) and m->host_held (those
  * tensors still held): copies the views share, whatever allocations they read (PyTorch's view
- * holds its device tensors only). The cache's blocks are freed either way, never leaks. */
-static void host_blocks_collect(gm_model *m) {
+ * holds its device tensors only). The cache's blocks are freed either way, never leaks. Where
+ * gpumem's hooks never emptied the cache (no meta torch_host_cache, no block of the cache's: a
+ * recording before that meta has it from the stacks), m->host_unknown: the blocks alive at the
+ * end that PyTorch made, the cache's among them. */
+static void host_blocks_collect(gm_db *d, gm_model *m) {
     allocs_copy(m, is_host_cache, &m->host_cache, &m->nhost_cache);
     allocs_copy(m, is_host_held, &m->host_held, &m->nhost_held);
+    char emptied[16];
+    gm_meta_text(d, "torch_host_cache", emptied, sizeof emptied);
+    if (emptied[0] || m->nhost_cache || !m->nhost_held) return;
+    size_t k = 0;
+    for (size_t i = 0; i < m->nhost_held; i++) k += torch_host_block(m, &m->host_held[i]);
+    if (!k || !(m->host_unknown = malloc(k * sizeof *m->host_unknown))) return;
+    for (size_t i = 0; i < m->nhost_held; i++)
+        if (torch_host_block(m, &m->host_held[i])) m->host_unknown[m->nhost_unknown++] = m->host_held[i];
 }
 
 int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) {
@@ -1806,7 +1851,7 @@ int gm_model_load(gm_db *d, gm_model *m, int progress, char *err, size_t errsz) 
         gm_model_free(m);
         rc = model_load(d, m, progress, 0, err, errsz);
     }
-    if (rc == 0) host_blocks_collect(m);
+    if (rc == 0) host_blocks_collect(d, m);
     return rc;
 }
 
@@ -1831,6 +1876,7 @@ void gm_model_free(gm_model *m) {
     free(m->allocs);
     free(m->host_cache);
     free(m->host_held);
+    free(m->host_unknown);
     free(m->death_marks);
     free(m->alive);
     free(m->ooms);

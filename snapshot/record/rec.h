@@ -49,8 +49,9 @@ enum rec_kind {
     REC_FREE = 2,            /* device memory given back by the program                        */
     REC_ALLOC_ASYNC = 3,     /* stream-ordered allocation (cudaMallocAsync, cuMemAllocAsync)    */
     REC_FREE_ASYNC = 4,      /* stream-ordered free (cudaFreeAsync, cuMemFreeAsync)             */
-    REC_HOST_ALLOC = 5,      /* pinned host memory (cudaMallocHost, cudaHostAlloc)              */
-    REC_HOST_FREE = 6,       /* cudaFreeHost                                                    */
+    REC_HOST_ALLOC = 5,      /* pinned host memory (cudaMallocHost, cudaHostAlloc; the program's
+                                cudaHostRegister / cuMemHostRegister, passed through)           */
+    REC_HOST_FREE = 6,       /* cudaFreeHost (cuMemHostUnregister of a registration)            */
     REC_MANAGED_ALLOC = 7,   /* cudaMallocManaged (passed through)                              */
     REC_MANAGED_FREE = 8,    /* free of managed memory                                          */
     REC_FOREIGN_FREE = 9,    /* free of a pointer gpumem does not own (forwarded to the real one)*/
@@ -222,6 +223,15 @@ enum rec_devinfo_when {
  * with a set_per_process_memory_fraction call. Neither flag: the limit is the one in bytes (meta
  * limit_from says whose) */
 #define REC_F_OOM_KEY 0x200u
+/* REC_HOST_FREE only: the free was made while gpumem's PyTorch hooks emptied PyTorch's pinned
+ * host cache at exit (gpumem_host_cache_emptying around torch._C._host_emptyCache(), on that
+ * thread): the block was the cache's, one no tensor held. Recorded whatever the stack settings
+ * (GPUMEM_STACKS=0, GPUMEM_PYTHON=0); recordings before it are known by the free's stack only
+ * (GM_HOST_CACHE_FN, snapshot/read/gm.h). */
+#define REC_F_HOST_CACHE 0x200u
+static inline int rec_is_host_cache_free(unsigned kind, unsigned flags) {
+    return kind == REC_HOST_FREE && (flags & REC_F_HOST_CACHE) != 0;
+}
 /* An alloc event without REC_F_CACHE_HIT/REC_F_CACHE_MISS was not served by gpumem's allocator:
  * it was passed to the real driver or runtime (record mode, pools, managed, graph capture). */
 #define REC_F_FLAGS_MASK 0xff00u

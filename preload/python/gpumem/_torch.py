@@ -495,17 +495,26 @@ def _host_cache_at_exit(torch):
     DataLoader's pin_memory=True) until the process ends: a tensor freed makes no CUDA call, so
     in the recording a cached block looks alive at exit like one a tensor still holds. At exit
     (after the program's own exit handlers: registered at import) its cache is emptied here, so
-    that each cached block's cudaFreeHost, whose stack holds this function (the readers look for
-    its name: GM_HOST_CACHE_FN, snapshot/read/gm.h), says which it was; blocks still held by
-    tensors stay alive, as they are. Nothing else of the program changes: the blocks are ones no
-    tensor uses, which the process's end would give back. No range is opened: every reader would
-    take it for one of the program's phases."""
+    that each cached block's cudaFreeHost (or cudaHostUnregister, under PYTORCH_CUDA_ALLOC_CONF's
+    pinned_use_cuda_host_register) says which it was: libgpumem.so flags the frees this thread
+    makes meanwhile (gpumem_host_cache_emptying), whatever the stack settings, and the stack holds
+    this function too (what recordings before the flag are read by: GM_HOST_CACHE_FN,
+    snapshot/read/gm.h). Blocks still held by tensors stay alive, as they are. Nothing else of the
+    program changes: the blocks are ones no tensor uses, which the process's end would give back.
+    No range is opened: every reader would take it for one of the program's phases."""
     if not _ours() or not torch.cuda.is_initialized():
         return
+    mark = getattr(ctypes.CDLL(None), "gpumem_host_cache_emptying", None)  # libgpumem.so's
+    if mark is not None:
+        mark.restype, mark.argtypes = None, [ctypes.c_int]
+        mark(1)
     try:
         torch._C._host_emptyCache()
     except Exception as e:  # noqa: BLE001 - never break the program
         _warn("emptying PyTorch's pinned host cache at exit", e)
+    finally:
+        if mark is not None:
+            mark(0)
 
 
 # ---------------------------------------------------------------- ops
