@@ -1,4 +1,5 @@
-/* sim_fatbin.c — kernel parameter layouts read from a program's fat binary (runtime only).
+/* sim_fatbin.c — kernel parameter layouts read from a program's fat binary (the runtime) or from
+ * a module image (the driver's cuModuleLoadData: a cubin or a fat binary, sim_module.c).
  *
  * The virtual GPU skips the device code of nvcc-compiled kernels, but their parameter layout
  * is plain data in the fat binary that __cudaRegisterFatBinary hands over, and the real driver
@@ -116,8 +117,10 @@ static void table_free(sim_fatbin_kernel *v, size_t n)
     free(v);
 }
 
-/* Every kernel of one ELF cubin; 0, or -1 when it is not an ELF we can read. */
-static int parse_elf(const unsigned char *e, size_t n, sim_fatbin_kernel **out, size_t *nout)
+/* Every kernel of one ELF cubin; 0, or -1 when it is not an ELF we can read. With `all`, a
+ * kernel whose layout is not complete is listed too, marked `unknown` (a module's functions are
+ * every kernel it has, layout or not); without, it is left out. */
+static int parse_elf(const unsigned char *e, size_t n, int all, sim_fatbin_kernel **out, size_t *nout)
 {
     static const char prefix[] = ".nv.info.";
     if (n < 64 || memcmp(e, "\177ELF", 4) || e[4] != 2 /* 64-bit */) return -1;
@@ -140,7 +143,10 @@ static int parse_elf(const unsigned char *e, size_t n, sim_fatbin_kernel **out, 
         uint64_t off = rd64(s + 0x18), size = rd64(s + 0x20);
         if (off > n || size > n - off) continue;
         sim_fatbin_kernel k = {0};
-        if (parse_info(e + off, size, &k)) continue;
+        if (parse_info(e + off, size, &k)) {
+            if (!all) continue;
+            k = (sim_fatbin_kernel){.unknown = 1};
+        }
         k.name = strdup(name + sizeof prefix - 1);
         sim_fatbin_kernel *nvv = k.name ? realloc(v, (nv + 1) * sizeof *v) : NULL;
         if (!nvv) {
@@ -170,7 +176,40 @@ int sim_fatbin_layouts(const void *wrapper, sim_fatbin_kernel **out, size_t *nou
     return sim_fatbin_parse(fb, hsz + total, out, nout);
 }
 
+static int parse_fatbin(const void *data, size_t len, int all, sim_fatbin_kernel **out, size_t *nout);
+
 int sim_fatbin_parse(const void *data, size_t len, sim_fatbin_kernel **out, size_t *nout)
+{
+    return parse_fatbin(data, len, 0, out, nout);
+}
+
+/* The extent of an ELF image from its headers (cuModuleLoadData is given no size): the end of
+ * the section header table or of the furthest section with contents. 0: not a 64-bit ELF. */
+size_t sim_elf_extent(const void *data)
+{
+    const unsigned char *e = data;
+    if (!e || memcmp(e, "\177ELF", 4) || e[4] != 2) return 0;
+    uint64_t shoff = rd64(e + 0x28);
+    unsigned shentsize = rd16(e + 0x3a), shnum = rd16(e + 0x3c);
+    if (shentsize < 64 || shoff > MAX_CUBIN || (uint64_t)shnum * shentsize > MAX_CUBIN) return 0;
+    uint64_t end = shoff + (uint64_t)shnum * shentsize;
+    for (unsigned i = 0; i < shnum; i++) {
+        const unsigned char *s = e + shoff + (size_t)i * shentsize;
+        uint64_t off = rd64(s + 0x18), size = rd64(s + 0x20);
+        if (rd32(s + 4) == 8 /* SHT_NOBITS */ || off > MAX_CUBIN || size > MAX_CUBIN) continue;
+        if (off + size > end) end = off + size;
+    }
+    return end > MAX_CUBIN ? 0 : (size_t)end;
+}
+
+int sim_image_kernels(const void *data, size_t len, sim_fatbin_kernel **out, size_t *nout)
+{
+    *out = NULL, *nout = 0;
+    if (len >= 4 && !memcmp(data, "\177ELF", 4)) return parse_elf(data, len, 1, out, nout);
+    return parse_fatbin(data, len, 1, out, nout);
+}
+
+static int parse_fatbin(const void *data, size_t len, int all, sim_fatbin_kernel **out, size_t *nout)
 {
     *out = NULL, *nout = 0;
     const unsigned char *fb = data;
@@ -189,7 +228,7 @@ int sim_fatbin_parse(const void *data, size_t len, sim_fatbin_kernel **out, size
         if (kind != KIND_ELF || psz < 4) continue;
         int rc = -1;
         if (!memcmp(pay, "\177ELF", 4)) {
-            rc = parse_elf(pay, psz, out, nout);
+            rc = parse_elf(pay, psz, all, out, nout);
         } else if (rd32(pay) == ZSTD_MAGICNUMBER) {
             unsigned long long n = ZSTD_getFrameContentSize(pay, psz);
             if (n == ZSTD_CONTENTSIZE_UNKNOWN || n == ZSTD_CONTENTSIZE_ERROR) n = full;
@@ -199,7 +238,7 @@ int sim_fatbin_parse(const void *data, size_t len, sim_fatbin_kernel **out, size
             /* the payload is padded to 8 bytes past the frame: decompress the frame alone */
             size_t fsz = ZSTD_findFrameCompressedSize(pay, psz);
             size_t got = ZSTD_isError(fsz) ? fsz : ZSTD_decompress(elf, n, pay, fsz);
-            if (!ZSTD_isError(got)) rc = parse_elf(elf, got, out, nout);
+            if (!ZSTD_isError(got)) rc = parse_elf(elf, got, all, out, nout);
             free(elf);
         }
         if (rc == 0) return 0; /* the first cubin that reads: every architecture's is the same */

@@ -28,7 +28,9 @@
 
 sim_kernel *sim_kernel_of(CUfunction f)
 {
-    return sim_pset_has(sim.kernels, sim.nkernels, f) ? (sim_kernel *)(void *)f : NULL;
+    if (!sim_pset_has(sim.kernels, sim.nkernels, f)) return NULL;
+    sim_kernel *k = (sim_kernel *)(void *)f;
+    return k->unloaded ? NULL : k;
 }
 
 void sim_kernel_init_attrs(sim_kernel *k)

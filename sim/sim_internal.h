@@ -228,6 +228,7 @@ typedef struct sim_kernel {
     char *name;
     sim_host_kernel_fn fn; /* NULL: device code only (sim_register_device_kernel), skipped */
     int layout_unknown;    /* device code only, and no parameter layout was given with it */
+    bool unloaded;         /* its module was unloaded (sim_module.c): no longer a valid handle */
     unsigned nparams;
     size_t *sizes;
     size_t *offsets;

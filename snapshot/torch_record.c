@@ -167,6 +167,9 @@ int gm_torch_prepare(gm_torch_run *r, const char *argv0, const char *selfdir, co
         }
         if (list[0]) prepend("LD_PRELOAD", list, ':');
         if (!getenv("GPUMEM_SIM_PROFILE")) setenv("GPUMEM_SIM_PROFILE", "h100-80g", 1);
+        /* Triton (torch.compile) builds its launcher against the libcuda.so.1 ldconfig knows:
+         * the real driver, or none */
+        if (!getenv("TRITON_LIBCUDA_PATH")) setenv("TRITON_LIBCUDA_PATH", simdir, 1);
     }
     return 0;
 }
