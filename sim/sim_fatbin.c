@@ -12,6 +12,10 @@
  *     version; u32 header size; u64 payload size; ...; u64 uncompressed size at byte 56) and
  *     its payload: an ELF cubin, raw or zstd-compressed (nvcc's -compress-mode; PyTorch's
  *     wheels compress every cubin);
+ *   - for a module (the driver's, `all`), also the kernel's resources: the cubin's ".nv.info"
+ *     holds EIATTR_REGCOUNT (0x2f) records, u32 symbol index and u32 registers, the symbol
+ *     being the one ".text.<kernel>"'s sh_info names; ".nv.shared.<kernel>"'s size is its static
+ *     shared memory (what cuobjdump -res-usage prints as REG and SHARED);
  *   - in the cubin, a section ".nv.info.<kernel>" per kernel: records of u8 format, u8
  *     attribute, u16 value or size (format 4: a payload of that many bytes follows). Attribute
  *     0x17 (KPARAM_INFO) gives one parameter: u32 index, u16 ordinal, u16 offset, u32 whose
@@ -27,6 +31,7 @@
 #include "sim/sim_fatbin.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
@@ -38,6 +43,7 @@
 #define EIATTR_KPARAM_INFO_V2 0x45
 #define MAX_PARAM_BYTES 32764 /* the most a kernel's parameters may take (CUDA 12.1 and later) */
 #define EIATTR_CBANK_PARAM_SIZE 0x19
+#define EIATTR_REGCOUNT 0x2f
 #define EIFMT_SVAL 4
 #define MAX_PARAMS 4096
 #define MAX_CUBIN ((size_t)1 << 30)
@@ -117,6 +123,46 @@ static void table_free(sim_fatbin_kernel *v, size_t n)
     free(v);
 }
 
+/* Section `name` of the cubin (its header), or NULL. */
+static const unsigned char *section_named(const unsigned char *sh, unsigned shnum, unsigned shentsize,
+                                          const char *names, uint64_t strsz, const char *name)
+{
+    for (unsigned i = 0; i < shnum; i++) {
+        const unsigned char *s = sh + (size_t)i * shentsize;
+        uint32_t nm = rd32(s);
+        if (nm < strsz && memchr(names + nm, 0, strsz - nm) && !strcmp(names + nm, name)) return s;
+    }
+    return NULL;
+}
+
+/* k's registers and static shared memory (module images only: a search per kernel, which the
+ * runtime's fat binaries of thousands of kernels would not afford and do not need). */
+static void kernel_resources(const unsigned char *e, size_t n, const unsigned char *sh, unsigned shnum,
+                             unsigned shentsize, const char *names, uint64_t strsz, sim_fatbin_kernel *k)
+{
+    k->regs = -1;
+    char name[4096];
+    snprintf(name, sizeof name, ".nv.shared.%s", k->name);
+    const unsigned char *s = section_named(sh, shnum, shentsize, names, strsz, name);
+    if (s) k->static_smem = (size_t)rd64(s + 0x20);
+    snprintf(name, sizeof name, ".text.%s", k->name);
+    const unsigned char *text = section_named(sh, shnum, shentsize, names, strsz, name);
+    const unsigned char *info = section_named(sh, shnum, shentsize, names, strsz, ".nv.info");
+    if (!text || !info) return;
+    uint32_t sym = rd32(text + 0x2c); /* sh_info: the kernel's symbol */
+    uint64_t off = rd64(info + 0x18), size = rd64(info + 0x20);
+    if (off > n || size > n - off) return;
+    const unsigned char *p = e + off;
+    for (size_t i = 0; i + 4 <= size;) {
+        unsigned fmt = p[i], attr = p[i + 1];
+        size_t len = fmt == EIFMT_SVAL ? rd16(p + i + 2) : 0;
+        if (i + 4 + len > size) return;
+        if (attr == EIATTR_REGCOUNT && fmt == EIFMT_SVAL && len >= 8 && rd32(p + i + 4) == sym)
+            k->regs = rd32(p + i + 8) <= 255 ? (int)rd32(p + i + 8) : -1; /* a thread has at most 255 */
+        i += 4 + len;
+    }
+}
+
 /* Every kernel of one ELF cubin; 0, or -1 when it is not an ELF we can read. With `all`, a
  * kernel whose layout is not complete is listed too, marked `unknown` (a module's functions are
  * every kernel it has, layout or not); without, it is left out. */
@@ -148,6 +194,7 @@ static int parse_elf(const unsigned char *e, size_t n, int all, sim_fatbin_kerne
             k = (sim_fatbin_kernel){.unknown = 1};
         }
         k.name = strdup(name + sizeof prefix - 1);
+        if (all && k.name) kernel_resources(e, n, sh, shnum, shentsize, names, strsz, &k);
         sim_fatbin_kernel *nvv = k.name ? realloc(v, (nv + 1) * sizeof *v) : NULL;
         if (!nvv) {
             free(k.name), free(k.offsets), free(k.sizes);

@@ -10,6 +10,10 @@ typedef struct sim_fatbin_kernel {
     unsigned nparams;
     size_t *offsets, *sizes;
     int unknown; /* sim_image_kernels only: the kernel is there, its layout is not complete */
+    /* sim_image_kernels only: registers per thread from the cubin's EIATTR_REGCOUNT (-1: none
+     * given) and its static shared memory (the size of its .nv.shared.<kernel> section) */
+    int regs;
+    size_t static_smem;
 } sim_fatbin_kernel;
 
 /* The layout of every kernel whose .nv.info the first readable cubin of the fat binary behind

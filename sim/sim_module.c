@@ -17,9 +17,10 @@
  * Images read: an ELF cubin, or a fat binary holding one (raw or zstd-compressed). A PTX image
  * needs the JIT compiler, which the virtual GPU does not have: CUDA_ERROR_NOT_SUPPORTED, noted.
  * Anything else is CUDA_ERROR_INVALID_IMAGE, as on a GPU. The cubin's architecture is not
- * checked against the device profile (a GPU says CUDA_ERROR_NO_BINARY_FOR_GPU).
+ * checked against the device profile (a GPU says CUDA_ERROR_NO_BINARY_FOR_GPU). A function's
+ * registers and static shared memory are its cubin's (sim_fatbin.c): cuFuncGetAttribute and
+ * occupancy answer with them.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,8 +215,11 @@ static CUresult function_of(CUmodule m, size_t i, CUfunction *out)
                                                         d->sizes, d->offsets, &f);
         if (rc) return rc;
         sim_lock();
+        sim_kernel *made = (sim_kernel *)(void *)f;
+        if (d->regs > 0) made->num_regs = d->regs;
+        made->static_smem = d->static_smem < (size_t)INT32_MAX ? (int)d->static_smem : INT32_MAX;
         if (!m->funcs[i]) {
-            m->funcs[i] = (sim_kernel *)(void *)f;
+            m->funcs[i] = made;
         } else { /* another thread made it first: its handle is the one */
             ((sim_kernel *)(void *)f)->unloaded = true;
         }

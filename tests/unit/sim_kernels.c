@@ -125,6 +125,12 @@ static void test_module_cubin(void **state)
     }
     size_t off, sz;
     assert_int_equal(cuFuncGetParamInfo(f, 5, &off, &sz), CUDA_ERROR_INVALID_VALUE);
+    /* its resources are the cubin's (cuobjdump -res-usage: REG:10 SHARED:0) */
+    int regs = 0, shared = -1;
+    OK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f));
+    OK(cuFuncGetAttribute(&shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f));
+    assert_int_equal(regs, 10);
+    assert_int_equal(shared, 0);
     CUdeviceptr d;
     OK(cuMemAlloc(&d, 4096));
     unsigned x = 4096;
@@ -146,6 +152,34 @@ static void test_module_cubin(void **state)
     assert_int_equal(sim_skipped_launches(TRITON_KERNEL), 3);
     OK(cuModuleUnload(m2));
     OK(cuMemFree(d));
+}
+
+/* A Triton reduction's cubin: its registers and static shared memory (cuobjdump -res-usage:
+ * REG:29 SHARED:1024) in its attributes and its occupancy (the shared memory counts per block). */
+static void test_module_resources(void **state)
+{
+    (void)state;
+    CUmodule m;
+    OK(cuModuleLoad(&m, "tests/fuzz/corpus/fatbin/cubin_triton1"));
+    CUfunction f;
+    OK(cuModuleGetFunction(&f, m, "triton_per_fused_sum_threshold_backward_1"));
+    int regs = 0, shared = 0, blocks = 0, typical = 0;
+    OK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f));
+    OK(cuFuncGetAttribute(&shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f));
+    assert_int_equal(regs, 29);
+    assert_int_equal(shared, 1024);
+    CUfunction plain;
+    OK(sim_register_device_kernel("typical", &plain));
+    /* 1024 threads: 65536 / (1024 * 29) = 2 blocks by registers, as by threads (2048 per SM) */
+    OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 1024, 0));
+    assert_int_equal(blocks, 2);
+    /* 64 threads and 40 KiB each on the default profile's 164 KiB per SM: 40 + 1 reserved fit 4
+     * times, 40 + 1 + its static 1 only 3 */
+    OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 64, 40 << 10));
+    OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&typical, plain, 64, 40 << 10));
+    assert_int_equal(typical, 4);
+    assert_int_equal(blocks, 3);
+    OK(cuModuleUnload(m));
 }
 
 /* An nvcc fat binary (tests/unit/sim_nvcc_app.cu's) as a module: every kernel is a function with
@@ -487,6 +521,7 @@ int main(void)
         cmocka_unit_test_setup(test_unsupported_calls_are_counted, setup),
         cmocka_unit_test_setup(test_module_cubin, setup),
         cmocka_unit_test_setup(test_module_fatbin, setup),
+        cmocka_unit_test_setup(test_module_resources, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
