@@ -1181,6 +1181,9 @@ static int cmd_record(int argc, char **argv) {
     }
     if (pid == 0) {
         setenv("GPUMEM_DB", abs_tmpl, 1);
+        /* the program is its tree's first process (rec.c remove_if_unused), also when this
+         * record runs inside another recorded program */
+        unsetenv("GPUMEM_RECORD_ROOT");
         gm_torch_child(&torch);
         execvp(argv[i], argv + i);
         exec_failed(argv[i], errno);

@@ -10,7 +10,8 @@
 #     run eagerly leaves alive, no more (nothing of the compile, its autotuning, counted);
 #   - no stray database: the compile workers (processes the program started that used no GPU
 #     beyond a context) leave no file; the class, with a C program and a probe run by a shell: a
-#     child that only made a context current leaves none, a child that allocated keeps its own;
+#     child that only started CUDA leaves none, a child that allocated keeps its own, and the
+#     first process keeps its file though it used no GPU (gpumem record inside a recorded program too);
 #   - the plain run (build/sim/torch-env) runs the compiled steps, its Triton kernels skipped and
 #     counted by name (GPUMEM_SIM_STATS);
 #   - the modules themselves (module_probe.py on a cubin of the recording's cache): cuModuleLoad
@@ -73,6 +74,14 @@ files=$(cd "$tmp/kids" && ls | sed 's/-[0-9]*\.db$/-PID.db/' | sort | tr '\n' ' 
 [[ $files == "k-PID.db k.db " && $(grep -c '^child 0$' "$tmp/kids.out") == 1 ]] \
   && ok "a shell's children: the probe left no file, each allocating program its own ($files)" \
   || bad "a shell's children's files: '$files', want 'k-PID.db k.db ' (the probe ran: $(grep -c '^child 0$' "$tmp/kids.out"))"
+# ... and the first process keeps its file whatever it holds, also when gpumem record runs inside
+# another recorded program (GPUMEM_RECORD_ROOT inherited: record makes its program the first)
+mkdir -p "$tmp/root"
+GPUMEM_RECORD_ROOT=1 "$G" record -o "$tmp/root/r.db" -- "$torch_py" tests/torch/module_probe.py --child > "$tmp/root.out" 2>&1
+rc=$?
+[[ $rc == 0 && -s $tmp/root/r.db ]] && grep -q "made no device or pinned allocation" "$tmp/root.out" \
+  && ok "the first process's file stays though it used no GPU (record says it made no allocation)" \
+  || { bad "the first process's file: exit $rc, $(ls "$tmp/root")"; tail -3 "$tmp/root.out"; }
 # ---- the plain run: the cache the recording filled, the kernels skipped and counted
 if GPUMEM_SIM_STATS=1 torch_run -- "$script" default > "$tmp/plain.out" 2>&1 \
     && grep -q "^torch_compile.py: default: 3 steps done" "$tmp/plain.out"; then
