@@ -124,8 +124,9 @@ static void table_free(sim_fatbin_kernel *v, size_t n)
 }
 
 /* Section `name` of the cubin (its header), or NULL. */
-static const unsigned char *section_named(const unsigned char *sh, unsigned shnum, unsigned shentsize,
-                                          const char *names, uint64_t strsz, const char *name)
+static const unsigned char *section_named(const unsigned char *sh, unsigned shnum,
+                                          unsigned shentsize, const char *names, uint64_t strsz,
+                                          const char *name)
 {
     for (unsigned i = 0; i < shnum; i++) {
         const unsigned char *s = sh + (size_t)i * shentsize;
@@ -137,8 +138,9 @@ static const unsigned char *section_named(const unsigned char *sh, unsigned shnu
 
 /* k's registers and static shared memory (module images only: a search per kernel, which the
  * runtime's fat binaries of thousands of kernels would not afford and do not need). */
-static void kernel_resources(const unsigned char *e, size_t n, const unsigned char *sh, unsigned shnum,
-                             unsigned shentsize, const char *names, uint64_t strsz, sim_fatbin_kernel *k)
+static void kernel_resources(const unsigned char *e, size_t n, const unsigned char *sh,
+                             unsigned shnum, unsigned shentsize, const char *names, uint64_t strsz,
+                             sim_fatbin_kernel *k)
 {
     k->regs = -1;
     char name[4096];
@@ -158,7 +160,8 @@ static void kernel_resources(const unsigned char *e, size_t n, const unsigned ch
         size_t len = fmt == EIFMT_SVAL ? rd16(p + i + 2) : 0;
         if (i + 4 + len > size) return;
         if (attr == EIATTR_REGCOUNT && fmt == EIFMT_SVAL && len >= 8 && rd32(p + i + 4) == sym)
-            k->regs = rd32(p + i + 8) <= 255 ? (int)rd32(p + i + 8) : -1; /* a thread has at most 255 */
+            k->regs =
+                rd32(p + i + 8) <= 255 ? (int)rd32(p + i + 8) : -1; /* a thread has at most 255 */
         i += 4 + len;
     }
 }
@@ -166,7 +169,8 @@ static void kernel_resources(const unsigned char *e, size_t n, const unsigned ch
 /* Every kernel of one ELF cubin; 0, or -1 when it is not an ELF we can read. With `all`, a
  * kernel whose layout is not complete is listed too, marked `unknown` (a module's functions are
  * every kernel it has, layout or not); without, it is left out. */
-static int parse_elf(const unsigned char *e, size_t n, int all, sim_fatbin_kernel **out, size_t *nout)
+static int parse_elf(const unsigned char *e, size_t n, int all, sim_fatbin_kernel **out,
+                     size_t *nout)
 {
     static const char prefix[] = ".nv.info.";
     if (n < 64 || memcmp(e, "\177ELF", 4) || e[4] != 2 /* 64-bit */) return -1;
@@ -223,7 +227,8 @@ int sim_fatbin_layouts(const void *wrapper, sim_fatbin_kernel **out, size_t *nou
     return sim_fatbin_parse(fb, hsz + total, out, nout);
 }
 
-static int parse_fatbin(const void *data, size_t len, int all, sim_fatbin_kernel **out, size_t *nout);
+static int parse_fatbin(const void *data, size_t len, int all, sim_fatbin_kernel **out,
+                        size_t *nout);
 
 int sim_fatbin_parse(const void *data, size_t len, sim_fatbin_kernel **out, size_t *nout)
 {
@@ -256,7 +261,8 @@ int sim_image_kernels(const void *data, size_t len, sim_fatbin_kernel **out, siz
     return parse_fatbin(data, len, 1, out, nout);
 }
 
-static int parse_fatbin(const void *data, size_t len, int all, sim_fatbin_kernel **out, size_t *nout)
+static int parse_fatbin(const void *data, size_t len, int all, sim_fatbin_kernel **out,
+                        size_t *nout)
 {
     *out = NULL, *nout = 0;
     const unsigned char *fb = data;

@@ -282,7 +282,8 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *blocks, CUfun
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     sim_kernel *k = sim_kernel_of(f);
-    int max_dyn = k ? k->max_dyn_smem : 0, regs = k ? k->num_regs : 0, smem_static = k ? k->static_smem : 0;
+    int max_dyn = k ? k->max_dyn_smem : 0, regs = k ? k->num_regs : 0,
+        smem_static = k ? k->static_smem : 0;
     sim_unlock();
     if (!k) return CUDA_ERROR_INVALID_HANDLE;
     const sim_profile *p = sim.profile;

@@ -72,7 +72,8 @@ static size_t image_size(const void *image, bool *ptx)
     }
     /* PTX is text: its directives (".version", ".target", comments) come first */
     size_t n = strnlen((const char *)p, MAX_IMAGE);
-    *ptx = n < MAX_IMAGE && (strstr((const char *)p, ".version") || strstr((const char *)p, ".entry"));
+    *ptx =
+        n < MAX_IMAGE && (strstr((const char *)p, ".version") || strstr((const char *)p, ".entry"));
     return 0;
 }
 
@@ -126,7 +127,8 @@ CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int n,
     SIM_CHECK_INIT();
     if (n && (!opts || !vals)) return CUDA_ERROR_INVALID_VALUE;
     for (unsigned i = 0; i < n; i++)
-        if (opts[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES || opts[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
+        if (opts[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES ||
+            opts[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
             vals[i] = (void *)(uintptr_t)0;
     return load(module, image, 0);
 }
@@ -136,7 +138,8 @@ CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
     SIM_CHECK_INIT();
     if (!fatCubin) return CUDA_ERROR_INVALID_VALUE;
     /* the wrapper nvcc emits around a fat binary is accepted too, as by the real driver */
-    if (rd32(fatCubin) == WRAPPER_MAGIC) memcpy(&fatCubin, (const char *)fatCubin + 8, sizeof fatCubin);
+    if (rd32(fatCubin) == WRAPPER_MAGIC)
+        memcpy(&fatCubin, (const char *)fatCubin + 8, sizeof fatCubin);
     if (!fatCubin || rd32(fatCubin) != FATBIN_MAGIC) return CUDA_ERROR_INVALID_IMAGE;
     return load(module, fatCubin, 0);
 }
@@ -169,10 +172,13 @@ CUresult cuModuleLoad(CUmodule *module, const char *fname)
     if (!rc) {
         buf[len] = 0; /* a PTX file is text with no terminator of its own */
         bool ptx = false;
-        if (len < 4) rc = CUDA_ERROR_INVALID_IMAGE;
-        else if (memcmp(buf, "\177ELF", 4) && rd32(buf) != FATBIN_MAGIC && (image_size(buf, &ptx), ptx))
+        if (len < 4)
+            rc = CUDA_ERROR_INVALID_IMAGE;
+        else if (memcmp(buf, "\177ELF", 4) && rd32(buf) != FATBIN_MAGIC &&
+                 (image_size(buf, &ptx), ptx))
             rc = sim_unsupported("cuModuleLoad of PTX (no JIT compiler)");
-        else rc = load(module, buf, len);
+        else
+            rc = load(module, buf, len);
     }
     free(buf); /* the module keeps what it read, never the image */
     return rc;
