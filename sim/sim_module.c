@@ -35,7 +35,6 @@
 
 struct CUmod_st {
     uint32_t magic;
-    int dev;
     sim_fatbin_kernel *kernels; /* what the image holds, in its order */
     size_t nkernels;
     sim_kernel **funcs; /* funcs[i]: kernels[i]'s function, made at its first lookup */
@@ -87,7 +86,7 @@ static void module_free(CUmodule m)
 static CUresult load(CUmodule *out, const void *image, size_t len)
 {
     if (!out || !image) return CUDA_ERROR_INVALID_VALUE;
-    int dev;
+    int dev; /* a module needs a current context, as on a GPU (the sim has one per device) */
     CUresult rc = sim_current_dev(&dev);
     if (rc) return rc;
     bool ptx = false;
@@ -96,7 +95,6 @@ static CUresult load(CUmodule *out, const void *image, size_t len)
     CUmodule m = calloc(1, sizeof *m);
     if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
     m->magic = SIM_MAGIC_MODULE;
-    m->dev = dev;
     if (!len || sim_image_kernels(image, len, &m->kernels, &m->nkernels)) {
         free(m);
         return CUDA_ERROR_INVALID_IMAGE;

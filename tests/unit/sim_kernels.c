@@ -152,6 +152,12 @@ static void test_module_cubin(void **state)
     assert_int_equal(sim_skipped_launches(TRITON_KERNEL), 3);
     OK(cuModuleUnload(m2));
     OK(cuMemFree(d));
+    /* a module belongs to a context: none current, none loaded */
+    CUcontext cur;
+    OK(cuCtxGetCurrent(&cur));
+    OK(cuCtxSetCurrent(NULL));
+    assert_int_equal(cuModuleLoad(&bad, TRITON_CUBIN), CUDA_ERROR_INVALID_CONTEXT);
+    OK(cuCtxSetCurrent(cur));
 }
 
 /* A Triton reduction's cubin: its registers and static shared memory (cuobjdump -res-usage:
