@@ -7,7 +7,7 @@ SIM_RUNTIME := $(SIM_DIR)/libcudart.so.13
 SIM_LINKS := $(SIM_DIR)/libcuda.so $(SIM_DIR)/libcudart.so
 
 SIM_DRIVER_OBJS := $(addprefix $(SIM_DIR)/,sim_state.o sim_device.o sim_mem.o sim_exec.o sim_graph.o sim_ptds.o \
-    sim_profile.o sim_func.o sim_cu_procs.o)
+    sim_profile.o sim_func.o sim_module.o sim_fatbin.o sim_cu_procs.o)
 SIM_RUNTIME_OBJS := $(addprefix $(SIM_DIR)/,sim_rt.o sim_rt_kernels.o sim_fatbin.o sim_rt_stubs.o)
 
 ALL_TARGETS += $(SIM_DRIVER) $(SIM_RUNTIME) $(SIM_LINKS)
@@ -35,7 +35,7 @@ $(SIM_DIR)/sim_rt_stubs.o: $(SIM_DIR)/sim_rt_stubs.c | $(DEPS_STAMP)
 $(SIM_DRIVER): $(SIM_DRIVER_OBJS) sim/libcuda.map | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -shared -Wl,-soname,libcuda.so.1 -Wl,--version-script=sim/libcuda.map \
 	    -Wl,-Bsymbolic-functions \
-	    -o $@ $(SIM_DRIVER_OBJS) -lpthread
+	    -o $@ $(SIM_DRIVER_OBJS) -lzstd -lpthread
 # Everything linked against the virtual GPU carries DT_RPATH, not RUNPATH (SIM_DTAGS): a
 # RUNPATH is outranked by LD_LIBRARY_PATH, which on a machine with a real GPU names the real
 # driver's folder, and the real libcuda.so.1 or libcudart.so.13 would be loaded in place of the

@@ -1,4 +1,5 @@
-/* sim_fatbin.c — kernel parameter layouts read from a program's fat binary (runtime only).
+/* sim_fatbin.c — kernel parameter layouts read from a program's fat binary (the runtime) or from
+ * a module image (the driver's cuModuleLoadData: a cubin or a fat binary, sim_module.c).
  *
  * The virtual GPU skips the device code of nvcc-compiled kernels, but their parameter layout
  * is plain data in the fat binary that __cudaRegisterFatBinary hands over, and the real driver
@@ -11,6 +12,10 @@
  *     version; u32 header size; u64 payload size; ...; u64 uncompressed size at byte 56) and
  *     its payload: an ELF cubin, raw or zstd-compressed (nvcc's -compress-mode; PyTorch's
  *     wheels compress every cubin);
+ *   - for a module (the driver's, `all`), also the kernel's resources: the cubin's ".nv.info"
+ *     holds EIATTR_REGCOUNT (0x2f) records, u32 symbol index and u32 registers, the symbol
+ *     being the one ".text.<kernel>"'s sh_info names; ".nv.shared.<kernel>"'s size is its static
+ *     shared memory (what cuobjdump -res-usage prints as REG and SHARED);
  *   - in the cubin, a section ".nv.info.<kernel>" per kernel: records of u8 format, u8
  *     attribute, u16 value or size (format 4: a payload of that many bytes follows). Attribute
  *     0x17 (KPARAM_INFO) gives one parameter: u32 index, u16 ordinal, u16 offset, u32 whose
@@ -26,6 +31,7 @@
 #include "sim/sim_fatbin.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
@@ -37,6 +43,7 @@
 #define EIATTR_KPARAM_INFO_V2 0x45
 #define MAX_PARAM_BYTES 32764 /* the most a kernel's parameters may take (CUDA 12.1 and later) */
 #define EIATTR_CBANK_PARAM_SIZE 0x19
+#define EIATTR_REGCOUNT 0x2f
 #define EIFMT_SVAL 4
 #define MAX_PARAMS 4096
 #define MAX_CUBIN ((size_t)1 << 30)
@@ -116,8 +123,54 @@ static void table_free(sim_fatbin_kernel *v, size_t n)
     free(v);
 }
 
-/* Every kernel of one ELF cubin; 0, or -1 when it is not an ELF we can read. */
-static int parse_elf(const unsigned char *e, size_t n, sim_fatbin_kernel **out, size_t *nout)
+/* Section `name` of the cubin (its header), or NULL. */
+static const unsigned char *section_named(const unsigned char *sh, unsigned shnum,
+                                          unsigned shentsize, const char *names, uint64_t strsz,
+                                          const char *name)
+{
+    for (unsigned i = 0; i < shnum; i++) {
+        const unsigned char *s = sh + (size_t)i * shentsize;
+        uint32_t nm = rd32(s);
+        if (nm < strsz && memchr(names + nm, 0, strsz - nm) && !strcmp(names + nm, name)) return s;
+    }
+    return NULL;
+}
+
+/* k's registers and static shared memory (module images only: a search per kernel, which the
+ * runtime's fat binaries of thousands of kernels would not afford and do not need). */
+static void kernel_resources(const unsigned char *e, size_t n, const unsigned char *sh,
+                             unsigned shnum, unsigned shentsize, const char *names, uint64_t strsz,
+                             sim_fatbin_kernel *k)
+{
+    k->regs = -1;
+    char name[4096];
+    snprintf(name, sizeof name, ".nv.shared.%s", k->name);
+    const unsigned char *s = section_named(sh, shnum, shentsize, names, strsz, name);
+    if (s) k->static_smem = (size_t)rd64(s + 0x20);
+    snprintf(name, sizeof name, ".text.%s", k->name);
+    const unsigned char *text = section_named(sh, shnum, shentsize, names, strsz, name);
+    const unsigned char *info = section_named(sh, shnum, shentsize, names, strsz, ".nv.info");
+    if (!text || !info) return;
+    uint32_t sym = rd32(text + 0x2c); /* sh_info: the kernel's symbol */
+    uint64_t off = rd64(info + 0x18), size = rd64(info + 0x20);
+    if (off > n || size > n - off) return;
+    const unsigned char *p = e + off;
+    for (size_t i = 0; i + 4 <= size;) {
+        unsigned fmt = p[i], attr = p[i + 1];
+        size_t len = fmt == EIFMT_SVAL ? rd16(p + i + 2) : 0;
+        if (i + 4 + len > size) return;
+        if (attr == EIATTR_REGCOUNT && fmt == EIFMT_SVAL && len >= 8 && rd32(p + i + 4) == sym)
+            k->regs =
+                rd32(p + i + 8) <= 255 ? (int)rd32(p + i + 8) : -1; /* a thread has at most 255 */
+        i += 4 + len;
+    }
+}
+
+/* Every kernel of one ELF cubin; 0, or -1 when it is not an ELF we can read. With `all`, a
+ * kernel whose layout is not complete is listed too, marked `unknown` (a module's functions are
+ * every kernel it has, layout or not); without, it is left out. */
+static int parse_elf(const unsigned char *e, size_t n, int all, sim_fatbin_kernel **out,
+                     size_t *nout)
 {
     static const char prefix[] = ".nv.info.";
     if (n < 64 || memcmp(e, "\177ELF", 4) || e[4] != 2 /* 64-bit */) return -1;
@@ -140,8 +193,12 @@ static int parse_elf(const unsigned char *e, size_t n, sim_fatbin_kernel **out, 
         uint64_t off = rd64(s + 0x18), size = rd64(s + 0x20);
         if (off > n || size > n - off) continue;
         sim_fatbin_kernel k = {0};
-        if (parse_info(e + off, size, &k)) continue;
+        if (parse_info(e + off, size, &k)) {
+            if (!all) continue;
+            k = (sim_fatbin_kernel){.unknown = 1};
+        }
         k.name = strdup(name + sizeof prefix - 1);
+        if (all && k.name) kernel_resources(e, n, sh, shnum, shentsize, names, strsz, &k);
         sim_fatbin_kernel *nvv = k.name ? realloc(v, (nv + 1) * sizeof *v) : NULL;
         if (!nvv) {
             free(k.name), free(k.offsets), free(k.sizes);
@@ -170,7 +227,42 @@ int sim_fatbin_layouts(const void *wrapper, sim_fatbin_kernel **out, size_t *nou
     return sim_fatbin_parse(fb, hsz + total, out, nout);
 }
 
+static int parse_fatbin(const void *data, size_t len, int all, sim_fatbin_kernel **out,
+                        size_t *nout);
+
 int sim_fatbin_parse(const void *data, size_t len, sim_fatbin_kernel **out, size_t *nout)
+{
+    return parse_fatbin(data, len, 0, out, nout);
+}
+
+/* The extent of an ELF image from its headers (cuModuleLoadData is given no size): the end of
+ * the section header table or of the furthest section with contents. 0: not a 64-bit ELF. */
+size_t sim_elf_extent(const void *data)
+{
+    const unsigned char *e = data;
+    if (!e || memcmp(e, "\177ELF", 4) || e[4] != 2) return 0;
+    uint64_t shoff = rd64(e + 0x28);
+    unsigned shentsize = rd16(e + 0x3a), shnum = rd16(e + 0x3c);
+    if (shentsize < 64 || shoff > MAX_CUBIN || (uint64_t)shnum * shentsize > MAX_CUBIN) return 0;
+    uint64_t end = shoff + (uint64_t)shnum * shentsize;
+    for (unsigned i = 0; i < shnum; i++) {
+        const unsigned char *s = e + shoff + (size_t)i * shentsize;
+        uint64_t off = rd64(s + 0x18), size = rd64(s + 0x20);
+        if (rd32(s + 4) == 8 /* SHT_NOBITS */ || off > MAX_CUBIN || size > MAX_CUBIN) continue;
+        if (off + size > end) end = off + size;
+    }
+    return end > MAX_CUBIN ? 0 : (size_t)end;
+}
+
+int sim_image_kernels(const void *data, size_t len, sim_fatbin_kernel **out, size_t *nout)
+{
+    *out = NULL, *nout = 0;
+    if (len >= 4 && !memcmp(data, "\177ELF", 4)) return parse_elf(data, len, 1, out, nout);
+    return parse_fatbin(data, len, 1, out, nout);
+}
+
+static int parse_fatbin(const void *data, size_t len, int all, sim_fatbin_kernel **out,
+                        size_t *nout)
 {
     *out = NULL, *nout = 0;
     const unsigned char *fb = data;
@@ -189,7 +281,7 @@ int sim_fatbin_parse(const void *data, size_t len, sim_fatbin_kernel **out, size
         if (kind != KIND_ELF || psz < 4) continue;
         int rc = -1;
         if (!memcmp(pay, "\177ELF", 4)) {
-            rc = parse_elf(pay, psz, out, nout);
+            rc = parse_elf(pay, psz, all, out, nout);
         } else if (rd32(pay) == ZSTD_MAGICNUMBER) {
             unsigned long long n = ZSTD_getFrameContentSize(pay, psz);
             if (n == ZSTD_CONTENTSIZE_UNKNOWN || n == ZSTD_CONTENTSIZE_ERROR) n = full;
@@ -199,7 +291,7 @@ int sim_fatbin_parse(const void *data, size_t len, sim_fatbin_kernel **out, size
             /* the payload is padded to 8 bytes past the frame: decompress the frame alone */
             size_t fsz = ZSTD_findFrameCompressedSize(pay, psz);
             size_t got = ZSTD_isError(fsz) ? fsz : ZSTD_decompress(elf, n, pay, fsz);
-            if (!ZSTD_isError(got)) rc = parse_elf(elf, got, out, nout);
+            if (!ZSTD_isError(got)) rc = parse_elf(elf, got, all, out, nout);
             free(elf);
         }
         if (rc == 0) return 0; /* the first cubin that reads: every architecture's is the same */

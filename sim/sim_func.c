@@ -12,7 +12,8 @@
  *
  * Function attributes (cuFuncGetAttribute / cuFuncSetAttribute) and occupancy answer with the
  * figures of a typical compiled kernel on the device profile in use: 1024 threads, 32 registers
- * per thread, no static shared memory, 48 KiB of dynamic shared memory until raised (up to the
+ * per thread, no static shared memory (a module's kernel: its cubin's registers and static shared
+ * memory, sim_module.c), 48 KiB of dynamic shared memory until raised (up to the
  * profile's opt-in limit), PTX and binary versions of the profile's compute capability.
  */
 #include <stdio.h>
@@ -28,13 +29,16 @@
 
 sim_kernel *sim_kernel_of(CUfunction f)
 {
-    return sim_pset_has(sim.kernels, sim.nkernels, f) ? (sim_kernel *)(void *)f : NULL;
+    if (!sim_pset_has(sim.kernels, sim.nkernels, f)) return NULL;
+    sim_kernel *k = (sim_kernel *)(void *)f;
+    return k->unloaded ? NULL : k;
 }
 
 void sim_kernel_init_attrs(sim_kernel *k)
 {
     k->max_dyn_smem = FUNC_DEFAULT_DYN_SMEM;
     k->carveout = -1;
+    k->num_regs = FUNC_NUM_REGS;
 }
 
 CUresult sim_register_device_kernel(const char *name, CUfunction *out)
@@ -162,13 +166,15 @@ CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction f)
         *pi = 1024;
         break;
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
+        *pi = copy.static_smem;
+        break;
     case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
     case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
     case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA:
         *pi = 0;
         break;
     case CU_FUNC_ATTRIBUTE_NUM_REGS:
-        *pi = FUNC_NUM_REGS;
+        *pi = copy.num_regs;
         break;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION:
     case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
@@ -276,7 +282,8 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *blocks, CUfun
         return CUDA_ERROR_INVALID_VALUE;
     sim_lock();
     sim_kernel *k = sim_kernel_of(f);
-    int max_dyn = k ? k->max_dyn_smem : 0;
+    int max_dyn = k ? k->max_dyn_smem : 0, regs = k ? k->num_regs : 0,
+        smem_static = k ? k->static_smem : 0;
     sim_unlock();
     if (!k) return CUDA_ERROR_INVALID_HANDLE;
     const sim_profile *p = sim.profile;
@@ -287,9 +294,9 @@ CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *blocks, CUfun
     int warps = (block + 31) / 32;
     int n = p->threads_per_sm / (warps * 32);
     if (p->blocks_per_sm < n) n = p->blocks_per_sm;
-    int by_regs = 65536 / (warps * 32 * FUNC_NUM_REGS);
+    int by_regs = regs ? 65536 / (warps * 32 * regs) : n;
     if (by_regs < n) n = by_regs;
-    size_t per_block = smem + SMEM_RESERVED_PER_BLOCK;
+    size_t per_block = smem + (size_t)smem_static + SMEM_RESERVED_PER_BLOCK;
     int by_smem = (int)((size_t)p->smem_per_sm / per_block);
     if (by_smem < n) n = by_smem;
     *blocks = n;

@@ -228,11 +228,14 @@ typedef struct sim_kernel {
     char *name;
     sim_host_kernel_fn fn; /* NULL: device code only (sim_register_device_kernel), skipped */
     int layout_unknown;    /* device code only, and no parameter layout was given with it */
+    bool unloaded;         /* its module was unloaded (sim_module.c): no longer a valid handle */
     unsigned nparams;
     size_t *sizes;
     size_t *offsets;
     size_t args_size;
     uint64_t launches;    /* launches of a kernel with no host body (all skipped) */
+    int num_regs;         /* CU_FUNC_ATTRIBUTE_NUM_REGS: a module's cubin's, else typical */
+    int static_smem;      /* CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: a module's cubin's, else 0 */
     int max_dyn_smem;     /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
     int carveout;         /* CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT */
     int cluster[3];       /* CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH/HEIGHT/DEPTH */

@@ -15,6 +15,8 @@
 #               libraries through DT_RPATH, which outranks LD_LIBRARY_PATH, and a preloaded
 #               library with the same soname satisfies their DT_NEEDED.
 #   GPUMEM_SIM_PROFILE  h100-80g unless set (the device PyTorch sees; sim/README.md lists them).
+#   TRITON_LIBCUDA_PATH  this folder unless set: Triton (torch.compile) links its launcher against
+#               the libcuda.so.1 that ldconfig knows, which is the real driver or none.
 set -euo pipefail
 dir=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
 libs=(libcuda.so.1 libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libnvidia-ml.so.1)
@@ -35,6 +37,7 @@ case ${1:-} in
 --print)
   printf 'LD_PRELOAD=%q\n' "${LD_PRELOAD:+$LD_PRELOAD:}$preload"
   printf 'GPUMEM_SIM_PROFILE=%q\n' "$profile"
+  printf 'TRITON_LIBCUDA_PATH=%q\n' "${TRITON_LIBCUDA_PATH:-$dir}"
   exit 0
   ;;
 "" | -h | --help)
@@ -45,4 +48,5 @@ case ${1:-} in
 esac
 export LD_PRELOAD=${LD_PRELOAD:+$LD_PRELOAD:}$preload
 export GPUMEM_SIM_PROFILE=$profile
+export TRITON_LIBCUDA_PATH=${TRITON_LIBCUDA_PATH:-$dir}
 exec "$@"

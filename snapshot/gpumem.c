@@ -762,6 +762,7 @@ static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earli
             while (k < *ndbs && dbs[k].pid != p) k++;
             if (k < maxdbs) {
                 dbs[k].pid = p;
+                dbs[k].empty = 0;
                 snprintf(dbs[k].path, sizeof dbs[k].path, "%s", text);
                 if (k == *ndbs) (*ndbs)++;
             }
@@ -772,6 +773,10 @@ static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earli
                 }
                 snprintf(path, pathsz, "%s", text), mine = 1;
             }
+        } else if (strcmp(what, "empty") == 0) {
+            /* a child that used no GPU: its recorder removed its file, which is not listed */
+            for (size_t k = 0; k < *ndbs; k++)
+                if (dbs[k].pid == p && !strcmp(dbs[k].path, text)) dbs[k].empty = 1;
         } else if (strcmp(what, "unwritten") == 0) {
             if (p == (long)pid || !*unwritten) *unwritten = 1; /* said on stderr by the recorder */
         } else if (strcmp(what, "msg") == 0 && !why[0]) {
@@ -783,9 +788,10 @@ static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earli
      * its processes' files by name: run-0.db before run-1.db, whichever opened first */
     long chosen = mine ? (long)pid : 0;
     for (size_t k = 0; !mine && k < *ndbs; k++)
-        if (!path[0] || strcmp(dbs[k].path, path) < 0) snprintf(path, pathsz, "%s", dbs[k].path), chosen = dbs[k].pid;
+        if (!dbs[k].empty && (!path[0] || strcmp(dbs[k].path, path) < 0))
+            snprintf(path, pathsz, "%s", dbs[k].path), chosen = dbs[k].pid;
     for (size_t k = 0; k < *ndbs; k++) {
-        if (dbs[k].pid == chosen) continue;
+        if (dbs[k].pid == chosen || dbs[k].empty) continue;
         size_t l = strlen(others);
         if (l + 8 >= otherssz) break;
         if (snprintf(others + l, otherssz - l, "%s%s (pid %ld)", l ? ", " : "", dbs[k].path, dbs[k].pid) >=
@@ -1175,6 +1181,9 @@ static int cmd_record(int argc, char **argv) {
     }
     if (pid == 0) {
         setenv("GPUMEM_DB", abs_tmpl, 1);
+        /* the program is its tree's first process (rec.c remove_if_unused), also when this
+         * record runs inside another recorded program */
+        unsetenv("GPUMEM_RECORD_ROOT");
         gm_torch_child(&torch);
         execvp(argv[i], argv + i);
         exec_failed(argv[i], errno);

@@ -167,6 +167,9 @@ int gm_torch_prepare(gm_torch_run *r, const char *argv0, const char *selfdir, co
         }
         if (list[0]) prepend("LD_PRELOAD", list, ':');
         if (!getenv("GPUMEM_SIM_PROFILE")) setenv("GPUMEM_SIM_PROFILE", "h100-80g", 1);
+        /* Triton (torch.compile) builds its launcher against the libcuda.so.1 ldconfig knows:
+         * the real driver, or none */
+        if (!getenv("TRITON_LIBCUDA_PATH")) setenv("TRITON_LIBCUDA_PATH", simdir, 1);
     }
     return 0;
 }
@@ -339,10 +342,15 @@ void gm_torch_finish(gm_torch_run *r, const char *dbpath, const gm_run_db *dbs, 
     int others = 0;
     for (size_t i = 0; i < np; i++) {
         const char *db = NULL;
+        int empty = 0;
         for (size_t k = 0; k < ndbs; k++)
-            if (dbs[k].pid == pids[i]) db = dbs[k].path;
+            if (dbs[k].pid == pids[i]) db = dbs[k].path, empty = dbs[k].empty;
         char snap[PATH_MAX + 300], who[64];
         snprintf(snap, sizeof snap, "%s/%s.%ld", dir, basecopy, pids[i]);
+        if (empty) { /* it used no GPU (its recorder removed its file): nothing of PyTorch's to keep */
+            remove_dump(snap);
+            continue;
+        }
         snprintf(who, sizeof who, " of pid %ld", pids[i]);
         if (dumped[i]) others += finish_one(r, snap, db, who, quiet);
         else if (!quiet && r->history && db) { /* only its .state */

@@ -34,6 +34,7 @@ void gm_torch_child(const gm_torch_run *r);
 typedef struct gm_run_db {
     long pid;
     char path[PATH_MAX];
+    int empty; /* the process used no GPU and its recorder removed the file (rec.c remove_if_unused) */
 } gm_run_db;
 /* After the program: merges the dump of the process gpumem record started into the recording
  * at dbpath (NULL: nothing was recorded), and each other Python process's (SNAPSHOT.<pid>: a

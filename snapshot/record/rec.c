@@ -89,6 +89,15 @@ static int part_of_this_run(const char *path, long pid, const char *run) {
     if (!strcmp(path, created_here)) return 0;
     sqlite3 *db = NULL;
     int part = 0;
+    /* Reading a WAL database makes its -wal and -shm files, which a read-only connection leaves
+     * behind at its close: when it made them (none was there, the -wal is still empty), they
+     * go again, or every later process of a launcher's run would leave two files beside the
+     * first one's recording. The caller holds the file's lock: no recorder is writing there. */
+    char wal[4200], shm[4200];
+    struct stat st;
+    int had_sides = rec_db_side(path, REC_SIDE_WAL, wal, sizeof wal) != 0 ||
+                    rec_db_side(path, REC_SIDE_SHM, shm, sizeof shm) != 0 || lstat(wal, &st) == 0 ||
+                    lstat(shm, &st) == 0;
     /* the caller found a regular file at the name (lstat) and holds it open and locked; a
      * NOFOLLOW open would also refuse a linked directory above it, and the run's earlier part
      * would then be taken for a stale file and replaced */
@@ -105,6 +114,10 @@ static int part_of_this_run(const char *path, long pid, const char *run) {
         }
     }
     sqlite3_close(db);
+    if (!had_sides && lstat(wal, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0) {
+        unlink(wal);
+        unlink(shm);
+    }
     return part;
 }
 
@@ -607,6 +620,7 @@ static int open_now(const rec_options *opt) {
         return -1;
     }
 
+    g->gpu_records = UINT64_MAX; /* the writer counts them at a whole close */
     if (create_db_file(g) != 0) return -1;
     /* A full ring: wait for the writer (lossless, the default), or with GPUMEM_RING_FULL=drop
      * wait at most GPUMEM_RING_WAIT_US once per episode, then drop and count (rec_ring.h) */
@@ -695,6 +709,19 @@ static inline int ready(void) {
 int rec_enabled(void) { return atomic_load(&rec_g.state) == REC_ST_OPEN; }
 const char *rec_path(void) { return rec_enabled() ? rec_g.path : ""; }
 
+/* A process the program started (a compile worker of torch.compile, a tokenizer's pool, a
+ * `python -c` probe) opens its recording at its first CUDA call, which may be no more than a
+ * device query: a file that holds none of its own GPU work is clutter nobody asked for, so it
+ * goes, with its side files, and gpumem record is told ("empty") not to list it. The first
+ * process of the tree keeps its file whatever it holds: `gpumem record` reports on it, and
+ * says when it made no allocation. Lock held (the file's flock), SQLite closed. */
+static void remove_if_unused(rec_state *g) {
+    if (!g->root_pid || g->pid == g->root_pid || g->gpu_records != 0) return;
+    if (unlink(g->path) != 0) return;
+    rec_db_unlink_sides(g->path);
+    rec_status("empty", g->path);
+}
+
 void rec_close(void) {
     int expect = REC_ST_OPEN;
     if (!atomic_compare_exchange_strong(&rec_g.state, &expect, REC_ST_CLOSED)) {
@@ -704,6 +731,7 @@ void rec_close(void) {
         return;
     }
     rec_writer_stop(&rec_g);
+    remove_if_unused(&rec_g);
     if (rec_g.lock_fd >= 0) close(rec_g.lock_fd); /* after SQLite closed: see create_db_file */
     rec_g.lock_fd = -1;
 }

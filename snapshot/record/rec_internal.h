@@ -136,6 +136,13 @@ typedef struct rec_state {
     char path[4096];
     char tmpl[4096];
     long pid;
+    /* the first process of the program's tree that loaded libgpumem.so (GPUMEM_RECORD_ROOT,
+     * rec_note_start); 0: not known (the recorder opened without the preload) */
+    long root_pid;
+    /* at a whole close, the writer's count of what the program did on the GPU: events other
+     * than gpumem's own device_info, launches, copies and memsets, and dropped records.
+     * UINT64_MAX until then (rec.c rec_close: a child's file that holds none is removed) */
+    uint64_t gpu_records;
     sqlite3 *db;
 } rec_state;
 

@@ -40,6 +40,8 @@ static const char *const rec_known_names[] = {
     "GPUMEM_DB_FORCE", "GPUMEM_RECORD_RUN", "GPUMEM_RECORD_STATUS", "GPUMEM_TORCH_ALLOCATOR",
     "GPUMEM_TORCH_C_HOOKS", "GPUMEM_TORCH_GLOBAL_HOOKS", "GPUMEM_TORCH_HISTORY", "GPUMEM_TORCH_HOOKS",
     "GPUMEM_TORCH_PID", "GPUMEM_TORCH_PYTORCH_HISTORY", "GPUMEM_TORCH_SNAPSHOT", "GPUMEM_TORCH_TRACE",
+    /* set by libgpumem.so for the processes its program starts (rec_note_start) */
+    "GPUMEM_RECORD_ROOT",
     /* debugging and test hooks */
     "GPUMEM_ADVISE_DUMP", "GPUMEM_CATEGORY_DUMP", "GPUMEM_DEBUG_*", "GPUMEM_TEST_*",
     /* the build and test scripts' inputs */

@@ -20,6 +20,19 @@ rec_state rec_g = {
 };
 
 void rec_note_start(void) {
+    /* the process tree's first process with libgpumem.so: the one whose recording always stays;
+     * an exec'd image keeps its pid, a child of any kind finds its parent's (rec_close) */
+    const char *root = getenv("GPUMEM_RECORD_ROOT");
+    char *end = NULL;
+    long r = root ? strtol(root, &end, 10) : 0;
+    if (r > 0 && end && !*end) {
+        rec_g.root_pid = r;
+    } else {
+        char pid[24];
+        snprintf(pid, sizeof pid, "%ld", (long)getpid());
+        setenv("GPUMEM_RECORD_ROOT", pid, 1);
+        rec_g.root_pid = (long)getpid();
+    }
     if (!getcwd(rec_g.start_cwd, sizeof rec_g.start_cwd)) rec_g.start_cwd[0] = 0;
     /* the recording's name, from here: an exec'd image or a child that starts elsewhere (or this
      * program after a chdir) reads GPUMEM_DB again, and must find the same directory */

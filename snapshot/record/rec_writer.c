@@ -175,6 +175,7 @@ typedef struct writer {
     int in_txn;
     uint64_t txn_start;
     uint64_t events, last_seq;
+    uint64_t device_infos; /* gpumem's own device_info events (24): not the program's */
     uint64_t own_segment_allocs; /* allocations the driver served outside the allocator (pool, graph) */
     uint64_t gpumem_peak_resets; /* PyTorch's peak stats reset by gpumem's allocator, its own (38 flagged 4096) */
     uint64_t dropped_written;
@@ -1172,6 +1173,7 @@ static void event_row(writer *w, uint64_t seq, const rec_rec *r, uint64_t size) 
     row[12] = r->range;
     if (w->nev == EV_MULTI) flush_events(w);
     w->events++;
+    w->device_infos += k == REC_DEVICE_INFO;
     w->own_segment_allocs += rec_is_own_segment(k, (unsigned)r->kind);
     w->gpumem_peak_resets += k == REC_TORCH_RESET_PEAK && (r->kind & REC_F_FRAMEWORK);
 }
@@ -1669,6 +1671,9 @@ static void finish(writer *w, rec_state *g) {
     if (sig) meta_int(w, "signal", sig);
     commit(w, g);
     sqlite3_wal_checkpoint_v2(w->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    if (!w->failed)
+        g->gpu_records = w->events - w->device_infos + w->n_launches + ring_dropped_events(&g->ring) +
+                         atomic_load(&g->ring.dropped_aux) + w->words_lost;
 }
 
 static void writer_cleanup(writer *w) {

@@ -105,3 +105,7 @@ SCRIPT_TESTS += tests/torch/torch_steps_inferred.sh
 # gpumem's commands on PyTorch recordings (its history and hooks; gpumem as its allocator with the
 # op log) under valgrind's memcheck, where the sanitizer stages skip tests/torch (torch_memcheck.sh)
 SCRIPT_TESTS += tests/torch/torch_memcheck.sh
+# torch.compile: Triton's cubins loaded as modules on the virtual GPU, the compiled kernels'
+# launches and uses recorded, the leaks an eager run's, and no database left by the compile
+# workers or by any child that used no GPU (torch_compile.sh, torch_compile.py, module_probe.py)
+SCRIPT_TESTS += tests/torch/torch_compile.sh

@@ -3,6 +3,9 @@
  *     GPUMEM_SIM_KERNELS=strict refuses them;
  *   - function attributes and occupancy answer with real-looking figures;
  *   - device profiles (GPUMEM_SIM_PROFILE) set name, memory, compute capability, SMs, L2;
+ *   - modules: a cubin Triton built and an nvcc fat binary (tests/fuzz/corpus/fatbin) load through
+ *     cuModuleLoad*, one function per (module, name) with the cubin's parameter layout, launched
+ *     and skipped; unloading retires the functions;
  *   - what is not modelled is counted by name and named once;
  *   - VMM handles with the POSIX fd type work under virtual backing; fabric handles are refused
  *     the way a GPU without an IMEX channel refuses them.
@@ -72,6 +75,147 @@ static void test_device_kernel_is_skipped_and_counted(void **state)
     sim_stats st;
     sim_stats_get(&st);
     assert_true(st.op[SIM_OP_LAUNCH].calls >= 3); /* a skipped launch still costs a launch */
+}
+
+static void *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char buf[1 << 20];
+    *len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    assert_true(*len > 0 && *len < sizeof buf);
+    void *copy = malloc(*len);
+    assert_non_null(copy);
+    memcpy(copy, buf, *len);
+    return copy;
+}
+
+#define TRITON_CUBIN "tests/fuzz/corpus/fatbin/cubin_triton0"
+#define TRITON_KERNEL "triton_poi_fused_addmm_relu_0"
+
+/* A cubin Triton built (torch.compile's): loaded from a file and from memory, its kernel is one
+ * handle per module with the layout its PTX declares (.u64 x2, .u32, .u64 x2), launched, checked
+ * and skipped; a missing name, file or a non-image are the driver's errors; unloading retires the
+ * module's functions (the other module's stay), and their launches stay counted. */
+static void test_module_cubin(void **state)
+{
+    (void)state;
+    CUmodule m1, m2;
+    OK(cuModuleLoad(&m1, TRITON_CUBIN));
+    size_t len;
+    void *image = read_file(TRITON_CUBIN, &len);
+    OK(cuModuleLoadData(&m2, image));
+    free(image); /* the module keeps what it read, not the image */
+    CUfunction f, again, g;
+    OK(cuModuleGetFunction(&f, m1, TRITON_KERNEL));
+    OK(cuModuleGetFunction(&again, m1, TRITON_KERNEL));
+    OK(cuModuleGetFunction(&g, m2, TRITON_KERNEL));
+    assert_true(f && f == again && f != g);
+    assert_int_equal(cuModuleGetFunction(&again, m1, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+    unsigned n = 0;
+    OK(cuModuleGetFunctionCount(&n, m1));
+    assert_int_equal(n, 1);
+    const size_t want_off[] = {0, 8, 16, 24, 32}, want_size[] = {8, 8, 4, 8, 8};
+    for (size_t i = 0; i < 5; i++) {
+        size_t off = 0, sz = 0;
+        OK(cuFuncGetParamInfo(f, i, &off, &sz));
+        assert_int_equal(off, want_off[i]);
+        assert_int_equal(sz, want_size[i]);
+    }
+    size_t off, sz;
+    assert_int_equal(cuFuncGetParamInfo(f, 5, &off, &sz), CUDA_ERROR_INVALID_VALUE);
+    /* its resources are the cubin's (cuobjdump -res-usage: REG:10 SHARED:0) */
+    int regs = 0, shared = -1;
+    OK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f));
+    OK(cuFuncGetAttribute(&shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f));
+    assert_int_equal(regs, 10);
+    assert_int_equal(shared, 0);
+    CUdeviceptr d;
+    OK(cuMemAlloc(&d, 4096));
+    unsigned x = 4096;
+    CUdeviceptr scratch = 0;
+    void *args[] = {&d, &d, &x, &scratch, &scratch};
+    assert_int_equal(launch(f, 32, 128, 0, NULL), CUDA_ERROR_INVALID_VALUE); /* its parameters missing */
+    OK(cuLaunchKernel(f, 32, 1, 1, 128, 1, 1, 0, NULL, args, NULL));
+    OK(cuLaunchKernel(g, 32, 1, 1, 128, 1, 1, 0, NULL, args, NULL));
+    assert_int_equal(sim_skipped_launches(TRITON_KERNEL), 2);
+    CUmodule bad;
+    assert_int_equal(cuModuleLoad(&bad, "tests/fuzz/corpus/fatbin/no-such-file"), CUDA_ERROR_FILE_NOT_FOUND);
+    assert_int_equal(cuModuleLoadData(&bad, "\x01\x02\x03\x04 not an image"), CUDA_ERROR_INVALID_IMAGE);
+    OK(cuModuleUnload(m1));
+    assert_int_equal(cuLaunchKernel(f, 32, 1, 1, 128, 1, 1, 0, NULL, args, NULL), CUDA_ERROR_INVALID_HANDLE);
+    assert_int_equal(cuFuncGetParamInfo(f, 0, &off, &sz), CUDA_ERROR_INVALID_HANDLE);
+    assert_int_equal(cuModuleUnload(m1), CUDA_ERROR_INVALID_HANDLE);
+    assert_int_equal(cuModuleGetFunction(&again, m1, TRITON_KERNEL), CUDA_ERROR_INVALID_HANDLE);
+    OK(cuLaunchKernel(g, 32, 1, 1, 128, 1, 1, 0, NULL, args, NULL)); /* the other module's */
+    assert_int_equal(sim_skipped_launches(TRITON_KERNEL), 3);
+    OK(cuModuleUnload(m2));
+    OK(cuMemFree(d));
+    /* a module belongs to a context: none current, none loaded */
+    CUcontext cur;
+    OK(cuCtxGetCurrent(&cur));
+    OK(cuCtxSetCurrent(NULL));
+    assert_int_equal(cuModuleLoad(&bad, TRITON_CUBIN), CUDA_ERROR_INVALID_CONTEXT);
+    OK(cuCtxSetCurrent(cur));
+}
+
+/* A Triton reduction's cubin: its registers and static shared memory (cuobjdump -res-usage:
+ * REG:29 SHARED:1024) in its attributes and its occupancy (the shared memory counts per block). */
+static void test_module_resources(void **state)
+{
+    (void)state;
+    CUmodule m;
+    OK(cuModuleLoad(&m, "tests/fuzz/corpus/fatbin/cubin_triton1"));
+    CUfunction f;
+    OK(cuModuleGetFunction(&f, m, "triton_per_fused_sum_threshold_backward_1"));
+    int regs = 0, shared = 0, blocks = 0, typical = 0;
+    OK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f));
+    OK(cuFuncGetAttribute(&shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f));
+    assert_int_equal(regs, 29);
+    assert_int_equal(shared, 1024);
+    CUfunction plain;
+    OK(sim_register_device_kernel("typical", &plain));
+    /* 1024 threads: 65536 / (1024 * 29) = 2 blocks by registers, as by threads (2048 per SM) */
+    OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 1024, 0));
+    assert_int_equal(blocks, 2);
+    /* 64 threads and 40 KiB each on the default profile's 164 KiB per SM: 40 + 1 reserved fit 4
+     * times, 40 + 1 + its static 1 only 3 */
+    OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, f, 64, 40 << 10));
+    OK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&typical, plain, 64, 40 << 10));
+    assert_int_equal(typical, 4);
+    assert_int_equal(blocks, 3);
+    OK(cuModuleUnload(m));
+}
+
+/* An nvcc fat binary (tests/unit/sim_nvcc_app.cu's) as a module: every kernel is a function with
+ * its name, the same ones through cuModuleLoadFatBinary and cuModuleLoadData. */
+static void test_module_fatbin(void **state)
+{
+    (void)state;
+    size_t len;
+    void *image = read_file("tests/fuzz/corpus/fatbin/raw1", &len);
+    CUmodule a, b;
+    OK(cuModuleLoadFatBinary(&a, image));
+    OK(cuModuleLoadData(&b, image));
+    unsigned na = 0, nb = 0;
+    OK(cuModuleGetFunctionCount(&na, a));
+    OK(cuModuleGetFunctionCount(&nb, b));
+    assert_true(na > 0 && na == nb);
+    CUfunction fs[64];
+    assert_true(na <= 64);
+    assert_int_equal(cuModuleEnumerateFunctions(fs, na - 1, a), CUDA_ERROR_INVALID_VALUE);
+    OK(cuModuleEnumerateFunctions(fs, na, a));
+    for (unsigned i = 0; i < na; i++) {
+        const char *name = NULL;
+        OK(cuFuncGetName(&name, fs[i]));
+        CUfunction same;
+        OK(cuModuleGetFunction(&same, a, name));
+        assert_ptr_equal(same, fs[i]);
+    }
+    OK(cuModuleUnload(a));
+    OK(cuModuleUnload(b));
+    free(image);
 }
 
 /* The launch is checked like any other: configuration, shared memory, stream. */
@@ -381,6 +525,9 @@ int main(void)
         cmocka_unit_test_setup(test_device_kernel_in_a_graph, setup),
         cmocka_unit_test_setup(test_function_attributes_and_occupancy, setup),
         cmocka_unit_test_setup(test_unsupported_calls_are_counted, setup),
+        cmocka_unit_test_setup(test_module_cubin, setup),
+        cmocka_unit_test_setup(test_module_fatbin, setup),
+        cmocka_unit_test_setup(test_module_resources, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# torch_compile.sh — torch.compile (inductor's Triton kernels) on the virtual GPU and under gpumem
+# (tests/torch/torch_compile.py: an MLP's 3 training steps with the model compiled). One
+# recording, shared by the rows; its compile cache (TORCHINDUCTOR_CACHE_DIR) is this test's own,
+# fresh, so the recording compiles (its compile workers start) and the plain run after it loads
+# the same cubins from the cache.
+#   - recorded (`gpumem record`): the program ends well; the Triton kernels' launches are in
+#     `launches` under their names, each with `uses` rows (their pointer arguments read through the
+#     cubin's parameter layout); report, leaks and advise exit 0; leaks lists what the same program
+#     run eagerly leaves alive, no more (nothing of the compile, its autotuning, counted);
+#   - no stray database: the compile workers (processes the program started that used no GPU
+#     beyond a context) leave no file; the class, with a C program and a probe run by a shell: a
+#     child that only started CUDA leaves none, a child that allocated keeps its own, and the
+#     first process keeps its file though it used no GPU (gpumem record inside a recorded program too);
+#   - the plain run (build/sim/torch-env) runs the compiled steps, its Triton kernels skipped and
+#     counted by name (GPUMEM_SIM_STATS);
+#   - the modules themselves (module_probe.py on a cubin of the recording's cache): cuModuleLoad
+#     and cuModuleLoadData of the cubin, one handle per (module, name), CUDA_ERROR_NOT_FOUND for
+#     a missing name, the parameter layout of the kernel's PTX, PTX refused as not supported
+#     (no JIT), an image that is none CUDA_ERROR_INVALID_IMAGE, a function of an unloaded module
+#     invalid (another module's still valid).
+# Before 2026-12-07 the program failed at its first compiled call ("libcuda.so cannot found",
+# then cuModuleLoad not supported), and a compile worker left NAME-<pid>.db beside the recording.
+set -uo pipefail
+source "$(dirname "$0")/common.bash"
+export TORCHINDUCTOR_CACHE_DIR=$tmp/inductor GPUMEM_SIM_BACKING=memory
+script=tests/torch/torch_compile.py
+mkdir -p "$tmp/rec" "$tmp/eager" "$tmp/kids"
+# ---- recorded
+if "$G" record -o "$tmp/rec/c.db" -- "$torch_py" "$script" default > "$tmp/rec.out" 2>&1 \
+    && grep -q "^torch_compile.py: default: 3 steps done" "$tmp/rec.out"; then
+  ok "recorded: the compiled program ran its 3 steps"
+else
+  bad "recorded: the compiled program failed"; grep -v Warning "$tmp/rec.out" | tail -6
+fi
+q() { sqlite3 "$tmp/rec/c.db" "$1" 2>&1; }
+# per Triton kernel (inductor names them triton_<kind>_fused_...): launches, and launches with uses
+got=$(q "SELECT s.s || ' ' || count(DISTINCT l.seq) || ' ' || count(DISTINCT u.seq) FROM launches l
+         JOIN strings s ON s.id = l.kernel LEFT JOIN uses u ON u.seq = l.seq
+         WHERE s.s LIKE 'triton\_%' ESCAPE '\' GROUP BY s.s ORDER BY s.s")
+n=$(grep -c '^triton_' <<< "$got")
+short=$(awk '$3 < $2' <<< "$got")
+[[ $n -ge 3 && -z $short ]] && ok "recorded: $n Triton kernels launched, every launch with uses ($(tr '\n' ';' <<< "$got"))" \
+  || bad "recorded: Triton kernels' launches and launches with uses: '${got:-none}'${short:+ (without uses: $short)}"
+unread=$(q "SELECT value FROM meta WHERE key = 'launches_unread'")
+[[ $unread == 0 ]] && ok "recorded: no launch unread (every kernel's layout known)" \
+  || bad "recorded: meta launches_unread $unread"
+for cmd in report leaks advise; do
+  "$G" $cmd "$tmp/rec/c.db" > "$tmp/$cmd.txt" 2>&1
+  rc=$?
+  [[ $rc == 0 ]] && ok "$cmd exits 0" || { bad "$cmd exits $rc"; tail -3 "$tmp/$cmd.txt"; }
+done
+# leaks: the compiled program leaves alive what the eager one does (parameters, gradients, the
+# inputs, cuBLAS's workspaces), nothing of the compile
+"$G" record -o "$tmp/eager/e.db" -- "$torch_py" "$script" eager > "$tmp/eager.out" 2>&1 || bad "the eager run failed"
+want=$("$G" leaks --json "$tmp/eager/e.db" | jq -c '[.leaked_bytes, .leaked_allocations]')
+got=$("$G" leaks --json "$tmp/rec/c.db" | jq -c '[.leaked_bytes, .leaked_allocations]')
+[[ $got == "$want" && $want != *null* && -n $want ]] && ok "leaks: the compiled run's $got (bytes, allocations), the eager run's" \
+  || bad "leaks: the compiled run's $got, the eager run's $want"
+# ---- no stray database: only the program's own file beside the recording
+others=$(cd "$tmp/rec" && ls | grep -v '^c\.db$' | tr '\n' ' ')
+[[ -z $others ]] && ok "no stray database beside the recording (the compile workers left none)" \
+  || bad "files beside the recording: $others"
+grep -q "other processes of this run recorded too" "$tmp/rec.out" \
+  && bad "record lists other processes' files: $(grep 'other processes' "$tmp/rec.out")" \
+  || ok "record lists no other process's file"
+# the class: a shell's children (the shell is the first process: `; true` keeps it from exec'ing
+# its last command); a PyTorch probe that only started CUDA leaves nothing, each program that
+# allocates keeps its file (the first k.db, the second k-<pid>.db). Also no -wal/-shm beside k.db,
+# which the later processes read to find it a part of this run.
+"$G" record -o "$tmp/kids/k.db" -- bash -c "$build/tests/apps/rt_app > /dev/null; $torch_py tests/torch/module_probe.py --child;
+    $build/tests/apps/rt_app > /dev/null; true" > "$tmp/kids.out" 2>&1 || bad "the shell's run failed: $(tail -3 "$tmp/kids.out")"
+files=$(cd "$tmp/kids" && ls | sed 's/-[0-9]*\.db$/-PID.db/' | sort | tr '\n' ' ')
+[[ $files == "k-PID.db k.db " && $(grep -c '^child 0$' "$tmp/kids.out") == 1 ]] \
+  && ok "a shell's children: the probe left no file, each allocating program its own ($files)" \
+  || bad "a shell's children's files: '$files', want 'k-PID.db k.db ' (the probe ran: $(grep -c '^child 0$' "$tmp/kids.out"))"
+# ... and the first process keeps its file whatever it holds, also when gpumem record runs inside
+# another recorded program (GPUMEM_RECORD_ROOT inherited: record makes its program the first)
+mkdir -p "$tmp/root"
+GPUMEM_RECORD_ROOT=1 "$G" record -o "$tmp/root/r.db" -- "$torch_py" tests/torch/module_probe.py --child > "$tmp/root.out" 2>&1
+rc=$?
+[[ $rc == 0 && -s $tmp/root/r.db ]] && grep -q "made no device or pinned allocation" "$tmp/root.out" \
+  && ok "the first process's file stays though it used no GPU (record says it made no allocation)" \
+  || { bad "the first process's file: exit $rc, $(ls "$tmp/root")"; tail -3 "$tmp/root.out"; }
+# ---- the plain run: the cache the recording filled, the kernels skipped and counted
+if GPUMEM_SIM_STATS=1 torch_run -- "$script" default > "$tmp/plain.out" 2>&1 \
+    && grep -q "^torch_compile.py: default: 3 steps done" "$tmp/plain.out"; then
+  ok "plain: the compiled program ran its 3 steps on the virtual GPU"
+else
+  bad "plain: the compiled program failed"; grep -v Warning "$tmp/plain.out" | tail -6
+fi
+n=$(grep -c "^gpumem sim: skipped .* triton_" "$tmp/plain.out")
+[[ $n -ge 3 ]] && ok "plain: $n Triton kernels skipped and counted by name" \
+  || bad "plain: $n Triton kernels in the skipped list"
+grep -q "not modelled: cuModule" "$tmp/plain.out" && bad "plain: $(grep 'not modelled: cuModule' "$tmp/plain.out")" \
+  || ok "plain: no module call not modelled"
+# ---- the modules, on a cubin of the cache
+cubin=$(find "$TORCHINDUCTOR_CACHE_DIR" -name 'triton_poi_*.cubin' | head -1)
+kernel=$(basename "${cubin%.cubin}")
+if [[ -z $cubin ]]; then
+  bad "no triton_poi_ cubin in the compile cache"
+else
+  "$torch_py" tests/torch/module_probe.py "$build/sim/libcuda.so.1" "$cubin" "$kernel" > "$tmp/probe.out" 2>&1
+  # the PTX's parameters (.u64/.b64 8 bytes, .u32/.b32 4, ...), each at its natural alignment
+  want=$(awk '/\.entry/ { on = 1 } on && /\.param/ { t = $2; s = t ~ /64$/ ? 8 : t ~ /32$/ ? 4 : t ~ /16$/ ? 2 : 1;
+              off = int((off + s - 1) / s) * s; out = out (out == "" ? "" : ",") off ":" s; off += s } on && /^\)/ { exit }
+              END { print out }' "${cubin%.cubin}.ptx")
+  for row in "load_file 0" "load_data 0" "get 0" "same_module_same_handle 1" "other_module_other_handle 1" \
+             "missing 500" "count 0 1" "layout $want" "ptx 801" "garbage 200" "unload 0" \
+             "after_unload_param 400" "after_unload_other 0" "unload_twice 400"; do
+    grep -qx "$row" "$tmp/probe.out" && ok "module: $row" \
+      || bad "module: want '$row', got '$(grep "^${row%% *} " "$tmp/probe.out")'"
+  done
+fi
+exit $fail
