@@ -678,7 +678,9 @@ void rec_close(void) {
 
 /* Waits (at most 10 s) until every record pushed and every item queued before the call is
  * committed: the records by seq, the items (meta, strings, ...) by the request's number, which
- * the writer answers after a round that took them. */
+ * the writer answers after a round that took them. Not at all once the writer has failed (disk
+ * full, I/O error): it commits nothing more, and the exit handler's flush held every such
+ * program 10 s at its exit. */
 void rec_flush(void) {
     if (!rec_enabled() || !in_recording_process()) return;
     uint64_t target = rec_ring_last_seq(&rec_g.ring);
@@ -689,7 +691,7 @@ void rec_flush(void) {
     uint64_t req = atomic_fetch_add(&rec_g.flush_req, 1) + 1;
     rec_ring_wake(&rec_g.ring);
     while ((atomic_load(&rec_g.committed_seq) < target || atomic_load(&rec_g.flush_done) < req) &&
-           rec_enabled() && rec_now_ns() < deadline) {
+           rec_enabled() && !atomic_load(&rec_g.writer_failed) && rec_now_ns() < deadline) {
         struct timespec ts = {0, 500000};
         nanosleep(&ts, NULL);
     }
@@ -1560,6 +1562,7 @@ static void forget_state(rec_state *g) {
     atomic_store(&g->flush_seq, 0);
     atomic_store(&g->flush_req, 0);
     atomic_store(&g->flush_done, 0);
+    atomic_store(&g->writer_failed, 0);
     atomic_store(&g->writer_stop, 0);
     atomic_fetch_add(&g->gen, 1);
 }
