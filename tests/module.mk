@@ -13,6 +13,9 @@ SCRIPT_TESTS += tests/integration/sym_table.sh
 # the README's text against the output of the commands it shows (e2e_* run those commands under
 # the sanitizers)
 NOSAN_SCRIPT_TESTS += tests/integration/readme_check.sh
+# tests/run.sh's start order (longest first by the last run's times), a driver test: no C code
+SCRIPT_TESTS += tests/integration/run_order.sh
+NOSAN_SCRIPT_TESTS += tests/integration/run_order.sh
 # make install into a scratch prefix (bin/, lib/gpumem/, include/, pkg-config, the manifest) and make uninstall
 SCRIPT_TESTS += tests/integration/install.sh
 # kill -9, signals, full disks, fork storms at seeded random moments (short; make soak: long)

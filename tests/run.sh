@@ -12,8 +12,15 @@
 # TEST_JOBS programs run at once (default: the number of CPUs; 1 runs them one after the
 # other, as before). Each gets its own TMPDIR, so their scratch files never meet; each one's
 # output is kept and printed whole, in list order, when it ends, so the log reads the same
-# whatever the order in which they finished. Tests that time something themselves bound it
-# generously enough for a loaded machine (they already run with every core busy in CI).
+# whatever the order in which they started or finished. Tests that time something themselves
+# bound it generously enough for a loaded machine (they already run with every core busy in CI).
+#
+# They start longest first, by the wall seconds each took in the last run with the same --san
+# (kept in GPUMEM_TEST_TIMES, default ~/.cache/gpumem/test-times; every clone on the machine
+# shares it, as it shares PyTorch's venv): in list order, a long test that starts last leaves
+# the other cores idle while it ends (13 s of the ASan stage's 546 s at stop 77). Programs the
+# file does not know start first, in list order (a new test may be long); without the file the
+# order is the list's.
 set -uo pipefail
 build=build san= unit= scripts=
 while [[ $# -gt 0 ]]; do
@@ -33,6 +40,7 @@ export BUILD=$build SAN=$san
 while IFS='=' read -r var _; do
   case $var in
     GPUMEM_TORCH_PY | GPUMEM_TORCH_VENV | GPUMEM_TORCH_VERSION | GPUMEM_TEST_PYTHON | GPUMEM_CCACHE) ;;
+    GPUMEM_TEST_TIMES) ;;
     GPUMEM_FUZZ* | GPUMEM_BENCH_* | GPUMEM_DIFF_* | GPUMEM_GPU_*) ;;
     GPUMEM_* | PYTORCH_CUDA_ALLOC_CONF | PYTORCH_ALLOC_CONF) unset "$var" ;;
   esac
@@ -49,6 +57,24 @@ names=() cmds=()
 for t in $unit; do names+=("$t"); cmds+=("$t"); done
 for s in $scripts; do names+=("$s"); cmds+=("bash $s"); done
 n=${#names[@]}
+
+# the start order: indexes into names, longest first by the last run's times (above); a name
+# is the test's path with the build folder taken out, so that build/ and build/san-*/ units and
+# every clone's share one line
+times_dir=${GPUMEM_TEST_TIMES:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/gpumem/test-times}
+times_file=$times_dir/${san:-plain}
+key() { echo "${1#"$build"/}"; }
+order=()
+declare -A last=()
+if [[ -r $times_file ]]; then
+  while read -r secs name; do [[ $secs =~ ^[0-9]+$ ]] && last[$name]=$secs; done < "$times_file"
+fi
+for ((i = 0; i < n; i++)); do [[ -n ${last[$(key "${names[$i]}")]:-} ]] || order+=("$i"); done
+while read -r _ i; do order+=("$i"); done < <(
+  for ((i = 0; i < n; i++)); do
+    k=$(key "${names[$i]}")
+    [[ -n ${last[$k]:-} ]] && echo "${last[$k]} $i"
+  done | sort -k1,1nr -k2,2n)
 
 # runs test i in the background: its output in $work/i.out, its exit code and wall seconds in
 # $work/i.rc
@@ -84,14 +110,21 @@ report() { # prints test i's output and counts it
 
 next=0 shown=0 running=0
 while ((shown < n)); do
-  while ((running < jobs && next < n)); do start "$next"; next=$((next + 1)); running=$((running + 1)); done
+  while ((running < jobs && next < n)); do start "${order[$next]}"; next=$((next + 1)); running=$((running + 1)); done
   # wait for any one to end, then print every finished one that is next in list order
   wait -n 2> /dev/null || true
   running=0
-  for ((i = shown; i < next; i++)); do [[ -e $work/$i.rc ]] || running=$((running + 1)); done
-  while ((shown < next)) && [[ -e $work/$shown.rc ]]; do report "$shown"; shown=$((shown + 1)); done
+  for ((k = 0; k < next; k++)); do [[ -e $work/${order[$k]}.rc ]] || running=$((running + 1)); done
+  while ((shown < n)) && [[ -e $work/$shown.rc ]]; do report "$shown"; shown=$((shown + 1)); done
 done
 wait
+# this run's times for the next one's order (the old file's other lines kept: a run of a few
+# tests updates only theirs)
+if mkdir -p "$times_dir" 2> /dev/null; then
+  for ((i = 0; i < n; i++)); do read -r _ secs < "$work/$i.rc" && last[$(key "${names[$i]}")]=$secs; done
+  for k in "${!last[@]}"; do echo "${last[$k]} $k"; done | sort -k2 > "$times_file.$$" &&
+    mv "$times_file.$$" "$times_file"
+fi
 echo
 if [[ ${#failed[@]} -gt 0 ]]; then
   # each failed program's failing lines again, so that the end of the log says why

@@ -738,7 +738,9 @@ void rec_close(void) {
 
 /* Waits until every record pushed and every item queued before the call is committed: the
  * records by seq, the items (meta, strings, ...) by the request's number, which the writer
- * answers after a round that took them. Bounded as the close is (wait_writer). */
+ * answers after a round that took them. Bounded as the close is (wait_writer). Not at all once
+ * the writer has failed (disk full, I/O error): it commits nothing more, and the exit handler's
+ * flush would hold every such program for the wait's bound at its exit. */
 void rec_flush(void) {
     if (!rec_enabled() || !in_recording_process()) return;
     uint64_t target = rec_ring_last_seq(&rec_g.ring);
@@ -750,7 +752,7 @@ void rec_flush(void) {
     wait_writer o;
     wait_writer_begin(&o);
     while ((atomic_load(&rec_g.committed_seq) < target || atomic_load(&rec_g.flush_done) < req) &&
-           rec_enabled() && wait_writer_on(&o, 500000)) {
+           rec_enabled() && !atomic_load(&rec_g.writer_failed) && wait_writer_on(&o, 500000)) {
     }
 }
 
@@ -1619,6 +1621,7 @@ static void forget_state(rec_state *g) {
     atomic_store(&g->flush_seq, 0);
     atomic_store(&g->flush_req, 0);
     atomic_store(&g->flush_done, 0);
+    atomic_store(&g->writer_failed, 0);
     atomic_store(&g->writer_stop, 0);
     atomic_fetch_add(&g->gen, 1);
 }

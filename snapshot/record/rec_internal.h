@@ -132,6 +132,8 @@ typedef struct rec_state {
     _Atomic uint64_t flush_seq;     /* rec_flush() waits for this seq: commit as soon as drained */
     _Atomic uint64_t flush_req;     /* rec_flush()'s requests, numbered: items queued before one */
     _Atomic uint64_t flush_done;    /* ... are committed once the writer sets this to its number */
+    _Atomic int writer_failed;      /* SQLite failed (disk full, I/O error): nothing more will be
+                                       committed, so rec_flush() waits for nothing */
     int lock_fd;
     char path[4096];
     char tmpl[4096];

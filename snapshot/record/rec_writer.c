@@ -1770,7 +1770,9 @@ static void *writer_main(void *arg) {
             if (flush && !w->in_txn) atomic_store(&g->flush_done, req);
         } else {
             /* SQLite failed: keep the ring moving so producers never wait on us, and hand the
-             * timing tokens back to the resolver (they hold the preload's resources) */
+             * timing tokens back to the resolver (they hold the preload's resources); a
+             * rec_flush() waits no more */
+            atomic_store(&g->writer_failed, 1);
             rec_rec r;
             while (rec_ring_pop(&g->ring, &r)) {
                 n++;

@@ -3,9 +3,10 @@
  *
  *   snapshot_app pairs N        N alloc/free pairs in "step i"/"fwd" ranges, plus one planted
  *                               leak in plant_leak(); prints "ALLOCS a FREES f LEAKED bytes"
- *   snapshot_app steady FILE [MAX]  one event every 100 us forever (after MAX events, none
- *                               more: it only stays alive); FILE (mmap'd) always holds the
- *                               number of events issued, so it survives a SIGKILL
+ *   snapshot_app steady FILE [MAX [US]]  one event every US microseconds (default 100)
+ *                               forever (after MAX events, none more: it only stays alive; 0:
+ *                               no MAX); FILE (mmap'd) always holds the number of events
+ *                               issued, so it survives a SIGKILL
  *   snapshot_app fork           records, forks a child that records too, waits for it
  *   snapshot_app growth STEPS   leaks 1 MiB per "step i" range (growth across steps)
  *   snapshot_app mixed          allocations on two streams, sync and stream-ordered frees, an
@@ -77,7 +78,7 @@ static int pairs(long n) {
     return 0;
 }
 
-static int steady(const char *file, uint64_t max) {
+static int steady(const char *file, uint64_t max, long interval_us) {
     int fd = open(file, O_RDWR | O_CREAT | O_TRUNC, 0600);
     if (fd < 0 || ftruncate(fd, 4096) != 0) return 2;
     volatile uint64_t *cnt = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -92,7 +93,7 @@ static int steady(const char *file, uint64_t max) {
          * run need more than the device holds after a minute: every replay an OOM) */
         rec_event(REC_ALLOC, 0, 0, 0x1000 + i * 512, 512, 512, i);
         *cnt = i;
-        struct timespec ts = {0, 100000};
+        struct timespec ts = {interval_us / 1000000, interval_us % 1000000 * 1000};
         nanosleep(&ts, NULL);
     }
 }
@@ -241,7 +242,7 @@ static int reuse(void) {
 
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "pairs") == 0) return pairs(atol(argv[2]));
-    if (argc >= 3 && strcmp(argv[1], "steady") == 0) return steady(argv[2], argc >= 4 ? strtoull(argv[3], NULL, 10) : 0);
+    if (argc >= 3 && strcmp(argv[1], "steady") == 0) return steady(argv[2], argc >= 4 ? strtoull(argv[3], NULL, 10) : 0, argc >= 5 ? atol(argv[4]) : 100);
     if (argc >= 2 && strcmp(argv[1], "fork") == 0) return forked();
     if (argc >= 3 && strcmp(argv[1], "growth") == 0) return growth(atol(argv[2]));
     if (argc >= 2 && strcmp(argv[1], "mixed") == 0) return mixed();
@@ -253,6 +254,6 @@ int main(int argc, char **argv) {
         rec_close();
         return 0;
     }
-    fprintf(stderr, "usage: snapshot_app pairs N | steady FILE | fork | growth STEPS | mixed | uses | reuse | empty\n");
+    fprintf(stderr, "usage: snapshot_app pairs N | steady FILE [MAX [US]] | fork | growth STEPS | mixed | uses | reuse | empty\n");
     return 2;
 }
