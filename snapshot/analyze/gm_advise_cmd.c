@@ -188,8 +188,9 @@ typedef struct ctx {
     int bf16_undone; /* a bf16 recording advised as its fp32 trace with bf16 applied (adv_unbf16) */
     int partial; /* --oom-step: the trace ends at an OOM, in a step that did not complete */
     size_t oom_done; /* an OOM recording: its steps that completed before the OOM */
-    char notes[14][1024]; /* what the model does not capture, or how it read the recording */
+    char notes[16][1024]; /* what the model does not capture, or how it read the recording */
     gm_torch_reset reset; /* where the program reset PyTorch's peak stats (its max_memory_*()) */
+    gm_compiled compiled; /* torch.compile: what the recording cannot see of a compiled region */
     int nnotes;
     /* techniques not predicted for this recording (JSON not_predicted): the note that says why */
     struct {
@@ -437,6 +438,26 @@ static int spec_withheld(const ctx *c, const spec *s)
             return c->unpredicted[i].note;
     }
     return -1;
+}
+
+/* torch.compile: what advise cannot see in a compiled region, and compile-time tensors in the
+ * trace it replays (gm_compiled.c) */
+static void compiled_notes(ctx *c)
+{
+    const gm_compiled *cc = &c->compiled;
+    const size_t max = sizeof c->notes / sizeof *c->notes;
+    if (!cc->compiled || (size_t)c->nnotes >= max) return;
+    snprintf(c->notes[c->nnotes++], sizeof c->notes[0],
+             "torch.compile: PyTorch's module hooks do not fire inside a compiled region (its phases stop at the "
+             "compiled module), so advise names no layer inside it to recompute or offload, and inductor's "
+             "partitioner, not the model, decides what the compiled backward saves and what it recomputes");
+    if (!cc->autotune_at_peak || (size_t)c->nnotes >= max) return;
+    char why[512];
+    gm_compiled_note(cc, why, sizeof why);
+    snprintf(c->notes[c->nnotes++], sizeof c->notes[0],
+             "%s; the baseline and the predictions below replay them as recorded, so a run with the compile cache "
+             "warm peaks lower than they say",
+             why);
 }
 
 static void phases_note(gm_db *d, ctx *c)
@@ -1430,6 +1451,7 @@ int gm_advise_main(int argc, char **argv)
     }
     phases_note(&d, &c);
     gm_torch_peak_reset(&d, GM_TORCH_ALL_DEVICES, &c.reset);
+    gm_compiled_read(&d, &c.compiled);
     gm_db_close(&d);
     backward_note(&c);
     /* A recording that hit an OOM: its trace from there on is not what the program needed.
@@ -1546,6 +1568,7 @@ int gm_advise_main(int argc, char **argv)
          * max_memory_*() say then, and since when */
         if (reset.count && (size_t)c.nnotes < sizeof c.notes / sizeof *c.notes)
             gm_torch_reset_note(&reset, c.notes[c.nnotes++], sizeof c.notes[0]);
+        compiled_notes(&c);
         if (c.m.ntops) {
             size_t nb = 0;
             for (size_t i = 0; i < c.m.ntops; i++)

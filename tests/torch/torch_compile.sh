@@ -57,6 +57,18 @@ want=$("$G" leaks --json "$tmp/eager/e.db" | jq -c '[.leaked_bytes, .leaked_allo
 got=$("$G" leaks --json "$tmp/rec/c.db" | jq -c '[.leaked_bytes, .leaked_allocations]')
 [[ $got == "$want" && $want != *null* && -n $want ]] && ok "leaks: the compiled run's $got (bytes, allocations), the eager run's" \
   || bad "leaks: the compiled run's $got, the eager run's $want"
+# ---- what gpumem cannot see in a compiled region (report's "torch.compile" block, JSON
+# .torch_compile, advise's notes): the module hooks stop at the compiled module; an eager program
+# has no such block (null) and no such note
+jc() { "$G" report --json "$1" | jq -c "$2" 2>&1; }
+grep -q "PyTorch's module hooks do not fire inside a compiled region: its memory is the compiled module's range" "$tmp/report.txt" \
+    && [[ $(jc "$tmp/rec/c.db" '.torch_compile.compiled_module_ranges > 0') == true && $(jc "$tmp/eager/e.db" .torch_compile) == null ]] \
+  && ok "report: the compiled module's ranges said to hold its layers' memory (eager: no torch_compile)" \
+  || bad "report: torch.compile's block: '$(grep -A1 '^torch.compile' "$tmp/report.txt" | tail -1 | cut -c1-120)', JSON $(jc "$tmp/rec/c.db" .torch_compile), eager's $(jc "$tmp/eager/e.db" .torch_compile)"
+notes() { "$G" advise --json "$1" 2>/dev/null | jq -r '.notes[]' | grep -c "$2"; }
+[[ $(notes "$tmp/rec/c.db" "^torch.compile: PyTorch's module hooks do not fire") == 1 && $(notes "$tmp/eager/e.db" "^torch.compile") == 0 ]] \
+  && ok "advise: says it names no layer inside the compiled region (eager: no such note)" \
+  || bad "advise's torch.compile note: compiled $(notes "$tmp/rec/c.db" "^torch.compile"), eager $(notes "$tmp/eager/e.db" "^torch.compile")"
 # ---- no stray database: only the program's own file beside the recording
 others=$(cd "$tmp/rec" && ls | grep -v '^c\.db$' | tr '\n' ' ')
 [[ -z $others ]] && ok "no stray database beside the recording (the compile workers left none)" \
@@ -94,6 +106,28 @@ n=$(grep -c "^gpumem sim: skipped .* triton_" "$tmp/plain.out")
   || bad "plain: $n Triton kernels in the skipped list"
 grep -q "not modelled: cuModule" "$tmp/plain.out" && bad "plain: $(grep 'not modelled: cuModule' "$tmp/plain.out")" \
   || ok "plain: no module call not modelled"
+# ---- inductor's autotuning: the recording's compile cache was cold, so its first step holds
+# inductor's benchmark tensors (compile time); the tensors' peak is the recorded
+# max_memory_allocated, the peak without them the plain run's (its cache warm: no autotuning)
+cold=$(sed -n 's/^torch_compile.py: max_memory_allocated //p' "$tmp/rec.out")
+warm=$(sed -n 's/^torch_compile.py: max_memory_allocated //p' "$tmp/plain.out")
+got=$(jc "$tmp/rec/c.db" '.torch_compile | [.autotune_allocations > 0, .autotune_steps, .autotune_at_peak > 0, .peak, .peak_without_autotune]')
+[[ $got == "[true,[1,1],true,${cold:-x},${warm:-x}]" && $warm -lt $cold ]] \
+  && ok "autotuning: step 1's, live at the peak; peak $cold (cold), without it $warm (the warm run's)" \
+  || bad "autotuning: $got, want [true,[1,1],true,$cold,$warm] (the cold run's max_memory_allocated, the warm run's)"
+grep -q "^  autotuning          inductor's autotuning (compile time, in step 1) made" "$tmp/report.txt" \
+    && [[ $(notes "$tmp/rec/c.db" "^inductor's autotuning (compile time, in step 1)") == 1 ]] \
+  && ok "report and advise say the peak holds the autotuning's tensors, and the peak without them" \
+  || bad "report's autotuning line: '$(grep '^  autotuning' "$tmp/report.txt" | cut -c1-100)', advise's notes $(notes "$tmp/rec/c.db" "^inductor's autotuning")"
+# ---- mode="reduce-overhead" (its own recording, the cache warm): CUDA graphs' private pool, and
+# the replays that allocate nothing (steps after the capture hold the graph's tensors in it)
+mkdir -p "$tmp/ro"
+"$G" record -o "$tmp/ro/r.db" -- "$torch_py" "$script" reduce-overhead > "$tmp/ro.out" 2>&1 || bad "the reduce-overhead run failed"
+"$G" report "$tmp/ro/r.db" > "$tmp/ro.txt" 2>&1
+grep -q "^  CUDA graphs         a step that replays a captured graph allocates nothing" "$tmp/ro.txt" \
+    && [[ $(jc "$tmp/ro/r.db" .torch_compile.private_pools) == true && $(jc "$tmp/rec/c.db" .torch_compile.private_pools) == false ]] \
+  && ok "reduce-overhead: the replays' tensors said to stay in the private pool (default mode: no pool)" \
+  || bad "reduce-overhead: '$(grep '^  CUDA graphs ' "$tmp/ro.txt" | cut -c1-100)', private_pools $(jc "$tmp/ro/r.db" .torch_compile.private_pools), default's $(jc "$tmp/rec/c.db" .torch_compile.private_pools)"
 # ---- the modules, on a cubin of the cache
 cubin=$(find "$TORCHINDUCTOR_CACHE_DIR" -name 'triton_poi_*.cubin' | head -1)
 kernel=$(basename "${cubin%.cubin}")
