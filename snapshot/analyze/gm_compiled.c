@@ -9,7 +9,7 @@
  * choices then (autotuning: Triton configurations, pad_mm, max-autotune's templates) with real
  * tensors and a cache-flushing buffer, all made inside the first step's forward or backward.
  * Those tensors are compile time, not the step's: a run whose compile cache is warm makes none
- * of them (tests/torch/torch_compile.sh: 137.04 MiB at the cold run's peak, 99.09 MiB warm).
+ * of them (tests/torch/torch_compile.sh: 130.54 MiB at the cold run's peak, 88.58 MiB warm).
  * They are known by their stacks' Python frames (inductor's benchmarking modules), so this
  * needs stacks with Python frames, which `gpumem record` takes for a Python program. One made
  * there that is never freed is no benchmark's: a library's cache the first op of its kind makes
