@@ -40,8 +40,9 @@ static int64_t one_int(gm_db *d, const char *sql)
 }
 
 /* Is it a compiled program at all: a range of torch.compile's wrapper, or a stack through
- * Dynamo or inductor (a compiled submodule keeps its own name: its range is not called
- * OptimizedModule, its allocations' stacks pass through the compiled code) */
+ * inductor (a compiled submodule keeps its own name: its range is not called OptimizedModule,
+ * its allocations' stacks pass through inductor's generated code). Not Dynamo's frames: an
+ * eager optimizer's step runs through torch/_dynamo/eval_frame.py too (torch._disable_dynamo). */
 static int compiled_program(gm_db *d, gm_compiled *c)
 {
     if (!gm_table_exists(d, "ranges") || !gm_table_exists(d, "frames")) return 0;
@@ -49,7 +50,7 @@ static int compiled_program(gm_db *d, gm_compiled *c)
                                     "WHERE s.s = 'OptimizedModule'");
     return c->compiled_ranges > 0 ||
            one_int(d, "SELECT EXISTS (SELECT 1 FROM frames WHERE python = 1 AND "
-                      "(file LIKE '%/torch/_dynamo/%' OR file LIKE '%/torch/_inductor/%'))");
+                      "file LIKE '%/torch/_inductor/%')");
 }
 
 /* The tensors' peak with and without the autotuning's, in one ordered sweep: PyTorch's tensors
