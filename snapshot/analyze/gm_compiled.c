@@ -175,3 +175,13 @@ void gm_compiled_json(const gm_compiled *c, FILE *out)
             (unsigned long long)c->peak, (unsigned long long)c->peak_seq, (unsigned long long)c->autotune_at_peak,
             (unsigned long long)c->peak_without, c->private_pools ? "true" : "false");
 }
+
+void gm_compiled_replay_note(const gm_compiled *c, const char *prefix, FILE *out)
+{
+    if (!c->autotune_count) return;
+    char note[512];
+    gm_compiled_note(c, note, sizeof note);
+    fprintf(out, "%s%s; every replay below holds them as recorded: its figures are this cold-compile run's, and a "
+                 "run with the compile cache warm makes none of them\n",
+            prefix, note);
+}

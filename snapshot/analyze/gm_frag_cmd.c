@@ -371,6 +371,7 @@ static void print_text(gm_db *d, const gm_model *m, const gm_frag *f, int top, F
     else if (f->recorded_conf[0]) /* gpumem as PyTorch's allocator: the program's reset said too */
         fprintf(out, "  configuration  GPUMEM_CONF=%s\n%s%s%s", f->recorded_conf, note[0] ? "  note           " : "", note,
                 note[0] ? "\n" : "");
+    gm_compiled_replay_note(&f->compiled, "  note           ", out);
     if (f->ntimeline) {
         uint64_t maxgap = 1;
         for (size_t i = 0; i < f->ntimeline; i++) {

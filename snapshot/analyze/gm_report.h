@@ -246,5 +246,8 @@ void gm_compiled_note(const gm_compiled *c, char *out, size_t n);
  * (null then), with its leading comma. */
 void gm_compiled_text(const gm_compiled *c, FILE *out);
 void gm_compiled_json(const gm_compiled *c, FILE *out);
+/* frag's and tune's line (prefix: their label column) where the replayed trace holds the
+ * autotuning's tensors: their figures are the cold run's; nothing otherwise. */
+void gm_compiled_replay_note(const gm_compiled *c, const char *prefix, FILE *out);
 
 #endif

@@ -13,7 +13,7 @@
 #     advise withholds recompute and save_on_cpu (not_predicted; --try exits 2 with the note),
 #     eager predicts them; inductor's autotuning (the cache is cold) in step 1, live at the peak,
 #     and the peak without it = the plain run's max_memory_allocated (its cache warm), said by
-#     report and advise; a reduce-overhead recording (cache warm): the replays' tensors in the
+#     report and advise, and by frag and tune, whose replays hold them; a reduce-overhead recording (cache warm): the replays' tensors in the
 #     private pool (report), the pool's free bytes the replays' working memory (frag);
 #   - no stray database: the compile workers (processes the program started that used no GPU
 #     beyond a context) leave no file; the class, with a C program and a probe run by a shell: a
@@ -139,6 +139,15 @@ grep -q "^  autotuning          inductor's autotuning (compile time, in step 1) 
     && [[ $(notes "$tmp/rec/c.db" "^inductor's autotuning (compile time, in step 1)") == 1 ]] \
   && ok "report and advise say the peak holds the autotuning's tensors, and the peak without them" \
   || bad "report's autotuning line: '$(grep '^  autotuning' "$tmp/report.txt" | cut -c1-100)', advise's notes $(notes "$tmp/rec/c.db" "^inductor's autotuning")"
+# frag and tune replay the trace as recorded: they say their figures hold the autotuning (eager: no note)
+said=""
+for cmd in frag tune; do
+  for db in rec/c.db eager/e.db; do
+    said+="$cmd:${db%%/*}:$("$G" $cmd "$tmp/$db" 2>&1 | grep -c "^  note  .*inductor's autotuning (compile time, in step 1).*every replay below holds them as recorded") "
+  done
+done
+[[ $said == "frag:rec:1 frag:eager:0 tune:rec:1 tune:eager:0 " ]] && ok "frag and tune: their replays said to hold the autotuning (eager: not)" \
+  || bad "frag's and tune's autotuning notes: $said"
 # ---- mode="reduce-overhead" (its own recording, the cache warm): CUDA graphs' private pool, and
 # the replays that allocate nothing (steps after the capture hold the graph's tensors in it)
 mkdir -p "$tmp/ro"
