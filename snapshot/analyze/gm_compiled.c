@@ -136,6 +136,19 @@ void gm_compiled_note(const gm_compiled *c, char *out, size_t n)
              st, (long long)c->autotune_count, a, p, (unsigned long long)c->peak_seq, w);
 }
 
+void gm_compiled_summary(const gm_compiled *c, char *out, size_t n)
+{
+    char tune[512] = "";
+    if (c->autotune_count) gm_compiled_note(c, tune, sizeof tune);
+    snprintf(out, n,
+             "PyTorch's module hooks do not fire inside a compiled region: its memory is the compiled module's "
+             "range, with no per-layer phase below it%s%s%s",
+             tune[0] ? "; " : "", tune,
+             c->private_pools ? "; a step that replays a captured graph allocates nothing: its tensors stay in the "
+                                "graph's private pool"
+                              : "");
+}
+
 void gm_compiled_text(const gm_compiled *c, FILE *out)
 {
     if (!c->compiled) return;

@@ -240,6 +240,9 @@ typedef struct gm_compiled {
 } gm_compiled;
 /* 1 for a compiled program (c filled), 0 for another (c zeroed). */
 int gm_compiled_read(gm_db *d, gm_compiled *c);
+/* One paragraph for a page (viz's summary): the module hooks' sentence, the autotuning's, the
+ * private pool's. */
+void gm_compiled_summary(const gm_compiled *c, char *out, size_t n);
 /* The autotuning's sentence (advise's note, report's line). */
 void gm_compiled_note(const gm_compiled *c, char *out, size_t n);
 /* report's block (nothing for a program that is not compiled) and its JSON key "torch_compile"

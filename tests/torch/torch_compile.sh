@@ -13,7 +13,7 @@
 #     advise withholds recompute and save_on_cpu (not_predicted; --try exits 2 with the note),
 #     eager predicts them; inductor's autotuning (the cache is cold) in step 1, live at the peak,
 #     and the peak without it = the plain run's max_memory_allocated (its cache warm), said by
-#     report and advise, and by frag and tune, whose replays hold them; a reduce-overhead recording (cache warm): the replays' tensors in the
+#     report and advise, and by frag and tune, whose replays hold them, and viz's summary; a reduce-overhead recording (cache warm): the replays' tensors in the
 #     private pool (report), the pool's free bytes the replays' working memory (frag);
 #   - no stray database: the compile workers (processes the program started that used no GPU
 #     beyond a context) leave no file; the class, with a C program and a probe run by a shell: a
@@ -148,6 +148,12 @@ for cmd in frag tune; do
 done
 [[ $said == "frag:rec:1 frag:eager:0 tune:rec:1 tune:eager:0 " ]] && ok "frag and tune: their replays said to hold the autotuning (eager: not)" \
   || bad "frag's and tune's autotuning notes: $said"
+# viz: its summary says the same (summary.torch_compile: the hooks' and the autotuning's sentences; eager: null)
+vizc() { "$G" viz "$1" -o "$tmp/v.html" > /dev/null 2>&1; sed -n 's/^const D = \(.*\);$/\1/p' "$tmp/v.html" | jq -r "$2" 2>&1; }
+vc=$(vizc "$tmp/rec/c.db" .summary.torch_compile); ve=$(vizc "$tmp/eager/e.db" .summary.torch_compile)
+[[ $vc == "PyTorch's module hooks do not fire inside a compiled region"*"inductor's autotuning (compile time, in step 1)"* && $ve == null ]] \
+  && ok "viz: the summary says what a compiled region hides and the autotuning (eager: null)" \
+  || bad "viz's summary.torch_compile: '${vc:0:120}', eager's '$ve'"
 # ---- mode="reduce-overhead" (its own recording, the cache warm): CUDA graphs' private pool, and
 # the replays that allocate nothing (steps after the capture hold the graph's tensors in it)
 mkdir -p "$tmp/ro"
