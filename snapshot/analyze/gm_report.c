@@ -2224,6 +2224,13 @@ int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
      * count in report */
     if (s.n_host) held_line_short(out, "pinned host", "page-locked host memory", s.n_host, s.host_bytes, s.host_peak);
     if (s.n_managed) held_line_short(out, "managed", "managed memory", s.n_managed, s.managed_bytes, s.managed_peak);
+    /* torch.compile with a cold cache: the peak above may be the autotuning's, said where it is read */
+    gm_compiled cc;
+    if (gm_compiled_read(d, &cc) && cc.autotune_at_peak) {
+        char note[512];
+        gm_compiled_note(&cc, note, sizeof note);
+        fprintf(out, "gpumem: torch.compile: %s (gpumem report: what a compiled region hides)\n", note);
+    }
     lead_free(&lf);
     if (failed)
         fprintf(out, "gpumem: the recording FAILED (%s): only what came before was kept\n",

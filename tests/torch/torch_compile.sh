@@ -136,9 +136,10 @@ got=$(jc "$tmp/rec/c.db" '.torch_compile | [.autotune_allocations > 0, .autotune
   && ok "autotuning: step 1's, live at the peak; peak $cold (cold), without it $warm (the warm run's)" \
   || bad "autotuning: $got, want [true,[1,1],true,$cold,$warm] (the cold run's max_memory_allocated, the warm run's)"
 grep -q "^  autotuning          inductor's autotuning (compile time, in step 1) made" "$tmp/report.txt" \
+    && grep -q "^gpumem: torch.compile: inductor's autotuning (compile time, in step 1) made .* without them the peak is" "$tmp/rec.out" \
     && [[ $(notes "$tmp/rec/c.db" "^inductor's autotuning (compile time, in step 1)") == 1 ]] \
-  && ok "report and advise say the peak holds the autotuning's tensors, and the peak without them" \
-  || bad "report's autotuning line: '$(grep '^  autotuning' "$tmp/report.txt" | cut -c1-100)', advise's notes $(notes "$tmp/rec/c.db" "^inductor's autotuning")"
+  && ok "record's summary, report and advise say the peak holds the autotuning's tensors, and the peak without them" \
+  || bad "report's autotuning line: '$(grep '^  autotuning' "$tmp/report.txt" | cut -c1-100)', record's: '$(grep '^gpumem: torch.compile' "$tmp/rec.out" | cut -c1-100)', advise's notes $(notes "$tmp/rec/c.db" "^inductor's autotuning")"
 # frag and tune replay the trace as recorded: they say their figures hold the autotuning (eager: no note)
 said=""
 for cmd in frag tune; do
