@@ -31,7 +31,7 @@ ALL_TARGETS += $(REC_LIB)
 GM_OBJS := $(SNAP_DIR)/read/gm_db.o $(SNAP_DIR)/read/gm_fmt.o $(SNAP_DIR)/read/gm_args.o $(SNAP_DIR)/analyze/gm_devused_print.o $(SNAP_DIR)/read/gm_analyze.o $(SNAP_DIR)/read/gm_analyze_pages.o $(SNAP_DIR)/read/gm_sym.o $(SNAP_DIR)/read/gm_sql_temp.o $(SNAP_DIR)/analyze/gm_report.o \
            $(SNAP_DIR)/analyze/gm_category.o $(SNAP_DIR)/analyze/gm_category_print.o \
            $(SNAP_DIR)/formats/gm_export.o $(SNAP_DIR)/read/gm_devused.o \
-           $(SNAP_DIR)/analyze/gm_uses.o $(SNAP_DIR)/analyze/gm_uses_cmd.o $(SNAP_DIR)/read/gm_demangle.o \
+           $(SNAP_DIR)/analyze/gm_uses.o $(SNAP_DIR)/analyze/gm_uses_cmd.o $(SNAP_DIR)/analyze/gm_compiled.o $(SNAP_DIR)/read/gm_demangle.o \
            $(SNAP_DIR)/record/rec_path.o $(SNAP_DIR)/record/rec_settings.o $(SNAP_DIR)/read/gm_open.o $(SNAP_DIR)/read/gm_owners.o $(SNAP_DIR)/formats/gm_out.o $(SNAP_DIR)/read/gm_sig.o
 # libiberty: kernel names are demangled with binutils' own demangler (reading side only).
 GM_LDLIBS := -lsqlite3 -ldw -lelf -ldl -liberty
@@ -154,7 +154,7 @@ SCRIPT_TESTS += tests/integration/export_formats.sh tests/integration/export_pea
 SNAP_FUZZ := $(BUILD)/tests/fuzz/snapshot_fuzz_db
 SNAP_FUZZ_SRCS := tests/fuzz/snapshot_fuzz_db.c snapshot/read/gm_db.c snapshot/read/gm_analyze.c snapshot/read/gm_analyze_pages.c \
                   snapshot/analyze/gm_report.c snapshot/analyze/gm_category.c snapshot/analyze/gm_category_print.c snapshot/read/gm_sym.c snapshot/formats/gm_export.c \
-                  snapshot/analyze/gm_uses.c snapshot/read/gm_demangle.c snapshot/read/gm_devused.c snapshot/read/gm_fmt.c snapshot/analyze/gm_devused_print.c snapshot/formats/gm_out.c snapshot/read/gm_sig.c snapshot/read/gm_owners.c snapshot/record/rec_path.c
+                  snapshot/analyze/gm_uses.c snapshot/analyze/gm_compiled.c snapshot/read/gm_demangle.c snapshot/read/gm_devused.c snapshot/read/gm_fmt.c snapshot/analyze/gm_devused_print.c snapshot/formats/gm_out.c snapshot/read/gm_sig.c snapshot/read/gm_owners.c snapshot/record/rec_path.c
 ifneq ($(shell command -v $(CLANG) 2>/dev/null),)
 FUZZ_CFLAGS_SNAP := -std=gnu17 -O1 -g -Wall -Wextra -Werror -D_GNU_SOURCE -I$(TOP)
 $(eval $(call fuzz_target,snapshot_fuzz_db,$(SNAP_FUZZ_SRCS),$(FUZZ_CFLAGS_SNAP),-lsqlite3 -ldw -lelf -liberty))

@@ -448,6 +448,13 @@ static int write_page(const char *db, const viz_out *vo, int with, const char *l
     fputs(",\"ending\":", o);
     if (ending[0]) viz_json_str(o, ending);
     else fputs("null", o);
+    /* torch.compile: what the page cannot show of a compiled region, report's words */
+    gm_compiled cc;
+    char compiled[1024] = "";
+    if (gm_compiled_read(&d, &cc)) gm_compiled_summary(&cc, compiled, sizeof compiled);
+    fputs(",\"torch_compile\":", o);
+    if (compiled[0]) viz_json_str(o, compiled);
+    else fputs("null", o);
     /* categories: which sources said them, and bytes at the peak each covers */
     fprintf(o, "},\"categories\":{\"by_default\":%s,\"names\":[",
             cat.by_default ? "true" : "false");

@@ -188,14 +188,15 @@ typedef struct ctx {
     int bf16_undone; /* a bf16 recording advised as its fp32 trace with bf16 applied (adv_unbf16) */
     int partial; /* --oom-step: the trace ends at an OOM, in a step that did not complete */
     size_t oom_done; /* an OOM recording: its steps that completed before the OOM */
-    char notes[14][1024]; /* what the model does not capture, or how it read the recording */
+    char notes[16][1024]; /* what the model does not capture, or how it read the recording */
     gm_torch_reset reset; /* where the program reset PyTorch's peak stats (its max_memory_*()) */
+    gm_compiled compiled; /* torch.compile: what the recording cannot see of a compiled region */
     int nnotes;
     /* techniques not predicted for this recording (JSON not_predicted): the note that says why */
     struct {
         const char *technique;
         int note;
-    } unpredicted[4];
+    } unpredicted[6];
     int nunpredicted;
     double link_bps;
     const char *link_src;
@@ -425,6 +426,31 @@ static void unpredicted(ctx *c, const char *technique, const char *why)
     c->unpredicted[c->nunpredicted++].note = note;
 }
 
+/* torch.compile: what advise cannot see in a compiled region, and compile-time tensors in the
+ * trace it replays (gm_compiled.c) */
+static void compiled_notes(ctx *c)
+{
+    const gm_compiled *cc = &c->compiled;
+    const size_t max = sizeof c->notes / sizeof *c->notes;
+    if (!cc->compiled || (size_t)c->nnotes >= max) return;
+    /* withheld, not predicted: the rewrites act on a compiled backward's saved tensors as if
+     * eager, and save_on_cpu around a compiled forward measured 103.59 MiB against a prediction
+     * of 99.09 (ADVISE.md) */
+    const char *why = "torch.compile: PyTorch's module hooks do not fire inside a compiled region (its phases stop "
+                      "at the compiled module) and inductor's partitioner, not advise's model, decides what the "
+                      "compiled backward saves and what it recomputes: activation recompute and saved-activation "
+                      "offload (save_on_cpu) are not predicted for it; to know, make the change and record it again";
+    unpredicted(c, "recompute", why);
+    unpredicted(c, "offload_act", why);
+    if (!cc->autotune_at_peak || (size_t)c->nnotes >= max) return;
+    char tune[512];
+    gm_compiled_note(cc, tune, sizeof tune);
+    snprintf(c->notes[c->nnotes++], sizeof c->notes[0],
+             "%s; the baseline and the predictions below replay them as recorded, so a run with the compile cache "
+             "warm peaks lower than they say",
+             tune);
+}
+
 /* The note of a technique of s that is not predicted for this recording (unpredicted), or -1:
  * one rule for the single rows, the combinations and --try, so that a prediction withheld from
  * the table cannot be had by asking for it (--try '--accum 4' on a user's script). */
@@ -433,7 +459,9 @@ static int spec_withheld(const ctx *c, const spec *s)
     for (int i = 0; i < c->nunpredicted; i++) {
         const char *t = c->unpredicted[i].technique;
         if ((!strcmp(t, "accum") && s->accum > 1) || (!strcmp(t, "bf16") && s->bf16) ||
-            (!strcmp(t, "grad_none") && s->grad_none))
+            (!strcmp(t, "grad_none") && s->grad_none) ||
+            (!strcmp(t, "recompute") && (s->rc || s->rc_class >= 0 || s->ckpt)) ||
+            (!strcmp(t, "offload_act") && s->off_act))
             return c->unpredicted[i].note;
     }
     return -1;
@@ -1430,6 +1458,7 @@ int gm_advise_main(int argc, char **argv)
     }
     phases_note(&d, &c);
     gm_torch_peak_reset(&d, GM_TORCH_ALL_DEVICES, &c.reset);
+    gm_compiled_read(&d, &c.compiled);
     gm_db_close(&d);
     backward_note(&c);
     /* A recording that hit an OOM: its trace from there on is not what the program needed.
@@ -1546,6 +1575,7 @@ int gm_advise_main(int argc, char **argv)
          * max_memory_*() say then, and since when */
         if (reset.count && (size_t)c.nnotes < sizeof c.notes / sizeof *c.notes)
             gm_torch_reset_note(&reset, c.notes[c.nnotes++], sizeof c.notes[0]);
+        compiled_notes(&c);
         if (c.m.ntops) {
             size_t nb = 0;
             for (size_t i = 0; i < c.m.ntops; i++)

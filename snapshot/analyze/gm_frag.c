@@ -1168,6 +1168,7 @@ int gm_frag_analyze(gm_db *d, const gm_model *m, int search, gm_frag *f, char *e
     find_fixes(f, d, &fm, search);
     /* PyTorch's allocator's reset, or gpumem's as PyTorch's (--allocator gpumem): the same words */
     gm_torch_peak_reset(d, GM_TORCH_ALL_DEVICES, &f->reset);
+    gm_compiled_read(d, &f->compiled);
     if (!f->torch) f->pytorch_recorded = gm_meta_pytorch_conf(d, f->torch_conf, sizeof f->torch_conf);
     rc = 0;
 out:

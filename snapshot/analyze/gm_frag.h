@@ -137,6 +137,7 @@ typedef struct gm_frag {
     gm_torch_reset reset; /* where the program reset PyTorch's peak stats (PyTorch's allocator, or
                            * gpumem's as PyTorch's): the peaks here are then the whole run's, not
                            * its max_memory_reserved() */
+    gm_compiled compiled; /* torch.compile: inductor's autotuning in the replayed trace (gm_compiled.c) */
 } gm_frag;
 
 /* Runs the whole analysis. m: the loaded model (gm_model_load). Returns 0, or -1 with err. */

@@ -169,12 +169,20 @@ static void cause_detail(gm_db *d, const gm_model *m, const gm_frag_state *s, in
         snprintf(out, n, "freed but waiting for work on a stream to finish before reuse");
         break;
     case GM_FC_GRAPH_POOL:
+        /* a graph's pool: the blocks its capture freed are where each replay writes the graph's
+         * intermediates again (that is why the pool is private), so they are not lost bytes
+         * while the graph is replayed (torch.compile's mode="reduce-overhead") */
         snprintf(out, n, "%s: a private pool serves only the allocations made in it (a graph's capture, a "
                          "MemPool's scope) and is given back only when it is released (the graph destroyed, "
-                         "then empty_cache); no allocator setting lets the %s request use it",
+                         "then empty_cache); no allocator setting lets the %s request use it%s",
                  s->need_private_pool ? "free outside the private pool (and stream) the request was made in"
                                       : "cached in a CUDA graph's private pool",
-                 need);
+                 need,
+                 s->need_private_pool ? ""
+                                      : "; a graph's replays write the intermediates its capture freed there at "
+                                        "the same addresses, so while the graph is replayed (torch.compile's "
+                                        "mode=\"reduce-overhead\", torch.cuda.graphs) these bytes are its working "
+                                        "memory, not a loss (a MemPool's are cached)");
         break;
     case GM_FC_OTHER_STREAM:
         snprintf(out, n, "cached in another stream's pool, which the %s request could not use "
@@ -363,6 +371,7 @@ static void print_text(gm_db *d, const gm_model *m, const gm_frag *f, int top, F
     else if (f->recorded_conf[0]) /* gpumem as PyTorch's allocator: the program's reset said too */
         fprintf(out, "  configuration  GPUMEM_CONF=%s\n%s%s%s", f->recorded_conf, note[0] ? "  note           " : "", note,
                 note[0] ? "\n" : "");
+    gm_compiled_replay_note(&f->compiled, "  note           ", out);
     if (f->ntimeline) {
         uint64_t maxgap = 1;
         for (size_t i = 0; i < f->ntimeline; i++) {

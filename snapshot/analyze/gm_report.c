@@ -1804,6 +1804,8 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
     for (unsigned k = 0; k < sizeof m->count_kind / sizeof m->count_kind[0]; k++)
         if (rec_kind_merged(k)) app_events -= m->count_kind[k] < app_events ? m->count_kind[k] : app_events;
     uint64_t app_total_ns = s.app_ns > 0 ? (uint64_t)s.app_ns * app_events : 0;
+    gm_compiled cc; /* torch.compile: what the recording cannot see of a compiled region */
+    gm_compiled_read(d, &cc);
     if (o->json) {
         fprintf(out, "{\"database\":");
         gm_json_str(out, d->path);
@@ -1878,6 +1880,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         print_device_used(d, m, o, out);
         print_torch(d, m, &l, o, out);
         print_graphs(d, m, o, out);
+        gm_compiled_json(&cc, out);
         print_bad_accesses(d, m, &l, o, out);
         fprintf(out, ",\"ooms\":[");
     } else {
@@ -1955,6 +1958,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         if (s.writer_cpu_ns >= 0) fprintf(out, "writer thread %.3f s CPU, ", (double)s.writer_cpu_ns / 1e9);
         fprintf(out, "file %s (%.0f bytes/event)\n", c, m->events ? (double)s.db_bytes / (double)m->events : 0.0);
         print_torch(d, m, &l, o, out);
+        gm_compiled_text(&cc, out);
         print_graphs(d, m, o, out);
         gm_fmt_bytes(total, a, sizeof a);
         fprintf(out, "\nPeak attribution: live at the peak: %s in %" PRIu64 " allocations\n", a, count);
@@ -2220,6 +2224,13 @@ int gm_summary_short(gm_db *d, gm_model *m, FILE *out) {
      * count in report */
     if (s.n_host) held_line_short(out, "pinned host", "page-locked host memory", s.n_host, s.host_bytes, s.host_peak);
     if (s.n_managed) held_line_short(out, "managed", "managed memory", s.n_managed, s.managed_bytes, s.managed_peak);
+    /* torch.compile with a cold cache: the peak above may be the autotuning's, said where it is read */
+    gm_compiled cc;
+    if (gm_compiled_read(d, &cc) && cc.autotune_at_peak) {
+        char note[512];
+        gm_compiled_note(&cc, note, sizeof note);
+        fprintf(out, "gpumem: torch.compile: %s (gpumem report: what a compiled region hides)\n", note);
+    }
     lead_free(&lf);
     if (failed)
         fprintf(out, "gpumem: the recording FAILED (%s): only what came before was kept\n",

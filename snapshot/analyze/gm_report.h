@@ -223,4 +223,34 @@ int gm_cmd_diff(int argc, char **argv);
 void gm_devused_print_text(FILE *out, const gm_model *m, const gm_devused *u, int top);
 void gm_devused_print_json(FILE *out, const gm_model *m, const gm_devused *u, int top);
 
+/* ---- torch.compile (gm_compiled.c) ---- */
+/* What a recording of a torch.compile program holds and cannot hold: the compiled module's
+ * ranges (its children's hooks do not fire), inductor's autotuning (compile-time tensors made
+ * in the first step) with the tensors' peak with and without them, a CUDA graph's private pool. */
+typedef struct gm_compiled {
+    int compiled;               /* a range of torch.compile's wrapper, or stacks through Dynamo / inductor */
+    int64_t compiled_ranges;    /* ranges named OptimizedModule */
+    int64_t autotune_count;     /* tensors (allocations) made by inductor's benchmarking */
+    uint64_t autotune_bytes;    /* their sizes summed */
+    int64_t autotune_first_step, autotune_last_step; /* their "step N" ranges; 0: none */
+    uint64_t peak, peak_seq;    /* the tensors' peak (PyTorch's history, else the device's allocations) */
+    uint64_t autotune_at_peak;  /* of it, the autotuning's */
+    uint64_t peak_without;      /* the peak with the autotuning's tensors left out */
+    int private_pools;          /* a private pool (mode="reduce-overhead": CUDA graphs) was allocated in */
+} gm_compiled;
+/* 1 for a compiled program (c filled), 0 for another (c zeroed). */
+int gm_compiled_read(gm_db *d, gm_compiled *c);
+/* One paragraph for a page (viz's summary): the module hooks' sentence, the autotuning's, the
+ * private pool's. */
+void gm_compiled_summary(const gm_compiled *c, char *out, size_t n);
+/* The autotuning's sentence (advise's note, report's line). */
+void gm_compiled_note(const gm_compiled *c, char *out, size_t n);
+/* report's block (nothing for a program that is not compiled) and its JSON key "torch_compile"
+ * (null then), with its leading comma. */
+void gm_compiled_text(const gm_compiled *c, FILE *out);
+void gm_compiled_json(const gm_compiled *c, FILE *out);
+/* frag's and tune's line (prefix: their label column) where the replayed trace holds the
+ * autotuning's tensors: their figures are the cold run's; nothing otherwise. */
+void gm_compiled_replay_note(const gm_compiled *c, const char *prefix, FILE *out);
+
 #endif

@@ -403,6 +403,7 @@ static int search_trace(gm_db *d, const adv_model *m, size_t nevents, alloc_trac
     t->torch = gm_replay_is_torch(&am);
     /* PyTorch's allocator's reset, or gpumem's as PyTorch's (--allocator gpumem): the same words */
     gm_torch_peak_reset(d, GM_TORCH_ALL_DEVICES, &t->reset);
+    gm_compiled_read(d, &t->compiled);
     s.torch = t->torch;
     t->best_torch = t->best_gpumem = t->runaway = t->under_pytorch = SIZE_MAX;
     snprintf(t->torch_conf, sizeof t->torch_conf, "%.511s", t->torch ? am.config : "");

@@ -52,6 +52,7 @@ typedef struct gm_tune {
     gm_torch_reset reset; /* where the program reset PyTorch's peak stats (its allocator's, or gpumem's
                            * as PyTorch's): recorded_peak_reserved and the predictions are the whole
                            * run's, not its max_memory_reserved() */
+    gm_compiled compiled; /* torch.compile: inductor's autotuning in the replayed trace (gm_compiled.c) */
     char torch_conf[512]; /* also for pytorch_recorded */
     /* PyTorch's allocator ran it though its trace is gpumem's events (an imported snapshot):
      * the recorded configuration is PyTorch's PYTORCH_CUDA_ALLOC_CONF (torch_conf), which

@@ -164,6 +164,7 @@ static void print_text(const gm_db *d, const gm_tune *t, int objective, int top,
         fprintf(out, "  recorded   GPUMEM_CONF=%s, peak reserved %s\n%s%s%s", t->recorded_conf, rr,
                 note[0] ? "  note       " : "", note, note[0] ? "\n" : "");
     }
+    gm_compiled_replay_note(&t->compiled, "  note       ", out);
     if (t->limit != ALLOC_NO_LIMIT) {
         bytes(t->limit, lim, sizeof lim);
         fprintf(out, "  limit      %s (a configuration that needs more meets an OOM)\n", lim);

@@ -414,7 +414,7 @@ ok "strict JSON from every --json command and JSON export ($nj outputs) on a run
 # gate, frag's and tune's check (and tune's torch.check) without --check.
 # (--check re-runs the program: covered where each command's check is, not here.)
 R=snapshot/README.md A=snapshot/analyze/ADVISE.md
-keys="report --json @D@|.|database schema complete damaged state failure summary peak peak_allocated_at peak_requested_at ooms bad_accesses graphs idle_at_peak device_used categories_at_peak category_source categories torch|$R
+keys="report --json @D@|.|database schema complete damaged state failure summary peak peak_allocated_at peak_requested_at ooms bad_accesses graphs idle_at_peak device_used categories_at_peak category_source categories torch torch_compile|$R
 report --json @D@ @O@|.|ranks imbalance peak_rank peak_rank_reason timeline|$R
 leaks --json @D@|.|database complete damaged dropped_events leaked_bytes leaked_held_bytes leaked_allocations leaks by_phase by_name steps growth_per_step growth_over judgeable grows kept_beyond_steps host_cache host_held|$R
 report --json @D@|.summary|host_allocations host_bytes peak_host_bytes host_cache_bytes host_cache_blocks host_held_bytes host_held_blocks|$R

@@ -8,6 +8,13 @@
 #     `launches` under their names, each with `uses` rows (their pointer arguments read through the
 #     cubin's parameter layout); report, leaks and advise exit 0; leaks lists what the same program
 #     run eagerly leaves alive, no more (nothing of the compile, its autotuning, counted);
+#   - what gpumem cannot see in a compiled region, said where it is read: report's torch.compile
+#     block (JSON .torch_compile; eager: null) for the module hooks that do not fire inside it;
+#     advise withholds recompute and save_on_cpu (not_predicted; --try exits 2 with the note),
+#     eager predicts them; inductor's autotuning (the cache is cold) in step 1, live at the peak,
+#     and the peak without it = the plain run's max_memory_allocated (its cache warm), said by
+#     report and advise, and by frag and tune, whose replays hold them, and viz's summary; a reduce-overhead recording (cache warm): the replays' tensors in the
+#     private pool (report), the pool's free bytes the replays' working memory (frag);
 #   - no stray database: the compile workers (processes the program started that used no GPU
 #     beyond a context) leave no file; the class, with a C program and a probe run by a shell: a
 #     child that only started CUDA leaves none, a child that allocated keeps its own, and the
@@ -19,7 +26,9 @@
 #     a missing name, the parameter layout of the kernel's PTX, PTX refused as not supported
 #     (no JIT), an image that is none CUDA_ERROR_INVALID_IMAGE, a function of an unloaded module
 #     invalid (another module's still valid).
-# Before 2026-12-07 the program failed at its first compiled call ("libcuda.so cannot found",
+# Before 2026-12-07 nothing said what the hooks miss in a compiled region, the autotuning's tensors
+# set the peak unsaid (130.54 MiB, 88.58 MiB warm), advise predicted save_on_cpu and recompute of a
+# compiled forward (save_on_cpu measured 4.5 MiB above its prediction). Before that, the program failed at its first compiled call ("libcuda.so cannot found",
 # then cuModuleLoad not supported), and a compile worker left NAME-<pid>.db beside the recording.
 set -uo pipefail
 source "$(dirname "$0")/common.bash"
@@ -57,6 +66,29 @@ want=$("$G" leaks --json "$tmp/eager/e.db" | jq -c '[.leaked_bytes, .leaked_allo
 got=$("$G" leaks --json "$tmp/rec/c.db" | jq -c '[.leaked_bytes, .leaked_allocations]')
 [[ $got == "$want" && $want != *null* && -n $want ]] && ok "leaks: the compiled run's $got (bytes, allocations), the eager run's" \
   || bad "leaks: the compiled run's $got, the eager run's $want"
+# ---- what gpumem cannot see in a compiled region (report's "torch.compile" block, JSON
+# .torch_compile, advise's notes): the module hooks stop at the compiled module; an eager program
+# has no such block (null) and no such note
+jc() { "$G" report --json "$1" | jq -c "$2" 2>&1; }
+grep -q "PyTorch's module hooks do not fire inside a compiled region: its memory is the compiled module's range" "$tmp/report.txt" \
+    && [[ $(jc "$tmp/rec/c.db" '.torch_compile.compiled_module_ranges > 0') == true && $(jc "$tmp/eager/e.db" .torch_compile) == null ]] \
+  && ok "report: the compiled module's ranges said to hold its layers' memory (eager: no torch_compile)" \
+  || bad "report: torch.compile's block: '$(grep -A1 '^torch.compile' "$tmp/report.txt" | tail -1 | cut -c1-120)', JSON $(jc "$tmp/rec/c.db" .torch_compile), eager's $(jc "$tmp/eager/e.db" .torch_compile)"
+# advise: recompute and save_on_cpu act on what inductor's partitioner saves, not on the eager
+# program's activations: withheld for the compiled program (not_predicted, --try exits 2 with
+# the note), predicted for the eager one
+notes() { "$G" advise --json "$1" 2>/dev/null | jq -r '.notes[]' | grep -c "$2"; }
+withheld() { "$G" advise --json "$1" 2>/dev/null | jq -c '[.not_predicted[].technique | select(. == "recompute" or . == "offload_act")]'; }
+try_rc() { "$G" advise --try "$2" "$1" > "$tmp/try.out" 2>&1; echo $?; }
+[[ $(notes "$tmp/rec/c.db" "^torch.compile: PyTorch's module hooks do not fire") == 1 && $(notes "$tmp/eager/e.db" "^torch.compile") == 0 ]] \
+    && [[ $(withheld "$tmp/rec/c.db") == '["recompute","offload_act"]' && $(withheld "$tmp/eager/e.db") == '[]' ]] \
+  && ok "advise: recompute and save_on_cpu not predicted inside the compiled region, said why (eager: predicted)" \
+  || bad "advise's torch.compile note: compiled $(notes "$tmp/rec/c.db" "^torch.compile"), eager $(notes "$tmp/eager/e.db" "^torch.compile"); withheld $(withheld "$tmp/rec/c.db"), eager's $(withheld "$tmp/eager/e.db")"
+for t in "--offload activations" "--recompute layer"; do
+  c=$(try_rc "$tmp/rec/c.db" "$t"); said=$(grep -c "is not predicted: torch.compile:" "$tmp/try.out"); e=$(try_rc "$tmp/eager/e.db" "$t")
+  [[ $c == 2 && $said == 1 && $e == 0 ]] && ok "advise --try '$t': refused for the compiled program (exit 2, the note), predicted eager" \
+    || bad "advise --try '$t': compiled exit $c (note $said), eager exit $e"
+done
 # ---- no stray database: only the program's own file beside the recording
 others=$(cd "$tmp/rec" && ls | grep -v '^c\.db$' | tr '\n' ' ')
 [[ -z $others ]] && ok "no stray database beside the recording (the compile workers left none)" \
@@ -94,6 +126,49 @@ n=$(grep -c "^gpumem sim: skipped .* triton_" "$tmp/plain.out")
   || bad "plain: $n Triton kernels in the skipped list"
 grep -q "not modelled: cuModule" "$tmp/plain.out" && bad "plain: $(grep 'not modelled: cuModule' "$tmp/plain.out")" \
   || ok "plain: no module call not modelled"
+# ---- inductor's autotuning: the recording's compile cache was cold, so its first step holds
+# inductor's benchmark tensors (compile time); the tensors' peak is the recorded
+# max_memory_allocated, the peak without them the plain run's (its cache warm: no autotuning)
+cold=$(sed -n 's/^torch_compile.py: max_memory_allocated //p' "$tmp/rec.out")
+warm=$(sed -n 's/^torch_compile.py: max_memory_allocated //p' "$tmp/plain.out")
+got=$(jc "$tmp/rec/c.db" '.torch_compile | [.autotune_allocations > 0, .autotune_steps, .autotune_at_peak > 0, .peak, .peak_without_autotune]')
+[[ $got == "[true,[1,1],true,${cold:-x},${warm:-x}]" && $warm -lt $cold ]] \
+  && ok "autotuning: step 1's, live at the peak; peak $cold (cold), without it $warm (the warm run's)" \
+  || bad "autotuning: $got, want [true,[1,1],true,$cold,$warm] (the cold run's max_memory_allocated, the warm run's)"
+grep -q "^  autotuning          inductor's autotuning (compile time, in step 1) made" "$tmp/report.txt" \
+    && grep -q "^gpumem: torch.compile: inductor's autotuning (compile time, in step 1) made .* without them the peak is" "$tmp/rec.out" \
+    && [[ $(notes "$tmp/rec/c.db" "^inductor's autotuning (compile time, in step 1)") == 1 ]] \
+  && ok "record's summary, report and advise say the peak holds the autotuning's tensors, and the peak without them" \
+  || bad "report's autotuning line: '$(grep '^  autotuning' "$tmp/report.txt" | cut -c1-100)', record's: '$(grep '^gpumem: torch.compile' "$tmp/rec.out" | cut -c1-100)', advise's notes $(notes "$tmp/rec/c.db" "^inductor's autotuning")"
+# frag and tune replay the trace as recorded: they say their figures hold the autotuning (eager: no note)
+said=""
+for cmd in frag tune; do
+  for db in rec/c.db eager/e.db; do
+    said+="$cmd:${db%%/*}:$("$G" $cmd "$tmp/$db" 2>&1 | grep -c "^  note  .*inductor's autotuning (compile time, in step 1).*every replay below holds them as recorded") "
+  done
+done
+[[ $said == "frag:rec:1 frag:eager:0 tune:rec:1 tune:eager:0 " ]] && ok "frag and tune: their replays said to hold the autotuning (eager: not)" \
+  || bad "frag's and tune's autotuning notes: $said"
+# viz: its summary says the same (summary.torch_compile: the hooks' and the autotuning's sentences; eager: null)
+vizc() { "$G" viz "$1" -o "$tmp/v.html" > /dev/null 2>&1; sed -n 's/^const D = \(.*\);$/\1/p' "$tmp/v.html" | jq -r "$2" 2>&1; }
+vc=$(vizc "$tmp/rec/c.db" .summary.torch_compile); ve=$(vizc "$tmp/eager/e.db" .summary.torch_compile)
+[[ $vc == "PyTorch's module hooks do not fire inside a compiled region"*"inductor's autotuning (compile time, in step 1)"* && $ve == null ]] \
+  && ok "viz: the summary says what a compiled region hides and the autotuning (eager: null)" \
+  || bad "viz's summary.torch_compile: '${vc:0:120}', eager's '$ve'"
+# ---- mode="reduce-overhead" (its own recording, the cache warm): CUDA graphs' private pool, and
+# the replays that allocate nothing (steps after the capture hold the graph's tensors in it)
+mkdir -p "$tmp/ro"
+"$G" record -o "$tmp/ro/r.db" -- "$torch_py" "$script" reduce-overhead > "$tmp/ro.out" 2>&1 || bad "the reduce-overhead run failed"
+"$G" report "$tmp/ro/r.db" > "$tmp/ro.txt" 2>&1
+grep -q "^  CUDA graphs         a step that replays a captured graph allocates nothing" "$tmp/ro.txt" \
+    && [[ $(jc "$tmp/ro/r.db" .torch_compile.private_pools) == true && $(jc "$tmp/rec/c.db" .torch_compile.private_pools) == false ]] \
+  && ok "reduce-overhead: the replays' tensors said to stay in the private pool (default mode: no pool)" \
+  || bad "reduce-overhead: '$(grep '^  CUDA graphs ' "$tmp/ro.txt" | cut -c1-100)', private_pools $(jc "$tmp/ro/r.db" .torch_compile.private_pools), default's $(jc "$tmp/rec/c.db" .torch_compile.private_pools)"
+# frag: the graph pool's free bytes are where the replays write the graph's intermediates, said so
+"$G" frag "$tmp/ro/r.db" > "$tmp/ro.frag" 2>&1
+grep -q "graph_pool .*while the graph is replayed .* these bytes are its working memory, not a loss" "$tmp/ro.frag" \
+  && ok "frag: the graph pool's free bytes said to be the replays' working memory" \
+  || bad "frag's graph_pool: '$(grep graph_pool "$tmp/ro.frag" | cut -c1-160)'"
 # ---- the modules, on a cubin of the cache
 cubin=$(find "$TORCHINDUCTOR_CACHE_DIR" -name 'triton_poi_*.cubin' | head -1)
 kernel=$(basename "${cubin%.cubin}")
