@@ -18,6 +18,9 @@
  *                               h3.attn.qkv, a copy fills h3.mlp.fc from a pinned host buffer,
  *                               then h3.mlp.fc is freed and a kernel given its stale address
  *                               uses nothing; prints "LAUNCHES n USES u"
+ *   snapshot_app many N          3 steps of N/2 allocations each, sizes 512 B-128 KiB and every
+ *                               64th 8-16 MiB, each step freeing every 4th allocation still live
+ *                               at its end (viz's bands: ~N live, more than the page draws)
  *   snapshot_app empty           a recording with one NVTX range and no allocation
  *   snapshot_app reuse           one address allocated three times under three names, call sites
  *                               and kernels, with allocator snapshots (time-correct joins)
@@ -96,6 +99,36 @@ static int steady(const char *file, uint64_t max, long interval_us) {
         struct timespec ts = {interval_us / 1000000, interval_us % 1000000 * 1000};
         nanosleep(&ts, NULL);
     }
+}
+
+/* Many live allocations of varied sizes, with frees among them (each moves the ones above it on
+ * viz's bands): more than the page draws one by one. */
+static int many(long n) {
+    uint64_t *live = calloc((size_t)n * 2, sizeof *live);
+    long nlive = 0;
+    uint32_t r = 12345;
+    if (!live) return 2;
+    for (int st = 0; st < 3; st++) {
+        char step[32];
+        snprintf(step, sizeof step, "step %d", st);
+        rec_range_push(NULL, step);
+        for (long i = 0; i < n / 2; i++) {
+            r = r * 1103515245u + 12345u;
+            uint64_t size = i % 64 == 0 ? (8u << 20) + (r >> 8) % (8u << 20) : 512 + (r >> 8) % (128 << 10);
+            live[nlive++] = my_alloc(size);
+        }
+        long kept = 0;
+        for (long i = 0; i < nlive; i++) {
+            if (i % 4 == 3) my_free(live[i]);
+            else live[kept++] = live[i];
+        }
+        nlive = kept;
+        rec_range_pop();
+    }
+    rec_close();
+    printf("LIVE %ld\n", nlive);
+    free(live);
+    return 0;
 }
 
 static int forked(void) {
@@ -243,6 +276,7 @@ static int reuse(void) {
 int main(int argc, char **argv) {
     if (argc >= 3 && strcmp(argv[1], "pairs") == 0) return pairs(atol(argv[2]));
     if (argc >= 3 && strcmp(argv[1], "steady") == 0) return steady(argv[2], argc >= 4 ? strtoull(argv[3], NULL, 10) : 0, argc >= 5 ? atol(argv[4]) : 100);
+    if (argc >= 3 && strcmp(argv[1], "many") == 0) return many(atol(argv[2]));
     if (argc >= 2 && strcmp(argv[1], "fork") == 0) return forked();
     if (argc >= 3 && strcmp(argv[1], "growth") == 0) return growth(atol(argv[2]));
     if (argc >= 2 && strcmp(argv[1], "mixed") == 0) return mixed();
@@ -254,6 +288,6 @@ int main(int argc, char **argv) {
         rec_close();
         return 0;
     }
-    fprintf(stderr, "usage: snapshot_app pairs N | steady FILE [MAX [US]] | fork | growth STEPS | mixed | uses | reuse | empty\n");
+    fprintf(stderr, "usage: snapshot_app pairs N | steady FILE [MAX [US]] | many N | fork | growth STEPS | mixed | uses | reuse | empty\n");
     return 2;
 }

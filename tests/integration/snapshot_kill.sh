@@ -79,10 +79,11 @@ check_ending() { # how db other want: every row says the program of db did not r
 check_ending complete "$done_db" "$done2_db" 0
 # still running: 1,000 events, all in the file, then alive and idle while every command reads it
 # (a program that kept issuing would grow the recording with the time the commands take, minutes
-# on a loaded machine, and each command's work with it). Fewer than viz's 1,500 bands: with more
-# live allocations than the page draws one by one, each drawn band gets a point per half pixel
-# and headless chromium took 15-20 s to draw the page of the 10,000 events this used to wait for
-# (1.5 s, which was not enough for them on a loaded machine: it still issued while read)
+# on a loaded machine, and each command's work with it). Fewer than viz's 1,500 bands: before
+# viz bounded its bands by the chart's pixels, with more live allocations than the page draws one
+# by one each drawn band got a point per half pixel and headless chromium took 15-20 s to draw
+# the page of the 10,000 events this used to wait for (1.5 s, which was not enough for them on a
+# loaded machine: it still issued while read)
 db=$TMP/running.db
 GPUMEM_STACKS=0 GPUMEM_DB=$db "$APP" steady "$TMP/count0" 1000 &
 pid=$!
@@ -100,8 +101,9 @@ check_ending running "$db" "$done_db" 1
 kill -9 $pid
 wait $pid 2>/dev/null
 # killed while it issues events: what the file lost. One event every 1.2 ms: 1.5 s of it stays
-# under viz's 1,500 bands (one every 100 us made ~8,000 live allocations, and a page chromium
-# took 14-30 s to draw, above); the writer commits every 25 ms whatever the rate
+# under viz's 1,500 bands (one every 100 us made ~8,000 live allocations, and, before viz's bound
+# on its bands, a page chromium took 14-30 s to draw, above); the writer commits every 25 ms
+# whatever the rate
 db=$TMP/killed.db
 GPUMEM_STACKS=0 GPUMEM_DB=$db "$APP" steady "$TMP/count" 0 1200 &
 pid=$!
