@@ -3194,6 +3194,14 @@ void alloc_destroy(alloc_t *a)
     a->destroying = true;
     sync_device_locked(a);
     land_upto(a, UINT64_MAX);
+    /* what land_upto leaves: the frees a capture holds for a graph never released (no event of
+     * theirs is queued); their blocks go with the segments below */
+    while (a->fence_head) {
+        fence_t *f = a->fence_head;
+        a->fence_head = f->next;
+        free(f);
+    }
+    a->fence_tail = NULL;
     for (size_t i = 0; i < a->nstreams; i++)
         while (a->streams[i]->mk_head) marker_pop(a, a->streams[i], true);
     for (size_t i = 0; i < a->nstreams; i++) {

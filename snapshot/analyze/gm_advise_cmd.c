@@ -351,17 +351,20 @@ static void spec_target(const ctx *c, const spec *s, char *out, size_t n, int js
 #undef ADD
 }
 
+/* a recompute choice (--try's trainer choices, or a class of tensors) in a program's own words */
+#define RECOMPUTE_WORDS "recompute %s in backward instead of keeping it (torch.utils.checkpoint on the block that produces it)"
+static const char *recompute_what(const ctx *c, const spec *s)
+{
+    return s->rc_class >= 0 ? adv_str(&c->m, c->classes[s->rc_class]) : "the layer's activations";
+}
+
 /* the change in words, for a program that is not the trainer */
 static void spec_words(const ctx *c, const spec *s, char *out, size_t n)
 {
     size_t o = 0;
     out[0] = 0;
 #define ADD(...) o += (size_t)snprintf(out + o, o < n ? n - o : 0, __VA_ARGS__)
-    if (s->rc || s->rc_class >= 0)
-        ADD("recompute %s in backward instead of keeping it (torch.utils.checkpoint on the block "
-            "that "
-            "produces it)",
-            s->rc_class >= 0 ? adv_str(&c->m, c->classes[s->rc_class]) : "the layer's activations");
+    if (s->rc || s->rc_class >= 0) ADD(RECOMPUTE_WORDS, recompute_what(c, s));
     if (s->off_act)
         ADD("%skeep saved activations in pinned host memory "
             "(torch.autograd.graph.save_on_cpu(pin_memory=True))",
@@ -568,6 +571,8 @@ static void spec_change(const ctx *c, const spec *s, char *out, size_t n)
     if (s->ckpt)
         ADD("torch.utils.checkpoint around every block of model.%s (%s.0 ... %s.%zu), use_reentrant=False", c->blocks,
             c->blocks, c->blocks, c->nblocks ? c->nblocks - 1 : 0);
+    else if (s->rc || s->rc_class >= 0) /* --try's choices, a class of tensors: said as "how" says them */
+        ADD(RECOMPUTE_WORDS, recompute_what(c, s));
     if (s->off_act) ADD("%storch.autograd.graph.save_on_cpu(pin_memory=True) around the forward", o ? "; " : "");
     if (s->accum > 1 && c->B)
         ADD("%sgradient accumulation by %u: micro-batches of %u (1/%u of the batch), (loss / %u).backward() for "

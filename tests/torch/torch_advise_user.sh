@@ -57,8 +57,11 @@ EOT
 while IFS='|' read -r db try want; do
   "$G" advise "$tmp/$db.db" --try "$try" > "$tmp/try.out" 2> "$tmp/try.err"; rc=$?
   if [[ $want == - ]]; then
+    # and says the change in PyTorch's words (a trainer's --recompute choice printed "change: ")
     [[ $rc == 0 ]] && grep -q "peak allocated .*reserved" "$tmp/try.out" && ! grep -q "not predicted:" "$tmp/try.err" \
-      && ok "$db: --try '$try' predicted" || bad "$db: --try '$try': exit $rc, $(grep -v 'gpumem sim' "$tmp/try.err" | head -2)"
+      && grep -q "^    change: [a-z]" "$tmp/try.out" \
+      && ok "$db: --try '$try' predicted, the change said" \
+      || bad "$db: --try '$try': exit $rc, $(grep -v 'gpumem sim' "$tmp/try.err" | head -2); $(grep -m1 'change:' "$tmp/try.out")"
     continue
   fi
   why=$(jq -r --arg t "$want" '.not_predicted[] | select(.technique == $t) | .why' "$tmp/$db.json")
@@ -74,6 +77,7 @@ ops|--accum 8|accum
 accum|--accum 2 --act-dtype bf16|accum
 ops|--act-dtype bf16|-
 none|--offload activations|-
+none|--recompute layer|-
 EOT
 grep -q "note: no gradient outlives its step" "$tmp/none.txt" && ! grep -q "set_to_none=True)$\|set_to_none=True);" "$tmp/none.txt" \
   && ! grep -q "gradients set to none" "$tmp/none.txt" \
