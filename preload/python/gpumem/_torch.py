@@ -35,7 +35,10 @@ record` sets, README.md "PyTorch programs"):
   (a pluggable allocator has none) and names go to gpumem directly;
 - the pinned host cache (always, whichever allocator): at exit, PyTorch's host cache is emptied
   (_host_cache_at_exit), so that a pinned block the program had freed to it reads as the
-  cache's in the recording, never as a leak (snapshot/README.md, leaks' .host_cache).
+  cache's in the recording, never as a leak (snapshot/README.md, leaks' .host_cache);
+- PyTorch's cuBLAS and cuBLASLt workspaces (always, whichever allocator): at exit, freed through
+  torch._C._cuda_clearCublasWorkspaces() (_workspaces_at_exit), their frees flagged, so that they
+  read as workspaces, never as leaks (snapshot/README.md, leaks' .torch_workspaces).
 
 Every Python interpreter `gpumem record` runs does this (the sitecustomize runs at its start:
 the program, a launcher script's steps, torchrun's workers), each dumping into its own file
