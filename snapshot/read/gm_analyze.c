@@ -984,6 +984,10 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
         /* NULL (none) reads as -1 from the pages, 0 through SQLite */
         uint32_t range = r->range > 0 ? (uint32_t)r->range : 0;
         if (!range && spans) range = gm_event_range(m, 0, r->t);
+        /* a workspace freed by gpumem's exit hook: after the program ended, in none of its phases
+         * (a step range left open, as an OOM leaves it, would take the free for that step's and
+         * run the step on past the OOM) */
+        if (rec_is_workspace_free(kind, flags)) range = 0;
         int alloc = (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && !(flags & slow_flags);
         if (!alloc && kind != REC_FREE && kind != REC_FREE_ASYNC) {
             if (du_seen) du_seen = devused_row(w, r);
