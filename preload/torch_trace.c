@@ -359,8 +359,13 @@ tt_entry_stack(int action, int device, uint64_t addr, uint64_t size, uint64_t st
 static __attribute__((noinline)) void tt_entry_plain(int action, int device, uint64_t addr, uint64_t size,
                                                      uint64_t stream, uint64_t pool_a, uint64_t pool_b)
 {
-    tt_entry x = {.addr = addr, .size = size, .stream = stream, .pool = {pool_a, pool_b},
-                  .action = action, .device = device, .flags = gm_torch_cache_emptying ? TT_F_CACHE : 0};
+    tt_entry x = {.addr = addr,
+                  .size = size,
+                  .stream = stream,
+                  .pool = {pool_a, pool_b},
+                  .action = action,
+                  .device = device,
+                  .flags = gm_torch_cache_emptying ? TT_F_CACHE : 0};
     TT_IN_FRAME(x);
     gm_spin_lock(&tt.lock);
     tt_entry *e = tt_claim(x.device);

@@ -692,10 +692,12 @@ static void host_end_line(FILE *out, const gm_model *m) {
  * that gpumem's hooks freed at exit from PyTorch's cuBLAS and cuBLASLt workspaces
  * (GM_ALLOC_WORKSPACE): copies into *ws (malloc'ed; NULL when none or out of memory), their count
  * returned. Not leaks: PyTorch keeps one per (handle, stream) for the process's life. */
-static size_t view_workspaces(const gm_model *v, gm_alloc **ws) {
+static size_t view_workspaces(const gm_model *v, gm_alloc **ws)
+{
     size_t n = 0;
     *ws = NULL;
-    for (size_t i = 0; i < v->nallocs; i++) n += (v->allocs[i].flags & GM_ALLOC_WORKSPACE) != 0;
+    for (size_t i = 0; i < v->nallocs; i++)
+        n += (v->allocs[i].flags & GM_ALLOC_WORKSPACE) != 0;
     if (!n || !(*ws = malloc(n * sizeof **ws))) return 0;
     n = 0;
     for (size_t i = 0; i < v->nallocs; i++)
@@ -705,7 +707,8 @@ static size_t view_workspaces(const gm_model *v, gm_alloc **ws) {
 
 /* Where PyTorch's cuBLAS workspaces were alive at the end (gpumem's hooks freed them at exit), the
  * summary says so: memory at exit that is not the program's leak. */
-static void workspace_end_line(FILE *out, const gm_model *m) {
+static void workspace_end_line(FILE *out, const gm_model *m)
+{
     gm_model v = gm_model_leak_view(m);
     gm_alloc *ws;
     size_t n = view_workspaces(&v, &ws);
@@ -715,9 +718,10 @@ static void workspace_end_line(FILE *out, const gm_model *m) {
     if (!k) return;
     char c[32];
     gm_fmt_bytes(b, c, sizeof c);
-    fprintf(out, "  workspaces at exit  %s in %" PRIu64 " block%s were PyTorch's cuBLAS/cuBLASLt workspaces (one per "
-                 "handle and stream, kept by PyTorch until exit or torch._C._cuda_clearCublasWorkspaces(); not "
-                 "leaks)\n",
+    fprintf(out,
+            "  workspaces at exit  %s in %" PRIu64 " block%s were PyTorch's cuBLAS/cuBLASLt "
+            "workspaces (one per handle and stream, kept by PyTorch until exit or "
+            "torch._C._cuda_clearCublasWorkspaces(); not leaks)\n",
             c, k, k == 1 ? "" : "s");
 }
 
@@ -1886,7 +1890,9 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
             size_t nws = view_workspaces(&lv, &ws);
             host_totals(ws, nws, &hhb, &hhn);
             free(ws);
-            fprintf(out, ",\"torch_workspace_bytes\":%" PRIu64 ",\"torch_workspace_blocks\":%" PRIu64, hhb, hhn);
+            fprintf(out,
+                    ",\"torch_workspace_bytes\":%" PRIu64 ",\"torch_workspace_blocks\":%" PRIu64,
+                    hhb, hhn);
         }
         /* the program's own VMM: held outside the allocator, in none of the peaks above */
         fprintf(out, ",\"peak_program_vmm\":%" PRIu64 ",\"peak_device\":%" PRIu64, m->peak_vmm, m->peak_device);
@@ -2450,9 +2456,11 @@ static size_t host_sites(const gm_model *m, labels *l, const gm_alloc *v, size_t
     for (size_t i = 0; i < nv; i++)
         /* a workspace is one of the view's own allocations: site_of names its missing stack as the
          * view does (PyTorch's C++ in PyTorch's); a pinned block's is the device recording's */
-        (*sites)[i] = (group){.key = v[i].stack || (v[i].flags & GM_ALLOC_WORKSPACE) ? site_of(m, l, v[i].stack, NULL)
-                                                                                 : "(no stack: GPUMEM_STACKS=0)",
-                              .bytes = v[i].requested, .count = 1};
+        (*sites)[i] = (group){.key = v[i].stack || (v[i].flags & GM_ALLOC_WORKSPACE)
+                                         ? site_of(m, l, v[i].stack, NULL)
+                                         : "(no stack: GPUMEM_STACKS=0)",
+                              .bytes = v[i].requested,
+                              .count = 1};
     return merge_groups(*sites, nv);
 }
 

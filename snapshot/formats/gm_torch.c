@@ -1191,7 +1191,8 @@ static void place_exact(merge *m, titem *t, const tt_rec *e)
     t->exact = 1;
     tstack_set(m, e->stack, &t->tframes, &t->tframes_n);
     /* a workspace freed by gpumem's exit hook (rec.h, REC_F_TORCH_CACHE) */
-    if ((e->flags & 1u) && (t->action == TA_FREE_REQ || t->action == TA_FREE_DONE)) t->flags |= REC_F_TORCH_CACHE;
+    if ((e->flags & 1u) && (t->action == TA_FREE_REQ || t->action == TA_FREE_DONE))
+        t->flags |= REC_F_TORCH_CACHE;
     m->nexact++;
 }
 

@@ -243,7 +243,8 @@ static inline int rec_is_host_cache_free(unsigned kind, unsigned flags) {
  * pinned host block was the host cache's, a device block a BLAS workspace, the one device cache
  * the hook empties). Since 2026-12-07; before it such workspaces were alive at exit. */
 #define REC_F_TORCH_CACHE REC_F_HOST_CACHE
-static inline int rec_is_workspace_free(unsigned kind, unsigned flags) {
+static inline int rec_is_workspace_free(unsigned kind, unsigned flags)
+{
     return (kind == REC_FREE || kind == REC_FREE_ASYNC || kind == REC_TORCH_FREE ||
             kind == REC_TORCH_FREE_COMPLETED) &&
            (flags & REC_F_TORCH_CACHE) != 0;
