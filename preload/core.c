@@ -421,9 +421,11 @@ static unsigned rec_kind_of(enum gm_ev ev, size_t requested)
  * allocation when it succeeds, and the OOM record when it fails. Consumed either way, also when
  * not recording, so it never sticks to a later allocation. */
 static __thread char pending_name[64] __attribute__((tls_model("initial-exec")));
-/* Set while this thread empties PyTorch's pinned host cache for gpumem's hooks
- * (gpumem_host_cache_emptying): its pinned frees are flagged the cache's (REC_F_HOST_CACHE). */
-static __thread int host_cache_emptying __attribute__((tls_model("initial-exec")));
+/* Set while this thread empties one of PyTorch's caches for gpumem's hooks at exit
+ * (gpumem_host_cache_emptying, gpumem_torch_cache_emptying): its frees are flagged the cache's
+ * (REC_F_HOST_CACHE on a pinned one, REC_F_TORCH_CACHE on a device one; the tracker flags the
+ * trace entries of PyTorch's allocator it sees meanwhile, torch_trace.c). */
+__thread int gm_torch_cache_emptying __attribute__((tls_model("initial-exec")));
 __thread unsigned gm_next_alloc_flags __attribute__((tls_model("initial-exec")));
 
 static int is_alloc_event(enum gm_ev ev)
@@ -490,8 +492,9 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
     _Static_assert(GM_EVF_GRAPH == REC_F_GRAPH, "GM_EVF_* are the recorder's REC_F_* flags");
     _Static_assert(GM_EVF_CAPTURE == REC_F_PRIVATE_POOL, "GM_EVF_* are the recorder's REC_F_* flags");
     flags |= shape;
-    if (ev == GM_EV_HOST_FREE && host_cache_emptying)
-        flags |= REC_F_HOST_CACHE;
+    if ((ev == GM_EV_HOST_FREE || ev == GM_EV_FREE || ev == GM_EV_FREE_ASYNC) &&
+        gm_torch_cache_emptying)
+        flags |= REC_F_HOST_CACHE; /* REC_F_TORCH_CACHE on a device free: the same bit */
     rec_event(rec_kind_of(ev, requested) | flags, device, (uint64_t)(uintptr_t)stream, addr, size,
               requested, id);
     gm_devused_event((int)ev, flags, device, size, id);
@@ -1428,13 +1431,19 @@ GM_EXPORT void gpumem_torch_memory_fraction(double fraction, int device)
 GM_EXPORT void gpumem_host_cache_emptying(int on)
 {
     GM_NOTE_CALLER();
-    host_cache_emptying = on != 0;
+    gm_torch_cache_emptying = on != 0;
 #ifdef GM_HAVE_REC
     /* the hooks ran: a reader told pinned blocks alive at exit are not the cache's (none was freed
      * here) can say so, where without it it can only say it does not know */
     if (on && recording)
         rec_meta("torch_host_cache", "emptied");
 #endif
+}
+
+GM_EXPORT void gpumem_torch_cache_emptying(int on)
+{
+    GM_NOTE_CALLER();
+    gm_torch_cache_emptying = on != 0;
 }
 
 GM_EXPORT void gpumem_empty_cache(void)

@@ -729,6 +729,9 @@ void *gm_driver_sym_hook(const char *sym);
 /* GM_EVF_PITCHED / GM_EVF_POOL for the calling thread's next allocation event; the hook sets it
  * around the call that records, gm_event_id consumes it. */
 extern __thread unsigned gm_next_alloc_flags __attribute__((tls_model("initial-exec")));
+/* set while this thread empties one of PyTorch's caches for gpumem's hooks at exit (core.c,
+ * gpumem_host_cache_emptying / gpumem_torch_cache_emptying): its frees are the cache's */
+extern __thread int gm_torch_cache_emptying __attribute__((tls_model("initial-exec")));
 /* An event of a kind gm_ev does not name (snapshot/record/rec.h REC_*), when recording. */
 void gm_event_raw(unsigned rec_kind, int device, uintptr_t stream, uint64_t addr, uint64_t size,
                   uint64_t requested, uint64_t id);

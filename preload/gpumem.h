@@ -64,6 +64,12 @@ void gpumem_empty_cache(void);
  * (0) are recorded as the cache's (event 6 flagged 512), which leaks and report say apart from
  * leaks, whatever the stack settings. */
 void gpumem_host_cache_emptying(int on);
+/* on != 0: the calling thread is emptying one of PyTorch's device caches at exit (gpumem's Python
+ * hooks, around torch._C._cuda_clearCublasWorkspaces(): its cuBLAS and cuBLASLt workspaces); its
+ * device frees until gpumem_torch_cache_emptying(0) (events 2 and 4, gpumem as PyTorch's
+ * allocator) and the frees of PyTorch's own allocator the trace tracker sees on it (merged as
+ * events 32 and 33) are recorded flagged 512, which leaks and report say apart from leaks. */
+void gpumem_torch_cache_emptying(int on);
 
 /* PyTorch's memory statistics with gpumem as its allocator: PyTorch keeps none of its own then,
  * and libgpumem_torch.so's allocator answers getDeviceStats / resetPeakStats /

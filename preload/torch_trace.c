@@ -78,7 +78,7 @@ typedef struct tt_entry {
         struct {
             uint32_t stack; /* allocations and OOMs: the index (from 1) of its Python stack;
                              * 0: none */
-            uint32_t pad;
+            uint32_t flags; /* TT_F_CACHE; 0 otherwise (a pad before 2026-12-07, 0) */
         };
         uint64_t tag; /* tt_entry_stack's image of the entry only: the chain's tag of its stack */
     };
@@ -89,6 +89,10 @@ _Static_assert(sizeof(tt_entry) == 72, "tt_entry: the 72-byte layout gm_torch.c 
  * size the request), which the snapshot at an OOM shows; not snapshot (7), which only marks
  * PyTorch's own snapshots, nor annotate (9). TT_KEPT: one bit each, tested in one shift. */
 enum { TT_ACTION_OOM = 8 };
+/* tt_entry.flags: a free (actions 1, 2) PyTorch made while gpumem's hooks emptied one of its
+ * caches at exit on this thread (gm_torch_cache_emptying: its cuBLAS workspaces), merged as
+ * REC_F_TORCH_CACHE (gm_torch.c) */
+#define TT_F_CACHE 1u
 #define TT_KEPT (0x7Fu | 1u << TT_ACTION_OOM)
 
 /* The distinct Python stacks: their frames in one array (rec_pyframe: function and file as
@@ -254,7 +258,7 @@ static inline __attribute__((always_inline)) void tt_fill(tt_entry *e, int actio
 {
     e->addr = addr, e->size = size, e->stream = stream;
     e->pool[0] = pool_a, e->pool[1] = pool_b, e->action = action, e->device = device;
-    e->stack = stack, e->pad = 0;
+    e->stack = stack, e->flags = gm_torch_cache_emptying ? TT_F_CACHE : 0;
 }
 
 /* Bytes of tt_entry_stack's frame that hold nothing: the Python reader's frames lie where they did
@@ -343,7 +347,7 @@ tt_entry_stack(int action, int device, uint64_t addr, uint64_t size, uint64_t st
 #endif
     int nf = gm_python_frames_now(l.f, REC_MAX_PY_FRAMES, &l.x.tag);
     gm_spin_lock(&tt.lock);
-    l.x.stack = nf > 0 ? tt_stack_of(l.f, nf, l.x.tag) : 0, l.x.pad = 0;
+    l.x.stack = nf > 0 ? tt_stack_of(l.f, nf, l.x.tag) : 0, l.x.flags = 0;
     tt_entry *e = tt_claim(l.x.device);
     if (e) *e = l.x; /* written in place, under the lock */
     gm_spin_unlock(&tt.lock);
@@ -355,8 +359,13 @@ tt_entry_stack(int action, int device, uint64_t addr, uint64_t size, uint64_t st
 static __attribute__((noinline)) void tt_entry_plain(int action, int device, uint64_t addr, uint64_t size,
                                                      uint64_t stream, uint64_t pool_a, uint64_t pool_b)
 {
-    tt_entry x = {.addr = addr, .size = size, .stream = stream, .pool = {pool_a, pool_b},
-                  .action = action, .device = device};
+    tt_entry x = {.addr = addr,
+                  .size = size,
+                  .stream = stream,
+                  .pool = {pool_a, pool_b},
+                  .action = action,
+                  .device = device,
+                  .flags = gm_torch_cache_emptying ? TT_F_CACHE : 0};
     TT_IN_FRAME(x);
     gm_spin_lock(&tt.lock);
     tt_entry *e = tt_claim(x.device);

@@ -688,6 +688,43 @@ static void host_end_line(FILE *out, const gm_model *m) {
             c, cn, cn == 1 ? "" : "s", h, hn);
 }
 
+/* The blocks of view v (its allocations: PyTorch's tensors in its view, the device's otherwise)
+ * that gpumem's hooks freed at exit from PyTorch's cuBLAS and cuBLASLt workspaces
+ * (GM_ALLOC_WORKSPACE): copies into *ws (malloc'ed; NULL when none or out of memory), their count
+ * returned. Not leaks: PyTorch keeps one per (handle, stream) for the process's life. */
+static size_t view_workspaces(const gm_model *v, gm_alloc **ws)
+{
+    size_t n = 0;
+    *ws = NULL;
+    for (size_t i = 0; i < v->nallocs; i++)
+        n += (v->allocs[i].flags & GM_ALLOC_WORKSPACE) != 0;
+    if (!n || !(*ws = malloc(n * sizeof **ws))) return 0;
+    n = 0;
+    for (size_t i = 0; i < v->nallocs; i++)
+        if (v->allocs[i].flags & GM_ALLOC_WORKSPACE) (*ws)[n++] = v->allocs[i];
+    return n;
+}
+
+/* Where PyTorch's cuBLAS workspaces were alive at the end (gpumem's hooks freed them at exit), the
+ * summary says so: memory at exit that is not the program's leak. */
+static void workspace_end_line(FILE *out, const gm_model *m)
+{
+    gm_model v = gm_model_leak_view(m);
+    gm_alloc *ws;
+    size_t n = view_workspaces(&v, &ws);
+    uint64_t b, k;
+    host_totals(ws, n, &b, &k);
+    free(ws);
+    if (!k) return;
+    char c[32];
+    gm_fmt_bytes(b, c, sizeof c);
+    fprintf(out,
+            "  workspaces at exit  %s in %" PRIu64 " block%s were PyTorch's cuBLAS/cuBLASLt "
+            "workspaces (one per handle and stream, kept by PyTorch until exit or "
+            "torch._C._cuda_clearCublasWorkspaces(); not leaks)\n",
+            c, k, k == 1 ? "" : "s");
+}
+
 static void held_line(FILE *out, const char *what, const char *is, uint64_t n, uint64_t total, uint64_t peak)
 {
     if (!n) return;
@@ -1847,6 +1884,18 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
         /* of those held: PyTorch's, where its cache was never emptied (leaks' .host_cache_unknown) */
         host_totals(m->host_unknown, m->nhost_unknown, &hhb, &hhn);
         fprintf(out, ",\"host_cache_unknown_bytes\":%" PRIu64 ",\"host_cache_unknown_blocks\":%" PRIu64, hhb, hhn);
+        /* PyTorch's cuBLAS workspaces alive at the end, freed by gpumem's hooks (leaks'
+         * .torch_workspaces) */
+        {
+            gm_model lv = gm_model_leak_view(m);
+            gm_alloc *ws;
+            size_t nws = view_workspaces(&lv, &ws);
+            host_totals(ws, nws, &hhb, &hhn);
+            free(ws);
+            fprintf(out,
+                    ",\"torch_workspace_bytes\":%" PRIu64 ",\"torch_workspace_blocks\":%" PRIu64,
+                    hhb, hhn);
+        }
         /* the program's own VMM: held outside the allocator, in none of the peaks above */
         fprintf(out, ",\"peak_program_vmm\":%" PRIu64 ",\"peak_device\":%" PRIu64, m->peak_vmm, m->peak_device);
         fprintf(out, ",\"driver_calls_counted\":%s", s.driver_calls_counted ? "true" : "false");
@@ -1926,6 +1975,7 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
                 s.n_alloc, s.n_async, s.n_free, s.n_host, s.n_managed);
         held_line(out, "pinned host", "page-locked host memory", s.n_host, s.host_bytes, s.host_peak);
         host_end_line(out, m);
+        workspace_end_line(out, m);
         held_line(out, "managed", "unified memory", s.n_managed, s.managed_bytes, s.managed_peak);
         if (s.hit_rate >= 0) fprintf(out, "  cache hit rate      %.1f%% (from %s)\n", s.hit_rate, s.hit_source);
         else fprintf(out, "  cache hit rate      unknown (no allocator stats recorded)\n");
@@ -2405,8 +2455,9 @@ static int last_step_partial(const gm_model *m, char *missing, size_t sz) {
     return partial;
 }
 
-/* Pinned host blocks by call site, most bytes first (groups keyed by site_of's call site, merged
- * by merge_groups): those PyTorch's host cache held at exit (m->host_cache: blocks the program
+/* Pinned host blocks (or PyTorch's cuBLAS workspaces: view_workspaces) by call site, most bytes
+ * first (groups keyed by site_of's call site, merged by merge_groups): those PyTorch's host cache
+ * held at exit (m->host_cache: blocks the program
  * freed to PyTorch's CachingHostAllocator, which keeps them until exit or
  * torch._C._host_emptyCache(); never leaks, gpumem's hooks gave them back at exit) or those
  * tensors still held (m->host_held). *sites: malloc'ed, NULL when none or out of memory. */
@@ -2414,8 +2465,13 @@ static size_t host_sites(const gm_model *m, labels *l, const gm_alloc *v, size_t
     *sites = nv ? calloc(nv, sizeof **sites) : NULL;
     if (!*sites) return 0;
     for (size_t i = 0; i < nv; i++)
-        (*sites)[i] = (group){.key = v[i].stack ? site_of(m, l, v[i].stack, NULL) : "(no stack: GPUMEM_STACKS=0)",
-                              .bytes = v[i].requested, .count = 1};
+        /* a workspace is one of the view's own allocations: site_of names its missing stack as the
+         * view does (PyTorch's C++ in PyTorch's); a pinned block's is the device recording's */
+        (*sites)[i] = (group){.key = v[i].stack || (v[i].flags & GM_ALLOC_WORKSPACE)
+                                         ? site_of(m, l, v[i].stack, NULL)
+                                         : "(no stack: GPUMEM_STACKS=0)",
+                              .bytes = v[i].requested,
+                              .count = 1};
     return merge_groups(*sites, nv);
 }
 
@@ -2463,6 +2519,12 @@ static const char host_cache_head[] =
     "  torch._C._host_emptyCache() once the program no longer needs them\n";
 /* PyTorch's view lists its device tensors: a pinned block a tensor still holds is said here, and
  * counted in the summary (alive at exit, as leaks' meaning is) */
+static const char workspace_head[] =
+    "\nPyTorch's cuBLAS workspaces at exit (not leaks): %s in %" PRIu64 " block%s\n"
+    "  one per (cuBLAS or cuBLASLt handle, stream) that ran a matmul, which PyTorch keeps for the\n"
+    "  process's life (gpumem freed them at exit); if that memory matters, call\n"
+    "  torch._C._cuda_clearCublasWorkspaces() once the program is done with matmuls, or make them\n"
+    "  smaller (CUBLAS_WORKSPACE_CONFIG=:4096:8, CUBLASLT_WORKSPACE_SIZE in KiB)\n";
 static const char host_held_head[] =
     "\nPinned host memory still held at exit: %s in %" PRIu64 " block%s\n"
     "  page-locked host memory tensors still held (not PyTorch's cache); PyTorch's view lists its\n"
@@ -2499,6 +2561,8 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     uint64_t sum_bytes = total + hbytes, sum_count = count + hblocks;
     held += hheld;
     *leaked_bytes = sum_bytes;
+    gm_alloc *ws; /* PyTorch's cuBLAS workspaces, freed at exit by gpumem's hooks: listed apart */
+    size_t nws = view_workspaces(m, &ws);
     int64_t dropped = gm_meta_int(d, "dropped_events", 0);
     /* leaks are what a program that ran to its end never freed: a recording cut short (a
      * signal, a kill, still being written) or with events missing cannot say */
@@ -2616,6 +2680,8 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
                                    : ",\"in_leaks\":true,\"in_leaks_list\":true");
         fputc(',', out);
         host_json(m, &l, m->host_unknown, m->nhost_unknown, out, "host_cache_unknown", o->top, "");
+        fputc(',', out);
+        host_json(m, &l, ws, nws, out, "torch_workspaces", o->top, "");
         fprintf(out, ",\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64
                      ",\"leaked_held_bytes\":%" PRIu64 ",\"dropped_events\":%" PRId64
                      ",\"judgeable\":%s}\n", sum_bytes, sum_count, held, dropped, judgeable ? "true" : "false");
@@ -2747,6 +2813,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         host_text(m, &l, m->host_cache, m->nhost_cache, out, host_cache_head, o->top);
         if (m->is_torch_view) host_text(m, &l, m->host_held, m->nhost_held, out, host_held_head, o->top);
         host_text(m, &l, m->host_unknown, m->nhost_unknown, out, host_unknown_head, o->top);
+        host_text(m, &l, ws, nws, out, workspace_head, o->top);
         char hb[32];
         gm_fmt_bytes(held, hb, sizeof hb);
         if (sum_count) fprintf(out, "\nLeaked bytes are the bytes requested; the allocator holds %s for them.\n", hb);
@@ -2759,7 +2826,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         if (note[0]) fprintf(out, "\nwarning: %s.\n", note);
         fprintf(out, "\nLEAK SUMMARY: %" PRIu64 " bytes leaked in %" PRIu64 " allocations\n", sum_bytes, sum_count);
     }
-    free(gs), free(gp), free(gn), free(gk), free(gkn);
+    free(gs), free(gp), free(gn), free(gk), free(gkn), free(ws);
     labels_free(m, &l);
     /* with events missing, neither "leaks" nor "no leaks" can be said (a dropped free looks
      * like a leak, a dropped allocation hides one): CI gets its own exit code */

@@ -1064,6 +1064,8 @@ typedef struct tt_rec {
     uint64_t addr, size, seq, t_ns, stream, pool[2];
     int32_t action, device;
     uint32_t stack;
+    uint32_t flags; /* the tracker's TT_F_CACHE (1): a free made while gpumem's hooks emptied one
+                     * of PyTorch's caches at exit (72-byte entries since 2026-12-07; 0 before) */
 } tt_rec;
 
 static uint64_t le64(const unsigned char *p)
@@ -1091,6 +1093,7 @@ static tt_rec tt_at(const unsigned char *p, size_t es)
     }
     r.action = (int32_t)le32(q), r.device = (int32_t)le32(q + 4);
     r.stack = es >= 48 ? le32(q + 8) : 0;
+    r.flags = es == 72 ? le32(q + 12) : 0;
     return r;
 }
 
@@ -1187,6 +1190,9 @@ static void place_exact(merge *m, titem *t, const tt_rec *e)
     t->xseq = e->seq;
     t->exact = 1;
     tstack_set(m, e->stack, &t->tframes, &t->tframes_n);
+    /* a workspace freed by gpumem's exit hook (rec.h, REC_F_TORCH_CACHE) */
+    if ((e->flags & 1u) && (t->action == TA_FREE_REQ || t->action == TA_FREE_DONE))
+        t->flags |= REC_F_TORCH_CACHE;
     m->nexact++;
 }
 

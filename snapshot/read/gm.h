@@ -238,6 +238,11 @@ typedef struct gm_alloc {
 /* a pinned host block freed from PyTorch's host cache at exit by gpumem's hooks: its free flagged
  * REC_F_HOST_CACHE, or (recordings before that flag) with GM_HOST_CACHE_FN in its stack */
 #define GM_ALLOC_HOST_CACHE 32u
+/* a device block (a tensor in PyTorch's view) freed at exit by gpumem's hooks from PyTorch's
+ * cuBLAS / cuBLASLt workspaces (torch._C._cuda_clearCublasWorkspaces()): its free flagged
+ * REC_F_TORCH_CACHE (rec.h). PyTorch keeps one per (handle, stream) for the process's life: alive
+ * at exit, not a leak the program made (leaks' .torch_workspaces) */
+#define GM_ALLOC_WORKSPACE 64u
 /* the events.flags of such an allocation (kinds 1 and 3; rec_is_own_segment tests them with the
  * kind) */
 #define GM_OWN_SEGMENT_FLAGS (REC_F_POOL | REC_F_GRAPH)

@@ -552,6 +552,7 @@ static int torch_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags, uint
         if (!ai) return 0;
         gm_alloc *a = &v->allocs[*ai];
         born = a->birth;
+        if (rec_is_workspace_free(kind, flags)) a->flags |= GM_ALLOC_WORKSPACE;
         if (kind == REC_TORCH_FREE) {
             /* the statistics drop when the tensor is freed; the block stays the tensor's until
              * its free completes */
@@ -793,6 +794,8 @@ static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t se
             /* the recorder's flag; before it, the stack (empty with GPUMEM_STACKS=0) */
             if (rec_is_host_cache_free(kind, flags) || (kind == REC_HOST_FREE && host_cache_free(m, stack)))
                 a->flags |= GM_ALLOC_HOST_CACHE;
+            else if (rec_is_workspace_free(kind, flags))
+                a->flags |= GM_ALLOC_WORKSPACE;
             death_note(w, ai);
             hot_end(m, a, &m->allocated, &m->requested);
             if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) framework_free(m, a);
@@ -981,6 +984,10 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
         /* NULL (none) reads as -1 from the pages, 0 through SQLite */
         uint32_t range = r->range > 0 ? (uint32_t)r->range : 0;
         if (!range && spans) range = gm_event_range(m, 0, r->t);
+        /* a workspace freed by gpumem's exit hook: after the program ended, in none of its phases
+         * (a step range left open, as an OOM leaves it, would take the free for that step's and
+         * run the step on past the OOM) */
+        if (rec_is_workspace_free(kind, flags)) range = 0;
         int alloc = (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && !(flags & slow_flags);
         if (!alloc && kind != REC_FREE && kind != REC_FREE_ASYNC) {
             if (du_seen) du_seen = devused_row(w, r);
@@ -1049,6 +1056,8 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
                 born = a->birth;
                 a->death = seq;
                 a->death_range = range;
+                /* a cuBLAS workspace gpumem's hooks freed at exit (sweep_row's rule) */
+                if (flags & REC_F_TORCH_CACHE) a->flags |= GM_ALLOC_WORKSPACE;
                 link_death(m, allocs, &linked, &last_death, &ndeaths, ai);
                 hot_end(m, a, &allocated, &requested);
                 if ((a->flags & GM_ALLOC_FRAMEWORK) && m->torch.present == 2) framework_free(m, a);

@@ -232,6 +232,23 @@ enum rec_devinfo_when {
 static inline int rec_is_host_cache_free(unsigned kind, unsigned flags) {
     return kind == REC_HOST_FREE && (flags & REC_F_HOST_CACHE) != 0;
 }
+/* The same bit with the same meaning on a device free: made while gpumem's PyTorch hooks emptied
+ * one of PyTorch's caches at exit (gpumem_torch_cache_emptying around
+ * torch._C._cuda_clearCublasWorkspaces(), on that thread), here its cuBLAS and cuBLASLt
+ * workspaces, one per (handle, stream), kept for the process's life: the block was a workspace,
+ * not a tensor the program kept. On REC_FREE and REC_FREE_ASYNC (gpumem as PyTorch's allocator:
+ * the workspace's free through gpumem_torch_free) and on the merged REC_TORCH_FREE and
+ * REC_TORCH_FREE_COMPLETED (PyTorch's own allocator: the tracker's entry flagged, gm_torch.c).
+ * One flag, "freed from a PyTorch cache by gpumem's exit hook": the kind says which cache (a
+ * pinned host block was the host cache's, a device block a BLAS workspace, the one device cache
+ * the hook empties). Since 2026-12-07; before it such workspaces were alive at exit. */
+#define REC_F_TORCH_CACHE REC_F_HOST_CACHE
+static inline int rec_is_workspace_free(unsigned kind, unsigned flags)
+{
+    return (kind == REC_FREE || kind == REC_FREE_ASYNC || kind == REC_TORCH_FREE ||
+            kind == REC_TORCH_FREE_COMPLETED) &&
+           (flags & REC_F_TORCH_CACHE) != 0;
+}
 /* An alloc event without REC_F_CACHE_HIT/REC_F_CACHE_MISS was not served by gpumem's allocator:
  * it was passed to the real driver or runtime (record mode, pools, managed, graph capture). */
 #define REC_F_FLAGS_MASK 0xff00u

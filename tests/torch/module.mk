@@ -99,6 +99,10 @@ SCRIPT_TESTS += tests/torch/torch_extras.sh
 # with torch._C._host_emptyCache(); a pinned tensor kept to the end is, on each allocator
 # (torch_host_cache.sh, host_cache.py)
 SCRIPT_TESTS += tests/torch/torch_host_cache.sh
+# PyTorch's cuBLAS and cuBLASLt workspaces (one per handle and stream, kept to exit) are not
+# leaks: freed at exit by gpumem's hooks, said apart by leaks and report, on each allocator
+# (torch_workspaces.sh, workspaces.py)
+SCRIPT_TESTS += tests/torch/torch_workspaces.sh
 # the steps inferred from a PyTorch recording's periodicity: a loop followed by an evaluation
 # (--no-torch-hooks), a loop with no backward (torch_steps_inferred.sh)
 SCRIPT_TESTS += tests/torch/torch_steps_inferred.sh

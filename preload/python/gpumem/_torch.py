@@ -35,7 +35,10 @@ record` sets, README.md "PyTorch programs"):
   (a pluggable allocator has none) and names go to gpumem directly;
 - the pinned host cache (always, whichever allocator): at exit, PyTorch's host cache is emptied
   (_host_cache_at_exit), so that a pinned block the program had freed to it reads as the
-  cache's in the recording, never as a leak (snapshot/README.md, leaks' .host_cache).
+  cache's in the recording, never as a leak (snapshot/README.md, leaks' .host_cache);
+- PyTorch's cuBLAS and cuBLASLt workspaces (always, whichever allocator): at exit, freed through
+  torch._C._cuda_clearCublasWorkspaces() (_workspaces_at_exit), their frees flagged, so that they
+  read as workspaces, never as leaks (snapshot/README.md, leaks' .torch_workspaces).
 
 Every Python interpreter `gpumem record` runs does this (the sitecustomize runs at its start:
 the program, a launcher script's steps, torchrun's workers), each dumping into its own file
@@ -149,6 +152,9 @@ def _setup(torch):
                 _ops(torch)
             except Exception as e:  # noqa: BLE001
                 _warn("the op log (GPUMEM_TORCH_OPS)", e)
+    # registered after _history's _dump: atexit runs it before, so that the dump's trace holds
+    # the workspaces' frees
+    atexit.register(_workspaces_at_exit, torch)
     if _env("GPUMEM_TORCH_HOOKS", "1") == "1":
         try:
             _Hooks(torch, allocator == "gpumem").register()
@@ -512,6 +518,39 @@ def _host_cache_at_exit(torch):
         torch._C._host_emptyCache()
     except Exception as e:  # noqa: BLE001 - never break the program
         _warn("emptying PyTorch's pinned host cache at exit", e)
+    finally:
+        if mark is not None:
+            mark(0)
+
+
+def _workspaces_at_exit(torch):
+    """PyTorch keeps a cuBLAS workspace per (cuBLAS handle, stream) that ran a matmul (32 MiB on
+    compute capability 9.0 and later), and a cuBLASLt one per (cuBLASLt handle, stream) where
+    TORCH_CUBLASLT_UNIFIED_WORKSPACE=0, allocated from its allocator and kept until the process
+    ends: in the recording each looks alive at exit like a tensor the program kept, often the
+    largest line of a small program's leaks. At exit (after the program's own exit handlers, and
+    before the dump, whose trace must hold the frees: registered after it) they are freed here
+    through PyTorch's own call, torch._C._cuda_clearCublasWorkspaces(), with libgpumem.so told
+    (gpumem_torch_cache_emptying) so that the frees made meanwhile on this thread are flagged: a
+    device free under --allocator gpumem, the trace entry of PyTorch's allocator otherwise
+    (REC_F_TORCH_CACHE, snapshot/README.md, leaks' .torch_workspaces). Nothing is freed during a
+    CUDA graph capture (a workspace the capture uses), nor where PyTorch's call is missing or
+    fails (warned, never raised): the program is never broken. No range is opened."""
+    if not _ours() or not torch.cuda.is_initialized():
+        return
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is None:
+        return
+    mark = getattr(ctypes.CDLL(None), "gpumem_torch_cache_emptying", None)  # libgpumem.so's
+    try:
+        if torch.cuda.is_current_stream_capturing():
+            return
+        if mark is not None:
+            mark.restype, mark.argtypes = None, [ctypes.c_int]
+            mark(1)
+        clear()
+    except Exception as e:  # noqa: BLE001 - never break the program
+        _warn("freeing PyTorch's cuBLAS workspaces at exit", e)
     finally:
         if mark is not None:
             mark(0)
