@@ -32,6 +32,14 @@
     "OR f.file LIKE '%%/torch/_inductor/select_algorithm.py' "                                     \
     "OR f.file LIKE '%%/torch/_inductor/autotune_process.py')"
 
+/* a tensor made there that the program freed: one gpumem's exit hook freed from a PyTorch cache
+ * (REC_F_TORCH_CACHE on its free, rec_is_workspace_free: the cuBLAS workspace pad_mm's benchmark
+ * made when cold, which a warm run makes at its first matmul) is the program's, as one never
+ * freed was before that hook */
+#define AUTOTUNE_DIED                                                                              \
+    "l.death IS NOT NULL AND NOT EXISTS (SELECT 1 FROM events x WHERE x.seq = l.death "             \
+    "AND x.flags & 512 AND x.kind IN (2, 4, 32, 33))"
+
 static int64_t one_int(gm_db *d, const char *sql)
 {
     sqlite3_stmt *q;
@@ -75,7 +83,7 @@ static void autotune_peaks(gm_db *d, gm_compiled *c)
         sql, sizeof sql,
         "WITH at(stack) AS (" AUTOTUNE_STACKS "), "
         "t AS (SELECT l.birth AS b, l.death AS dd, e.size AS sz, "
-        "      e.stack IN (SELECT stack FROM at) AND l.death IS NOT NULL AS tune "
+        "      e.stack IN (SELECT stack FROM at) AND " AUTOTUNE_DIED " AS tune "
         "      FROM alloc_life l JOIN events e ON e.seq = l.birth WHERE e.kind IN %s), "
         "dl AS (SELECT b AS seq, sz AS da, CASE WHEN tune THEN 0 ELSE sz END AS dw FROM t "
         "       UNION ALL SELECT dd, -sz, CASE WHEN tune THEN 0 ELSE -sz END FROM t WHERE dd IS "
@@ -100,7 +108,7 @@ static void autotune_peaks(gm_db *d, gm_compiled *c)
         "       min(CASE WHEN r.path LIKE 'step %%' THEN CAST(substr(r.path, 6) AS INTEGER) END), "
         "       max(CASE WHEN r.path LIKE 'step %%' THEN CAST(substr(r.path, 6) AS INTEGER) END) "
         "FROM alloc_life l JOIN events e ON e.seq = l.birth LEFT JOIN ranges r ON r.id = e.range "
-        "WHERE e.kind IN %s AND e.stack IN (SELECT stack FROM at) AND l.death IS NOT NULL",
+        "WHERE e.kind IN %s AND e.stack IN (SELECT stack FROM at) AND " AUTOTUNE_DIED,
         kinds);
     if (sqlite3_prepare_v2(d->db, sql, -1, &q, NULL) != SQLITE_OK) return;
     if (sqlite3_step(q) == SQLITE_ROW) {
