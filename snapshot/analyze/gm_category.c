@@ -2149,17 +2149,6 @@ static void ctx_free(ctx *x)
     u64map_free(&x->param_homes);
 }
 
-/* The first column of the one-row query q (0 where it fails: a file without that table or column). */
-static int64_t sql_one(gm_db *d, const char *q)
-{
-    sqlite3_stmt *s;
-    int64_t v = 0;
-    if (sqlite3_prepare_v2(d->db, q, -1, &s, NULL) != SQLITE_OK) return 0;
-    if (sqlite3_step(s) == SQLITE_ROW) v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    return v;
-}
-
 /* What gpumem record's PyTorch hooks saw of a Python recording: -1 not a Python recording with
  * the setting, 0 the hooks were off (--no-torch-hooks), 1 on, with *nr the ranges, *fwd / *opt
  * whether a "fwd" / "opt" range is among them. The hooks' ranges are "step N/fwd/<module>",
@@ -2172,13 +2161,13 @@ static int hooks_saw(gm_db *d, int64_t *nr, int64_t *fwd, int64_t *opt)
     if (d) gm_meta_text(d, "torch_hooks", hooks, sizeof hooks);
     /* a C program run by gpumem record has the setting too: the hooks act in Python only */
     int python = d && hooks[0] && gm_table_exists(d, "frames") &&
-                 sql_one(d, "SELECT EXISTS (SELECT 1 FROM frames WHERE python = 1)");
+                 gm_sql_int(d, "SELECT EXISTS (SELECT 1 FROM frames WHERE python = 1)");
     if (!python) return -1;
     if (!strcmp(hooks, "0")) return 0;
     if (gm_table_exists(d, "ranges")) {
-        *nr = sql_one(d, "SELECT count(*) FROM ranges");
-        *fwd = sql_one(d, "SELECT EXISTS (SELECT 1 FROM ranges WHERE '/' || path || '/' LIKE '%/fwd/%')");
-        *opt = sql_one(d, "SELECT EXISTS (SELECT 1 FROM ranges WHERE '/' || path || '/' LIKE '%/opt/%')");
+        *nr = gm_sql_int(d, "SELECT count(*) FROM ranges");
+        *fwd = gm_sql_int(d, "SELECT EXISTS (SELECT 1 FROM ranges WHERE '/' || path || '/' LIKE '%/fwd/%')");
+        *opt = gm_sql_int(d, "SELECT EXISTS (SELECT 1 FROM ranges WHERE '/' || path || '/' LIKE '%/opt/%')");
     }
     return 1;
 }

@@ -40,16 +40,6 @@
     "l.death IS NOT NULL AND NOT EXISTS (SELECT 1 FROM events x WHERE x.seq = l.death "             \
     "AND x.flags & 512 AND x.kind IN (2, 4, 32, 33))"
 
-static int64_t one_int(gm_db *d, const char *sql)
-{
-    sqlite3_stmt *q;
-    int64_t v = 0;
-    if (sqlite3_prepare_v2(d->db, sql, -1, &q, NULL) != SQLITE_OK) return 0;
-    if (sqlite3_step(q) == SQLITE_ROW) v = sqlite3_column_int64(q, 0);
-    sqlite3_finalize(q);
-    return v;
-}
-
 /* Is it a compiled program at all: a range of torch.compile's wrapper, or a stack through
  * inductor (a compiled submodule keeps its own name: its range is not called OptimizedModule,
  * its allocations' stacks pass through inductor's generated code). Not Dynamo's frames: an
@@ -59,11 +49,11 @@ static int compiled_program(gm_db *d, gm_compiled *c)
     if (!gm_table_exists(d, "ranges") || !gm_table_exists(d, "frames")) return 0;
     /* the ranges are scanned only where the name is among the strings (a large NVTX recording
      * that is not compiled pays one string lookup) */
-    if (one_int(d, "SELECT EXISTS (SELECT 1 FROM strings WHERE s = 'OptimizedModule')"))
-        c->compiled_ranges = one_int(d, "SELECT count(*) FROM ranges WHERE name IN "
+    if (gm_sql_int(d, "SELECT EXISTS (SELECT 1 FROM strings WHERE s = 'OptimizedModule')"))
+        c->compiled_ranges = gm_sql_int(d, "SELECT count(*) FROM ranges WHERE name IN "
                                         "(SELECT id FROM strings WHERE s = 'OptimizedModule')");
     return c->compiled_ranges > 0 ||
-           one_int(d, "SELECT EXISTS (SELECT 1 FROM frames WHERE python = 1 AND "
+           gm_sql_int(d, "SELECT EXISTS (SELECT 1 FROM frames WHERE python = 1 AND "
                       "file LIKE '%/torch/_inductor/%')");
 }
 
@@ -74,8 +64,8 @@ static int compiled_program(gm_db *d, gm_compiled *c)
 static void autotune_peaks(gm_db *d, gm_compiled *c)
 {
     const char *kinds =
-        one_int(d, "SELECT EXISTS (SELECT 1 FROM events WHERE kind = 31)") ? "(31)"
-        : one_int(d, "SELECT EXISTS (SELECT 1 FROM events WHERE kind IN (1, 3) AND flags & 4096)")
+        gm_sql_int(d, "SELECT EXISTS (SELECT 1 FROM events WHERE kind = 31)") ? "(31)"
+        : gm_sql_int(d, "SELECT EXISTS (SELECT 1 FROM events WHERE kind IN (1, 3) AND flags & 4096)")
             ? "(1, 3) AND e.flags & 4096"
             : "(1, 3)";
     char sql[2048];
@@ -128,7 +118,7 @@ int gm_compiled_read(gm_db *d, gm_compiled *c)
     if (gm_table_exists(d, "alloc_life") && gm_table_exists(d, "stacks")) autotune_peaks(d, c);
     c->private_pools =
         gm_meta_int(d, "torch_private_pools", 0) > 0 ||
-        one_int(d, "SELECT EXISTS (SELECT 1 FROM events WHERE flags & 32768 AND kind IN (1, 3))");
+        gm_sql_int(d, "SELECT EXISTS (SELECT 1 FROM events WHERE flags & 32768 AND kind IN (1, 3))");
     return 1;
 }
 

@@ -111,6 +111,9 @@ void gm_db_close(gm_db *d);
 /* The bytes in path's write-ahead log (path-wal, record/rec.h's rec_db_side), 0 when it has none:
  * commits a checkpoint has not folded into the file yet, which belong to the recording. */
 int64_t gm_db_wal_bytes(const char *path);
+/* The first column of the one-row query sql, 0 where it fails (a file without that table or column)
+ * or gives no row. */
+int64_t gm_sql_int(gm_db *d, const char *sql);
 /* meta lookups: return dflt / "" when absent */
 int64_t gm_meta_int(gm_db *d, const char *key, int64_t dflt);
 void gm_meta_text(gm_db *d, const char *key, char *out, size_t outsz);

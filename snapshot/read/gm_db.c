@@ -64,6 +64,15 @@ int gm_names_have_birth(gm_db *d) {
     return found;
 }
 
+int64_t gm_sql_int(gm_db *d, const char *sql) {
+    sqlite3_stmt *q;
+    int64_t v = 0;
+    if (sqlite3_prepare_v2(d->db, sql, -1, &q, NULL) != SQLITE_OK) return 0;
+    if (sqlite3_step(q) == SQLITE_ROW) v = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    return v;
+}
+
 int64_t gm_meta_int(gm_db *d, const char *key, int64_t dflt) {
     sqlite3_stmt *s = lookup(d, &d->meta_st, "SELECT value FROM meta WHERE key = ?");
     int64_t v = dflt;
