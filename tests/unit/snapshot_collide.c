@@ -377,6 +377,8 @@ int gm_python_frames_now(rec_pyframe *out, int max, uint64_t *tag);
  * (gm_internal.h says why); nothing in this test reads what it would zero */
 void gm_stack_scrub_trace(void);
 void gm_stack_scrub_trace(void) {}
+/* preload/core.c's too: set while gpumem's exit hook empties PyTorch's caches, never here */
+__thread int gm_torch_cache_emptying __attribute__((tls_model("initial-exec")));
 
 enum { TT_STACKS = 40, TT_AGAIN = 3 };
 static uint32_t tt_line;
