@@ -785,11 +785,12 @@ static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earli
     }
     fclose(f);
     /* The recorded process's own; else (a launcher that recorded nothing itself) the first of
-     * its processes' files by name: run-0.db before run-1.db, whichever opened first */
+     * its processes' files to open: dbs is in the order the "db" lines came, each written
+     * (O_APPEND) once its file was open. Not by name: the first takes "k.db", later ones
+     * "k-<pid>.db", and '-' sorts before '.'. */
     long chosen = mine ? (long)pid : 0;
-    for (size_t k = 0; !mine && k < *ndbs; k++)
-        if (!dbs[k].empty && (!path[0] || strcmp(dbs[k].path, path) < 0))
-            snprintf(path, pathsz, "%s", dbs[k].path), chosen = dbs[k].pid;
+    for (size_t k = 0; !mine && !path[0] && k < *ndbs; k++)
+        if (!dbs[k].empty) snprintf(path, pathsz, "%s", dbs[k].path), chosen = dbs[k].pid;
     for (size_t k = 0; k < *ndbs; k++) {
         if (dbs[k].pid == chosen || dbs[k].empty) continue;
         size_t l = strlen(others);

@@ -8,7 +8,8 @@
 #    exec, and an unlocked gpumem database counts as a stale one); `gpumem record` summarises
 #    the last and names the first;
 #  - the processes of one run (a launcher script's steps) never replace each other's files, and
-#    `gpumem record` lists them; a later run replaces them as before;
+#    `gpumem record` lists them; a later run replaces them as before; a launcher that records
+#    nothing itself: record summarises the first file to open (NAME.db), not NAME-<pid>.db;
 #  - execl, execlp and execle, which libgpumem.so wraps (libc reaches execve inside itself),
 #    pass their arguments and environment exactly.
 source "$(dirname "$0")/e2e_common.bash"
@@ -110,6 +111,16 @@ got=$(steps st)
 [[ $got == "1048576 2097152 " && $(ls "$TMP"/st*.db | wc -l) == 2 ]] \
   || fail "launcher steps, second run: '$got', files $(ls "$TMP"/st*.db) (the first run's $TMP/st.db must be replaced)"
 ok "a launcher script's two recorded steps: each kept in its own file within a run, replaced by the next run"
+
+# a launcher that records nothing itself (`; true` keeps bash from exec'ing the last step): record
+# summarises the first file to open, st2.db (1 MiB), not st2-<pid>.db, which sorts before it by
+# name ('-' before '.'); it did, and called that one the summary's
+"$GM" record -o "$TMP/st2.db" -- bash -c "python3 $TMP/step1.py; python3 $TMP/step2.py; true" > /dev/null \
+  2> "$TMP/st2.err" || fail "launcher that records nothing: record exited $?: $(tail -3 "$TMP/st2.err")"
+grepq "peak allocated 1.00 MiB" "$TMP/st2.err" && grepq "recorded to $TMP/st2.db;" "$TMP/st2.err" \
+  && grepq "each in its own file: $TMP/st2-[0-9]*.db (pid [0-9]*) (the summary above is $TMP/st2.db's)" "$TMP/st2.err" \
+  || fail "launcher that records nothing: record does not summarise the first file, $TMP/st2.db: $(tail -3 "$TMP/st2.err")"
+ok "a launcher that records nothing itself: record summarises its steps' first file (NAME.db), lists NAME-<pid>.db"
 
 CC=${CC:-cc}
 if command -v "$CC" > /dev/null; then
