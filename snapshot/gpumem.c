@@ -952,6 +952,24 @@ static uint64_t summarise_run(int found, const char *path, const char *why, pid_
     return nallocs;
 }
 
+/* The first "<pid> pluggable <error>" line of the side channel: gpumem/_torch.py writes it when
+ * a Python program stopped on a limit of PyTorch's pluggable-allocator interface (under
+ * --allocator gpumem: "pluggable does not yet support checkPoolLiveAllocations", which CUDA
+ * graph trees call). Its traceback alone does not say that gpumem's allocator is the cause. */
+static void pluggable_limit(int fd, char *out, size_t n) {
+    out[0] = 0;
+    FILE *f = fdopen(dup(fd), "r");
+    if (!f) return;
+    rewind(f);
+    char line[1200];
+    while (!out[0] && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *w = strchr(line, ' ');
+        if (w && strncmp(w + 1, "pluggable ", 10) == 0) snprintf(out, n, "%s", w + 11);
+    }
+    fclose(f);
+}
+
 /* Before the program runs (it may run for hours): can the database go where it was asked to?
  * The recorder makes the same checks on the file it opens; doing them here too turns a
  * recording that would silently not happen into an error the user sees at once. A template
@@ -1204,6 +1222,8 @@ static int cmd_record(int argc, char **argv) {
     int unwritten = 0;
     int found = status_fd >= 0 && read_status(status_fd, pid, path, sizeof path, earlier, sizeof earlier, others,
                                               sizeof others, why, sizeof why, dbs, 256, &ndbs, &unwritten);
+    char pluggable[1024] = "";
+    if (status_fd >= 0) pluggable_limit(status_fd, pluggable, sizeof pluggable);
     if (status_fd >= 0) close(status_fd), unlink(status_path);
     /* the files as the user named them: from here, as -o was */
     shown_from(cwd, path);
@@ -1245,6 +1265,11 @@ static int cmd_record(int argc, char **argv) {
     else if (!quiet && found && others[0])
         fprintf(stderr, "gpumem: other processes of this run recorded too, each in its own file: %s (the summary "
                         "above is %s's)\n", others, path);
+    if (!quiet && rc && pluggable[0])
+        fprintf(stderr, "gpumem: the program stopped on a limit of PyTorch's pluggable-allocator interface, "
+                        "which --allocator gpumem uses (\"%s\"): record it without --allocator gpumem "
+                        "(under PyTorch's allocator; torch.compile's mode=\"reduce-overhead\" needs it)\n",
+                pluggable);
     if (failed) {
         /* the writer failed once the program ran (a full disk): FILE is not the whole run */
         char end[128];

@@ -9,6 +9,9 @@
                            the current one while the side stream's work is not done: is the next
                            4 MiB allocation on the current stream given its address, and is one
                            after torch.cuda.synchronize() (the block reused once that work is done)?
+  gm_oom.py pluggable C     calls what PyTorch's pluggable-allocator interface does not offer
+                           (torch._C._cuda_checkPoolLiveAllocations, as CUDA graph trees do):
+                           C 1 catches the RuntimeError and ends well, C 0 lets it end the program
 Each line it prints is "WORD value...": RAISED <type> | <message>, NONE <data_ptr>, AGAIN <data_ptr>,
 FIT <data_ptr>, REUSED_BEFORE 0|1, REUSED_AFTER 0|1."""
 import sys
@@ -43,6 +46,13 @@ elif what == "empty":
     del x
     torch._C._cuda_emptyCache()
     torch.cuda.empty_cache()
+    print("AGAIN %#x" % a.data_ptr(), flush=True)
+elif what == "pluggable":
+    try:
+        torch._C._cuda_checkPoolLiveAllocations(0, (0, 1), set())
+    except RuntimeError:
+        if not arg:
+            raise
     print("AGAIN %#x" % a.data_ptr(), flush=True)
 else:  # streams
     n = 4 * 2**20

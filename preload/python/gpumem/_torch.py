@@ -131,6 +131,7 @@ def _setup(torch):
             gpumem.use_as_allocator()
         except Exception as e:  # noqa: BLE001 - never break the program
             _warn("making gpumem PyTorch's allocator", e)
+        sys.excepthook = _pluggable_excepthook(sys.excepthook)
         if _env("GPUMEM_TORCH_OPS", "0") == "1" and _env("GPUMEM_TORCH_SNAPSHOT"):
             try:  # placed by the recorder's seq, which the merge reads (not memory_stats' count)
                 _ops(torch, position=_seq_fn(ctypes.CDLL(None)))
@@ -338,6 +339,28 @@ def _mark(word):
             f.write(word)
     except OSError:
         pass  # only the wording of gpumem record's line depends on it
+
+
+def _pluggable_excepthook(prev):
+    """An uncaught error that is a limit of PyTorch's pluggable-allocator interface ("pluggable
+    does not yet support checkPoolLiveAllocations": CUDA graph trees, torch.compile's
+    mode="reduce-overhead"): tell `gpumem record` (a "pluggable" line of its side channel,
+    GPUMEM_RECORD_STATUS), whose closing summary says what to do; the traceback is printed as
+    before."""
+    def hook(kind, value, tb):
+        text = str(value).split(". If you need it")[0].replace("\n", " ")
+        path = _env("GPUMEM_RECORD_STATUS")
+        if path and " does not yet support " in text and "luggable" in text:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
+                    os.write(fd, ("%d pluggable %s\n" % (os.getpid(), text[:900])).encode())
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass  # only record's closing line depends on it
+        prev(kind, value, tb)
+    return hook
 
 
 def _seq_fn(own):
