@@ -93,7 +93,7 @@ int viz_write_tensors(FILE *o, gm_db *d, const gm_model *m, const viz_classes *c
     viz_ilist sites = {0}, paths = {0}, stacks = {0}, frames = {0};
     sqlite3_stmt *rs = NULL; /* the NVTX range of a death (its free event's) */
     int rc = -1;
-    sqlite3_prepare_v2(d->db, "SELECT range, t FROM events WHERE seq = ?", -1, &rs, NULL);
+    sqlite3_prepare_v2(d->db, "SELECT range, t, kind, flags FROM events WHERE seq = ?", -1, &rs, NULL);
     if (viz_ilist_add(&paths, 0) < 0) goto out; /* path 0: none */
     fputs("\"tensors\":{\"rows\":[", o);
     for (size_t r = 0; r < t->rows.n; r++) {
@@ -104,7 +104,8 @@ int viz_write_tensors(FILE *o, gm_db *d, const gm_model *m, const viz_classes *c
             sqlite3_reset(rs);
             sqlite3_bind_int64(rs, 1, (int64_t)a->death);
             if (sqlite3_step(rs) == SQLITE_ROW)
-                drange = gm_event_range(m, (uint32_t)sqlite3_column_int64(rs, 0), sqlite3_column_int64(rs, 1));
+                drange = gm_row_range(m, (uint32_t)sqlite3_column_int64(rs, 0), sqlite3_column_int64(rs, 1),
+                                      (unsigned)sqlite3_column_int(rs, 2), (unsigned)sqlite3_column_int(rs, 3));
         }
         long si = viz_ilist_add(&sites, a->stack), bp = viz_ilist_add(&paths, a->range),
              dp = viz_ilist_add(&paths, drange), st = viz_ilist_add(&stacks, a->stack);

@@ -1753,8 +1753,11 @@ static int load_event(ev_reader *L, uint64_t seq, int kind, uint64_t addr, uint6
     }
     if (m->oom.seq && seq > m->oom.seq && m->oom.ev == SIZE_MAX) m->oom.ev = m->nevs;
     /* the event's phase as every reader takes it (gm_spans_range): its push/pop range (NULL reads
-     * as -1 from the pages, 0 through SQLite), else the start/end range open at its time */
+     * as -1 from the pages, 0 through SQLite), else the start/end range open at its time; none
+     * for a free by gpumem's exit hooks, though an OOM left a step open (gm_row_range) */
     range = gm_spans_range(L->spans, range > 0 && range <= UINT32_MAX ? (uint32_t)range : 0, (int64_t)t);
+    if (rec_is_workspace_free((unsigned)row_kind, flags) || rec_is_host_cache_free((unsigned)row_kind, flags))
+        range = 0;
     /* consecutive events mostly share a range: the last one's look-up kept */
     if (!L->have_range || range != L->last_range) {
         uint64_t *ri = u64map_get(L->ridx, range);

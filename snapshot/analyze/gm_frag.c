@@ -317,8 +317,10 @@ static int fsweep_row(fsweep *w, const gm_event_row *e) {
          * range, a tensor), with what was live then. Most steps of a PyTorch run allocate and
          * free no device memory (its cache serves them), and hold what they carried in. The
          * row's phase as every reader takes it (gm_event_range): its push/pop range (NULL reads
-         * as -1 from the pages, 0 through SQLite), else the start/end range open at its time. */
-        uint32_t range = gm_event_range(w->m, e->range > 0 && e->range <= UINT32_MAX ? (uint32_t)e->range : 0, e->t);
+         * as -1 from the pages, 0 through SQLite), else the start/end range open at its time;
+         * none for a free by gpumem's exit hooks (gm_row_range), though an OOM left one open */
+        uint32_t range = gm_row_range(w->m, e->range > 0 && e->range <= UINT32_MAX ? (uint32_t)e->range : 0, e->t,
+                                      kind, (unsigned)e->flags);
         if (range != w->last_range) {
             const gm_range *r = range ? gm_range_of(w->m, range) : NULL;
             size_t np = w->npoints;

@@ -301,7 +301,7 @@ int gm_lives_load(gm_db *d, const gm_model *m, const size_t *allocs, size_t n, g
     memset(lives, 0, n * sizeof *lives);
     sqlite3_stmt *s;
     /* births and deaths: point lookups by primary key, two per allocation shown */
-    if (sqlite3_prepare_v2(d->db, "SELECT seq, t, range FROM events WHERE seq IN (?1, ?2)", -1, &s, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(d->db, "SELECT seq, t, range, kind, flags FROM events WHERE seq IN (?1, ?2)", -1, &s, NULL) != SQLITE_OK) {
         snprintf(err, errsz, "%s: cannot read events: %s", d->path, sqlite3_errmsg(d->db));
         return -1;
     }
@@ -316,7 +316,9 @@ int gm_lives_load(gm_db *d, const gm_model *m, const size_t *allocs, size_t n, g
             if (seq == a->birth) lives[i].birth_t = t;
             else
                 lives[i].death_t = t,
-                lives[i].death_range = gm_event_range(m, (uint32_t)sqlite3_column_int64(s, 2), (int64_t)t);
+                lives[i].death_range = gm_row_range(m, (uint32_t)sqlite3_column_int64(s, 2), (int64_t)t,
+                                                    (unsigned)sqlite3_column_int(s, 3),
+                                                    (unsigned)sqlite3_column_int(s, 4));
         }
         sqlite3_reset(s);
         if (u64map_put(&by_birth, a->birth, i) != 0) {

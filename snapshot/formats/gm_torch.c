@@ -1755,7 +1755,10 @@ static int insert_items(merge *m)
         else sqlite3_bind_null(ev, 10);
         if (stack) sqlite3_bind_int64(ev, 11, stack);
         else sqlite3_bind_null(ev, 11);
-        if (range_of[i]) sqlite3_bind_int64(ev, 12, range_of[i]);
+        /* a workspace freed by gpumem's exit hook (REC_F_TORCH_CACHE): after the program ended,
+         * in none of its ranges, though one it left open (an OOM's step) holds its time */
+        if (range_of[i] && !rec_is_workspace_free((unsigned)kind_of_action[t->action], t->flags))
+            sqlite3_bind_int64(ev, 12, range_of[i]);
         else sqlite3_bind_null(ev, 12);
         if (sqlite3_step(ev) != SQLITE_DONE) {
             mfail(m, "events");

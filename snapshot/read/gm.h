@@ -670,6 +670,11 @@ const gm_range *gm_range_of(const gm_model *m, uint64_t id);
  * uses, frag, advise and viz for the events they read themselves), so none calls an event inside
  * a start/end range "outside any NVTX range". */
 uint32_t gm_event_range(const gm_model *m, uint32_t range, int64_t t_ns);
+/* gm_event_range for an events row of kind and flags: 0 for a free made by gpumem's exit hooks
+ * (rec_is_host_cache_free, rec_is_workspace_free), which comes after the program ended and is in
+ * none of its phases, whatever range it left open (an OOM leaves its step's). Recorded with no
+ * range since 2026-12-07; a file before that gave it the range open then. */
+uint32_t gm_row_range(const gm_model *m, uint32_t range, int64_t t_ns, unsigned kind, unsigned flags);
 /* The same rule on spans read without the model: gm_spans_load reads them from the recording
  * (none where the file has no start/end ranges, no kind column, or memory runs out: phases are
  * then the push/pop ranges alone); gm_spans_free frees them. */

@@ -61,6 +61,11 @@ uint32_t gm_event_range(const gm_model *m, uint32_t range, int64_t t_ns) {
     return gm_spans_range(&m->spans, range, t_ns);
 }
 
+uint32_t gm_row_range(const gm_model *m, uint32_t range, int64_t t_ns, unsigned kind, unsigned flags) {
+    if (rec_is_workspace_free(kind, flags) || rec_is_host_cache_free(kind, flags)) return 0;
+    return gm_event_range(m, range, t_ns);
+}
+
 typedef struct se_range {
     int64_t start, end; /* end INT64_MAX: still open when the recording stopped */
     uint32_t id;
@@ -983,11 +988,10 @@ static int sweep_rows(void *ctx, const gm_event_row *r, size_t n) {
         unsigned kind = (unsigned)(int)r->kind, flags = (unsigned)(int)r->flags;
         /* NULL (none) reads as -1 from the pages, 0 through SQLite */
         uint32_t range = r->range > 0 ? (uint32_t)r->range : 0;
+        /* a free by gpumem's exit hooks in none of the program's phases (gm_row_range: a step
+         * range left open, as an OOM leaves it, would take it and run the step on past the OOM) */
         if (!range && spans) range = gm_event_range(m, 0, r->t);
-        /* a workspace freed by gpumem's exit hook: after the program ended, in none of its phases
-         * (a step range left open, as an OOM leaves it, would take the free for that step's and
-         * run the step on past the OOM) */
-        if (rec_is_workspace_free(kind, flags)) range = 0;
+        if (rec_is_workspace_free(kind, flags) || rec_is_host_cache_free(kind, flags)) range = 0;
         int alloc = (kind == REC_ALLOC || kind == REC_ALLOC_ASYNC) && !(flags & slow_flags);
         if (!alloc && kind != REC_FREE && kind != REC_FREE_ASYNC) {
             if (du_seen) du_seen = devused_row(w, r);

@@ -1098,15 +1098,18 @@ static __attribute__((noinline)) uint32_t capture_stack(void) {
 
 /* ---------------------------------------------------------------- the hot path */
 
+/* emit's with_stack bit: the event belongs to none of the thread's open ranges (rec_event) */
+#define EMIT_NO_RANGE 2
+
 static inline __attribute__((always_inline)) uint64_t emit(rec_tls *t, unsigned kind, int device,
                                                            uint64_t stream, uint64_t addr,
                                                            uint64_t size, uint64_t requested,
                                                            uint64_t alloc_id, int with_stack) {
     uint64_t t0 = rec_ticks();
     uint32_t d = t->depth < REC_TLS_DEPTH ? t->depth : REC_TLS_DEPTH;
-    uint32_t range = d ? t->ranges[d - 1] : 0;
+    uint32_t range = d && !(with_stack & EMIT_NO_RANGE) ? t->ranges[d - 1] : 0;
     uint32_t stack = 0;
-    if (with_stack && rec_g.stacks) stack = t->held ? t->held_stack : capture_stack();
+    if ((with_stack & 1) && rec_g.stacks) stack = t->held ? t->held_stack : capture_stack();
     /* the record is written into its slot (rec_ring_claim), or, when the ring is full, built
      * here and pushed (rec_ring_push waits for room or drops) */
     uint64_t pos, seq;
@@ -1150,8 +1153,14 @@ void rec_event(unsigned kind, int device, uint64_t stream, uint64_t addr, uint64
          k != REC_ALLOC_WAIT) ||
         k == REC_LAUNCH)
         return;
+    /* a free made by gpumem's exit hooks (a PyTorch cache emptied, REC_F_HOST_CACHE /
+     * REC_F_TORCH_CACHE): after the program ended, so in none of its phases, whatever range it
+     * left open (an OOM leaves its step's open): recorded with range 0, so that no reader takes
+     * it for that step's */
+    unsigned f = kind & REC_F_FLAGS_MASK;
+    int no_range = rec_is_host_cache_free(k, f) || rec_is_workspace_free(k, f);
     emit(my_tls(), kind & (0xffu | REC_F_FLAGS_MASK), device, stream, addr, size, requested,
-         alloc_id, 1);
+         alloc_id, 1 | (no_range ? EMIT_NO_RANGE : 0));
 }
 
 /* The stack is taken here, before the caller takes the lock inside which its events are

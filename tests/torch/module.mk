@@ -103,6 +103,10 @@ SCRIPT_TESTS += tests/torch/torch_host_cache.sh
 # leaks: freed at exit by gpumem's hooks, said apart by leaks and report, on each allocator
 # (torch_workspaces.sh, workspaces.py)
 SCRIPT_TESTS += tests/torch/torch_workspaces.sh
+# the frees of gpumem's exit hooks (pinned host cache, cuBLAS workspaces) are in no step, also
+# when the program stopped inside one (an OOM): recorded with no range, and read so in every
+# reader (torch_exit_frees.sh, exit_frees.py)
+SCRIPT_TESTS += tests/torch/torch_exit_frees.sh
 # the steps inferred from a PyTorch recording's periodicity: a loop followed by an evaluation
 # (--no-torch-hooks), a loop with no backward (torch_steps_inferred.sh)
 SCRIPT_TESTS += tests/torch/torch_steps_inferred.sh
