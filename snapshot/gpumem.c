@@ -739,6 +739,16 @@ static const char *gm_prog = "gpumem";
  * processes ("FILE (pid N), ..."; a launcher script's steps, each in its own file). *unwritten:
  * a process could not write its database at all (disk full, I/O error: the recorder said so and
  * removed the file). Returns 1 with path set, 0 with why set ("" when nobody said anything). */
+/* a before b, as a run's files go: by name without the ".db" that ends them, so that a name
+ * that is the start of the other comes first (k.db before k-123.db) */
+static int db_name_before(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la >= 3 && !strcmp(a + la - 3, ".db")) la -= 3;
+    if (lb >= 3 && !strcmp(b + lb - 3, ".db")) lb -= 3;
+    int c = strncmp(a, b, la < lb ? la : lb);
+    return c < 0 || (c == 0 && la < lb);
+}
+
 static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earlier, size_t earliersz,
                        char *others, size_t otherssz, char *why, size_t whysz, gm_run_db *dbs, size_t maxdbs,
                        size_t *ndbs, int *unwritten) {
@@ -785,12 +795,14 @@ static int read_status(int fd, pid_t pid, char *path, size_t pathsz, char *earli
     }
     fclose(f);
     /* The recorded process's own; else (a launcher that recorded nothing itself) the first of
-     * its processes' files to open: dbs is in the order the "db" lines came, each written
-     * (O_APPEND) once its file was open. Not by name: the first takes "k.db", later ones
-     * "k-<pid>.db", and '-' sorts before '.'. */
+     * its processes' files by name, compared without the ".db" that ends them (db_name_before):
+     * run-0.db before run-1.db (ranks: torchrun's workers open at the same moment, in either
+     * order), and k.db, the first to open, before k-<pid>.db, the later ones (a plain strcmp put
+     * "k-" first: '-' sorts before '.'). */
     long chosen = mine ? (long)pid : 0;
-    for (size_t k = 0; !mine && !path[0] && k < *ndbs; k++)
-        if (!dbs[k].empty) snprintf(path, pathsz, "%s", dbs[k].path), chosen = dbs[k].pid;
+    for (size_t k = 0; !mine && k < *ndbs; k++)
+        if (!dbs[k].empty && (!path[0] || db_name_before(dbs[k].path, path)))
+            snprintf(path, pathsz, "%s", dbs[k].path), chosen = dbs[k].pid;
     for (size_t k = 0; k < *ndbs; k++) {
         if (dbs[k].pid == chosen || dbs[k].empty) continue;
         size_t l = strlen(others);
