@@ -492,8 +492,8 @@ void gm_event_id(enum gm_ev ev_flags, int device, CUstream stream, uintptr_t add
     _Static_assert(GM_EVF_GRAPH == REC_F_GRAPH, "GM_EVF_* are the recorder's REC_F_* flags");
     _Static_assert(GM_EVF_CAPTURE == REC_F_PRIVATE_POOL, "GM_EVF_* are the recorder's REC_F_* flags");
     flags |= shape;
-    if ((ev == GM_EV_HOST_FREE || ev == GM_EV_FREE || ev == GM_EV_FREE_ASYNC) &&
-        gm_torch_cache_emptying)
+    if (__builtin_expect(gm_torch_cache_emptying, 0) &&
+        (ev == GM_EV_HOST_FREE || ev == GM_EV_FREE || ev == GM_EV_FREE_ASYNC))
         flags |= REC_F_HOST_CACHE; /* REC_F_TORCH_CACHE on a device free: the same bit */
     rec_event(rec_kind_of(ev, requested) | flags, device, (uint64_t)(uintptr_t)stream, addr, size,
               requested, id);

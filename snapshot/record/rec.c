@@ -1158,7 +1158,8 @@ void rec_event(unsigned kind, int device, uint64_t stream, uint64_t addr, uint64
      * left open (an OOM leaves its step's open): recorded with range 0, so that no reader takes
      * it for that step's */
     unsigned f = kind & REC_F_FLAGS_MASK;
-    int no_range = rec_is_host_cache_free(k, f) || rec_is_workspace_free(k, f);
+    int no_range = __builtin_expect((f & REC_F_HOST_CACHE) != 0, 0) &&
+                   (rec_is_host_cache_free(k, f) || rec_is_workspace_free(k, f));
     emit(my_tls(), kind & (0xffu | REC_F_FLAGS_MASK), device, stream, addr, size, requested,
          alloc_id, 1 | (no_range ? EMIT_NO_RANGE : 0));
 }
