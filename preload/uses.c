@@ -78,7 +78,7 @@ const char *gm_uses_name(int mode)
 #define STACK_SCRUB_AVX2(name, bytes)
 #define STACK_SCRUB_DISPATCH(name)
 #endif
-#define STACK_SCRUB(name, bytes)                                                                   \
+#define STACK_SCRUB(linkage, name, bytes, before)                                                \
     _Static_assert((bytes) % 128 == 0, #name ": a multiple of 128 bytes");                         \
     STACK_SCRUB_AVX2(name, bytes)                                                                  \
     __attribute__((noinline)) static void name##_plain(void)                                       \
@@ -87,15 +87,32 @@ const char *gm_uses_name(int mode)
         memset(b, 0, sizeof b);                                                                    \
         __asm__ volatile("" : : "r"(b) : "memory");                                                \
     }                                                                                              \
-    __attribute__((noinline)) void name(void)                                                      \
+    __attribute__((noinline)) linkage void name(void)                                              \
     {                                                                                              \
-        STACK_SCRUB_DISPATCH(name)                                                                 \
+        before STACK_SCRUB_DISPATCH(name)                                                          \
         name##_plain();                                                                            \
     }
-STACK_SCRUB(gm_stack_scrub_launch, GM_SCRUB_LAUNCH_BYTES)
-STACK_SCRUB(gm_stack_scrub_copy, GM_SCRUB_COPY_BYTES)
-STACK_SCRUB(gm_stack_scrub_trace, GM_SCRUB_TRACE_BYTES)
-STACK_SCRUB(gm_stack_scrub_mem, GM_SCRUB_MEM_BYTES)
+/* After a stack capture that walked (rec_stack_walked, rec.h): the walk's depth instead, and
+ * the bits cleared. Also tail calls. */
+STACK_SCRUB(static, scrub_after_unwind, GM_SCRUB_UNWIND_BYTES, )
+STACK_SCRUB(static, scrub_after_python, GM_SCRUB_PYTHON_BYTES, )
+#define AFTER_WALKS                                                                                \
+    if (__builtin_expect(rec_stack_walked != 0, 0)) {                                              \
+        unsigned walked = rec_stack_walked;                                                        \
+        rec_stack_walked = 0;                                                                      \
+        if (walked & REC_WALKED_PYTHON) {                                                          \
+            scrub_after_python();                                                                  \
+            return;                                                                                \
+        }                                                                                          \
+        scrub_after_unwind();                                                                      \
+        return;                                                                                    \
+    }
+STACK_SCRUB(, gm_stack_scrub_launch, GM_SCRUB_LAUNCH_BYTES, AFTER_WALKS)
+STACK_SCRUB(, gm_stack_scrub_copy, GM_SCRUB_COPY_BYTES, AFTER_WALKS)
+/* PyTorch's trace entry takes no stack through the recorder: its own reader, its own bound */
+STACK_SCRUB(, gm_stack_scrub_trace, GM_SCRUB_TRACE_BYTES, )
+STACK_SCRUB(, gm_stack_scrub_mem, GM_SCRUB_MEM_BYTES, AFTER_WALKS)
+#undef AFTER_WALKS
 #undef STACK_SCRUB
 #undef STACK_SCRUB_AVX2
 #undef STACK_SCRUB_DISPATCH

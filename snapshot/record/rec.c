@@ -54,6 +54,7 @@ typedef struct rec_tls {
     uint32_t ranges[REC_TLS_DEPTH];
 } rec_tls;
 static __thread rec_tls tls __attribute__((tls_model("initial-exec")));
+__thread unsigned char rec_stack_walked __attribute__((tls_model("initial-exec")));
 
 
 
@@ -1046,6 +1047,7 @@ static __attribute__((noinline)) uint32_t capture_stack(void) {
         }
         if (!rec_g.no_unw_memo)
             rec_unw_learn(&rec_unw_tls, walk, (uint64_t)(uintptr_t)fp, fp[1], f, n);
+        rec_stack_walked |= REC_WALKED_UNWIND;
     }
     f += skip;
     n -= skip;
@@ -1054,6 +1056,7 @@ static __attribute__((noinline)) uint32_t capture_stack(void) {
     rec_pyframe py[REC_MAX_PY_FRAMES];
     int npy = 0;
     if (pfn) {
+        rec_stack_walked |= REC_WALKED_PYTHON;
         npy = pfn(py, REC_MAX_PY_FRAMES);
         if (npy < 0 || npy > REC_MAX_PY_FRAMES) npy = 0;
         if (npy)

@@ -185,6 +185,11 @@ elif [[ -x $PY && -f $APPS/stack_probe.so ]]; then
     check_eq "residue trace+python $r: none of its arguments below the entry" "$(row $r)" clean
     check_eq "residue trace+python $r: kept" "$(kept $r)" "as passed, no stack"
   done
+  # cudaMalloc from Python code: the reader's frames under the hook holding the new address
+  for r in malloc malloc_nogil; do
+    check_eq "residue python $r: the new address nowhere below the call" \
+      "$(sed -n "s/^trace_residue: $r //p" "$OUT")" clean
+  done
   check_eq "residue trace+python: a word left 4,000 bytes down is found there" \
     "$(sed -n 's/^trace_residue: control at //p' "$OUT")" 4000
 else

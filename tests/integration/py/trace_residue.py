@@ -6,8 +6,10 @@ gpumem_torch_trace_entry (as PyTorch's tracker makes it) with five marker words 
 size, stream and pool ids, then, from the same Python frame, stack_probe_find looks for them in
 the 32 KiB below (the entry's frames, the Python stack reader's, ~12 KiB deep, and those under
 them). Prints per row "trace_residue: ROW clean" or "trace_residue: ROW FIELD left at DEPTH",
-then the entry as kept (its fields the markers, and whether it has a Python stack), and the
-control: a word stack_probe_leave left 4,000 bytes down is found there.
+then the entry as kept (its fields the markers, and whether it has a Python stack); then the
+same for cudaMalloc called from Python code, with and without the GIL ("trace_residue: malloc
+clean" or "... addr left at DEPTH": the new address, searched for), and the control: a word
+stack_probe_leave left 4,000 bytes down is found there.
 """
 import ctypes
 import os
@@ -60,8 +62,17 @@ def probe_row(i, action, device, gil):
     return (-1, -1) if r < 0 else (r & ~7, r & 7)
 
 
+def nested_malloc(n, runtime):
+    return nested_malloc(n - 1, runtime) if n else probe_malloc(runtime)
+
+
 def nested(n, *a):  # a few Python frames under the entry
     return nested(n - 1, *a) if n else probe_row(*a)
+
+
+def probe_malloc(runtime):
+    p = runtime.malloc(512)
+    return p, probe.stack_probe_find(1, 0, ~p & (1 << 64) - 1, 0, 0, 0, 0)
 
 
 def control():
@@ -97,6 +108,19 @@ def main():
         ok = [addr, size, stream, pa, pb] == m and act == action and dev == device and pad == 0
         print("trace_residue: %s kept %s, %s" % (name, "as passed" if ok else "OTHERWISE",
                                                   "with a stack" if stack else "no stack"))
+    # cudaMalloc from Python code: the recorder takes its stack with the Python frame reader
+    # (with the GIL held), ~12 KiB below the entry point, while gpumem's hook holds the new
+    # address; none of it may be left there. Without the GIL no frames are read (the short
+    # bound). Each row's allocation is kept, so no two rows share an address.
+    rt_nogil = cudart.load(sys.argv[2], gil=False)
+    kept_p = []
+    for name, runtime in (("malloc", rt), ("malloc_nogil", rt_nogil)):
+        runtime.free(runtime.malloc(512))  # the first call's bindings made
+        p, depth = nested_malloc(3, runtime)
+        kept_p.append(p)
+        print("trace_residue: %s %s" % (name, "clean" if depth < 0 else "addr left at %d" % (depth & ~7)))
+    for p in kept_p:
+        rt.free(p)
     print("trace_residue: control at %d" % control())
 
 
