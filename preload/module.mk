@@ -141,6 +141,10 @@ PRELOAD_APPS += $(APPS_DIR)/next_shim.so
 $(APPS_DIR)/stack_probe.so: $(APPS_DIR)/stack_probe.o | $(DEPS_STAMP)
 	$(CC) $(LDFLAGS_COMMON) -shared -o $@ $<
 PRELOAD_APPS += $(APPS_DIR)/stack_probe.so
+# calls back with the dynamic linker's lock held (crash_app loader_lock: snapshot_signals.sh)
+$(APPS_DIR)/loader_lock.so: $(APPS_DIR)/loader_lock.o | $(DEPS_STAMP)
+	$(CC) $(LDFLAGS_COMMON) -shared -o $@ $<
+PRELOAD_APPS += $(APPS_DIR)/loader_lock.so
 # stack_top_app: every entry point that records a stack, called from its own function at one
 # depth; libgpumem_caller.so calls gpumem's API as libgpumem_torch.so does (stack_top.sh)
 $(APPS_DIR)/stack_top_app: $(APPS_DIR)/stack_top_app.o $(SIM_RUNTIME) $(SIM_DRIVER) | $(DEPS_STAMP)

@@ -273,7 +273,7 @@ static void calibrate_clock(rec_state *g) {
  * program kept the default action, the recorder closes the recording first: the handler (only
  * async-signal-safe calls) stops recording, has the writer drain the ring and close with
  * state = 'interrupted', waits for it (while it makes progress: wait_writer), then dies of the
- * same signal as before.
+ * same signal as before (or hands a stalled close over to the writer: hand_over).
  * A program that handles the signal itself and then kills itself with it (Python on Ctrl-C:
  * its handler raises KeyboardInterrupt, and at exit it puts the default action back and sends
  * SIGINT to itself) gets the same close from the preload's kill() (preload/core.c).
@@ -384,13 +384,18 @@ int rec_signal_ends(int sig) {
 #define WAIT_IDLE_NS (3ull * 1000000000u)
 #define WAIT_CAP_NS (60ull * 1000000000u)
 
+/* A signal's handler waits this long without progress before it hands the close over to the
+ * writer and returns (on_terminating_signal). */
+#define WAIT_HANDOVER_NS (300ull * 1000000u)
+
 typedef struct {
-    uint64_t start, since, seen;
+    uint64_t start, since, seen, idle;
 } wait_writer;
 
-static void wait_writer_begin(wait_writer *o) {
+static void wait_writer_begin(wait_writer *o, uint64_t idle_ns) {
     o->start = o->since = rec_now_ns();
     o->seen = atomic_load(&rec_g.writer_progress);
+    o->idle = idle_ns;
 }
 
 /* Sleeps sleep_ns, then says whether to wait on (1) or give up (0). */
@@ -399,7 +404,78 @@ static int wait_writer_on(wait_writer *o, long sleep_ns) {
     nanosleep(&ts, NULL);
     uint64_t now = rec_now_ns(), p = atomic_load(&rec_g.writer_progress);
     if (p != o->seen) o->seen = p, o->since = now;
-    return now - o->since < WAIT_IDLE_NS && now - o->start < WAIT_CAP_NS;
+    return now - o->since < o->idle && now - o->start < WAIT_CAP_NS;
+}
+
+static void wait_writer_done(uint64_t idle_ns) {
+    wait_writer o;
+    wait_writer_begin(&o, idle_ns);
+    while (!atomic_load(&rec_g.writer_done) && wait_writer_on(&o, 10000000)) {
+    }
+}
+
+/* ---- a close handed over to the writer ---------------------------------------------------
+ * A signal that lands while its thread holds a lock that is not the recorder's but that the
+ * writer's close needs stops the close: the dynamic linker's (the thread inside dl_iterate_phdr,
+ * as libunwind's walk is on a new call site, while the writer meets a stack through an object
+ * it has not seen and lists the loaded objects again), the C library's allocator's, stdio's.
+ * The handler waited out its 3 s and the file said 'recording' (about 1 delivery in 100 in full
+ * test runs until 2026-12-07; tests/apps/crash_app.c "loader_lock" makes it every time). Such a
+ * thread has to go on to let go of the lock. So a handler whose wait sees no progress for
+ * WAIT_HANDOVER_NS hands the close over: the default action put back, end_signal set, a kernel
+ * timer armed to deliver the signal should the writer stop (3 s after its last progress, 60 s
+ * in all, as the wait's bounds), and it returns. The writer, closed, sends the signal
+ * (rec_end_signal_deliver): the process ends of it, with its exit status, as without gpumem,
+ * only later by the rest of the close; meanwhile the program runs on unrecorded (its events
+ * after the signal are not in the file, as they would not have happened). A program that ends
+ * meanwhile (exit, _exit, an exec) first waits for the close and ends of the signal
+ * (finish_handed_over). */
+
+/* Arms (or moves) the timer to min(now + WAIT_IDLE_NS, end_since + WAIT_CAP_NS). Raw system
+ * calls: async-signal-safe, and no helper thread or allocation of the C library's. */
+static void end_timer_set(rec_state *g) {
+    int id = atomic_load_explicit(&g->end_timer, memory_order_acquire);
+    if (id < 0) return;
+    uint64_t now = rec_now_ns(), at = now + WAIT_IDLE_NS, cap = g->end_since + WAIT_CAP_NS;
+    if (at > cap) at = cap;
+    uint64_t in = at > now ? at - now : 1;
+    struct itimerspec its = {.it_value = {(time_t)(in / 1000000000u), (long)(in % 1000000000u)}};
+    syscall(SYS_timer_settime, id, 0, &its, NULL);
+}
+
+void rec_end_timer_push(rec_state *g) {
+    if (__builtin_expect(atomic_load_explicit(&g->end_timer, memory_order_relaxed) >= 0, 0))
+        end_timer_set(g);
+}
+
+void rec_end_signal_deliver(rec_state *g) {
+    int sig = atomic_load(&g->end_signal);
+    if (sig && in_recording_process()) kill(getpid(), sig);
+}
+
+/* Hands the close of signal sig over to the writer (above); its default action is back. */
+static void hand_over(rec_state *g, int sig) {
+    g->end_since = rec_now_ns();
+    struct sigevent sev;
+    memset(&sev, 0, sizeof sev);
+    sev.sigev_notify = SIGEV_SIGNAL;
+    sev.sigev_signo = sig;
+    int id = -1;
+    if (syscall(SYS_timer_create, CLOCK_MONOTONIC, &sev, &id) == 0 && id >= 0) {
+        atomic_store(&g->end_timer, id);
+        end_timer_set(g);
+    }
+    atomic_store(&g->end_signal, sig);
+    /* the writer may have finished before it could see end_signal */
+    if (atomic_load(&g->writer_done)) raise(sig);
+}
+
+/* A process that ends while a handed-over close runs: the close first, then the signal. */
+static void finish_handed_over(void) {
+    int sig = atomic_load(&rec_g.end_signal);
+    if (!sig || !in_recording_process()) return;
+    wait_writer_done(WAIT_IDLE_NS);
+    raise(sig);
 }
 
 /* The close when the process is about to end without its exit handlers: from the recorder's
@@ -423,28 +499,44 @@ static int wait_writer_on(wait_writer *o, long sleep_ns) {
  * other way: it would leave events whose string or stack rows were never written, and the
  * readers join on those ids.
  * Still bounded (wait_writer: 3 s without progress, 60 s in all): a lock that is not ours (the C
- * library's allocator, the driver's, under a timing resolver) held by the interrupted thread
- * can still stop the writer. */
-void rec_close_ending(int sig) {
+ * library's allocator, the dynamic linker's, the driver's) held by the interrupted thread can
+ * still stop the writer; the ending signals' handler then hands the close over (hand_over),
+ * the kill, raise and _exit hooks (the program's own call, holding no such lock) wait. */
+/* Starts the close of a process about to end of sig: 1 when this call started it. */
+static int close_ending_begin(int sig) {
     rec_state *g = &rec_g;
     int expect = REC_ST_OPEN;
-    if (in_recording_process() && atomic_compare_exchange_strong(&g->state, &expect, REC_ST_CLOSED)) {
-        atomic_store(&g->interrupted, sig);
-        if (sect.owns) atomic_store(&g->frozen, (int)sect.owns);
-        atomic_store(&g->writer_stop, 1);
-        rec_ring_wake(&g->ring);
-        wait_writer o;
-        wait_writer_begin(&o);
-        while (!atomic_load(&g->writer_done) && wait_writer_on(&o, 10000000)) {
-        }
-    }
+    if (!in_recording_process() || !atomic_compare_exchange_strong(&g->state, &expect, REC_ST_CLOSED))
+        return 0;
+    atomic_store(&g->interrupted, sig);
+    if (sect.owns) atomic_store(&g->frozen, (int)sect.owns);
+    atomic_store(&g->writer_stop, 1);
+    rec_ring_wake(&g->ring);
+    return 1;
 }
 
+void rec_close_ending(int sig) {
+    if (close_ending_begin(sig)) wait_writer_done(WAIT_IDLE_NS);
+    else finish_handed_over();
+}
+
+/* The ending signals' handler. It waits for the close, then dies of the signal; a close that
+ * stops moving while this thread may hold a lock it needs is handed over (above), unless this
+ * thread holds the recorder's own (sect.owns: it never goes back to that section). */
 static void on_terminating_signal(int sig, siginfo_t *info, void *ctx) {
     (void)ctx;
     if (sect_defer(sig, info)) return;
-    rec_close_ending(sig);
     struct sigaction dfl = {.sa_handler = SIG_DFL};
+    if (close_ending_begin(sig)) {
+        wait_writer_done(sect.owns ? WAIT_IDLE_NS : WAIT_HANDOVER_NS);
+        if (!atomic_load(&rec_g.writer_done) && !sect.owns) {
+            sigaction(sig, &dfl, NULL);
+            hand_over(&rec_g, sig);
+            return;
+        }
+    } else {
+        finish_handed_over();
+    }
     sigaction(sig, &dfl, NULL);
     raise(sig);
 }
@@ -565,7 +657,9 @@ static void install_signal_handlers(void) {
         if (!rec_signal_ends(sig) || sigaction(sig, NULL, &old) != 0 || old.sa_handler != SIG_DFL ||
             (old.sa_flags & SA_SIGINFO))
             continue; /* the program handles it, or ignores it: its choice */
-        struct sigaction sa = {.sa_sigaction = on_terminating_signal, .sa_flags = SA_SIGINFO};
+        /* SA_RESTART: a handler that returns (a sent signal deferred to a section's end, a close
+         * handed over) leaves the program's interrupted system call to go on */
+        struct sigaction sa = {.sa_sigaction = on_terminating_signal, .sa_flags = SA_SIGINFO | SA_RESTART};
         sigemptyset(&sa.sa_mask);
         sigaction(sig, &sa, NULL);
     }
@@ -729,6 +823,7 @@ void rec_close(void) {
         /* never opened (or off): make sure nothing opens after close */
         expect = REC_ST_NEW;
         atomic_compare_exchange_strong(&rec_g.state, &expect, REC_ST_CLOSED);
+        finish_handed_over();
         return;
     }
     rec_writer_stop(&rec_g);
@@ -751,7 +846,7 @@ void rec_flush(void) {
     uint64_t req = atomic_fetch_add(&rec_g.flush_req, 1) + 1;
     rec_ring_wake(&rec_g.ring);
     wait_writer o;
-    wait_writer_begin(&o);
+    wait_writer_begin(&o, WAIT_IDLE_NS);
     while ((atomic_load(&rec_g.committed_seq) < target || atomic_load(&rec_g.flush_done) < req) &&
            rec_enabled() && !atomic_load(&rec_g.writer_failed) && wait_writer_on(&o, 500000)) {
     }
@@ -761,6 +856,7 @@ void rec_flush(void) {
  * before the flush commits it; a failed exec puts 'recording' back and the recording goes on.
  * Only the recording's own process: a vfork child shares the parent's memory. */
 void rec_exec_begin(const char *path) {
+    finish_handed_over(); /* a signal's close under way: the program ends of it, no exec */
     if (!rec_enabled() || !in_recording_process()) return;
     rec_meta("exec", path ? path : "?");
     rec_meta("state", "exec");

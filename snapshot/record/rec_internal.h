@@ -125,6 +125,13 @@ typedef struct rec_state {
                                          records, a commit, every few thousand SQLite steps): the
                                          waits on the way out wait while it moves (rec.c wait_writer) */
     _Atomic int interrupted;      /* the ending signal (rec_signal_ends) that closed the recording, 0 if none */
+    _Atomic int end_signal;       /* the ending signal whose handler handed the close over to the
+                                     writer and returned (rec.c on_terminating_signal: the writer
+                                     stalled on a lock the interrupted thread holds): the writer,
+                                     closed, ends the process with it (rec_end_signal_deliver) */
+    _Atomic int end_timer;        /* the kernel timer that delivers end_signal should the writer
+                                     stop making progress (-1: none; rec_end_timer_push) */
+    uint64_t end_since;           /* when the close was handed over (the 60 s cap counts from it) */
     _Atomic int frozen;           /* REC_HOLD_*: held by the thread closing in a signal handler, which
                                      never goes back to its section (rec.c rec_close_ending): the
                                      writer goes on without them (rec_writer.c writer_lock) */
@@ -173,6 +180,12 @@ void rec_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* For tests: close, forget everything, and allow a new rec_open() in this process. */
 void rec_test_reset(void);
+
+/* A signal's close handed over to the writer (rec.c on_terminating_signal): the writer moves
+ * the timer that ends the process should it stop (at each progress), and once closed ends the
+ * process with the signal. */
+void rec_end_timer_push(rec_state *g);
+void rec_end_signal_deliver(rec_state *g);
 
 /* rec_writer.c */
 int rec_writer_open_db(rec_state *g); /* create schema and meta; 0 or -1 (warned) */

@@ -16,6 +16,7 @@ rec_state rec_g = {
     .db_lock = PTHREAD_MUTEX_INITIALIZER,
     .gen = 1,
     .lock_fd = -1,
+    .end_timer = -1,
     .items_tail = &rec_g.items,
 };
 

@@ -566,7 +566,10 @@ static int write_schema_image(rec_state *g) {
 /* The writer's progress, which the waits on the way out follow (rec.c wait_writer): a close
  * that is slow but moving (a long backlog, a large index at close, a loaded disk) is waited for;
  * one that stopped moving is not. */
-static void progress(rec_state *g) { atomic_fetch_add_explicit(&g->writer_progress, 1, memory_order_relaxed); }
+static void progress(rec_state *g) {
+    atomic_fetch_add_explicit(&g->writer_progress, 1, memory_order_relaxed);
+    rec_end_timer_push(g);
+}
 
 /* SQLite's progress handler: a single long statement (the index built at close, the lifetimes
  * of a large run) is progress too. Every 10000 virtual machine steps: nothing next to a row's
@@ -1829,6 +1832,7 @@ static void *writer_main(void *arg) {
     rec_ring_room(&g->ring);
     writer_cleanup(w);
     atomic_store(&g->writer_done, 1);
+    rec_end_signal_deliver(g); /* a signal's close handed over to us (rec.c): it ends the process */
     return NULL;
 }
 
