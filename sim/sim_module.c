@@ -49,6 +49,15 @@ static bool module_valid(CUmodule m)
     return m && sim_pset_has(modules, nmodules, m) && m->magic == SIM_MAGIC_MODULE;
 }
 
+/* The same under the sim's lock: INVALID_HANDLE unless m is a loaded module. */
+static CUresult module_check(CUmodule m)
+{
+    sim_lock();
+    bool valid = module_valid(m);
+    sim_unlock();
+    return valid ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
 static uint32_t rd32(const void *p)
 {
     uint32_t v;
@@ -238,10 +247,8 @@ CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
     SIM_CHECK_INIT();
     if (!hfunc || !name) return CUDA_ERROR_INVALID_VALUE;
-    sim_lock();
-    bool valid = module_valid(hmod);
-    sim_unlock();
-    if (!valid) return CUDA_ERROR_INVALID_HANDLE;
+    CUresult rc = module_check(hmod);
+    if (rc) return rc;
     long i = kernel_index(hmod, name);
     if (i < 0) return CUDA_ERROR_NOT_FOUND;
     return function_of(hmod, (size_t)i, hfunc);
@@ -251,10 +258,8 @@ CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
 {
     SIM_CHECK_INIT();
     if (!count) return CUDA_ERROR_INVALID_VALUE;
-    sim_lock();
-    bool valid = module_valid(mod);
-    sim_unlock();
-    if (!valid) return CUDA_ERROR_INVALID_HANDLE;
+    CUresult rc = module_check(mod);
+    if (rc) return rc;
     *count = (unsigned)mod->nkernels;
     return CUDA_SUCCESS;
 }
@@ -263,13 +268,11 @@ CUresult cuModuleEnumerateFunctions(CUfunction *functions, unsigned int n, CUmod
 {
     SIM_CHECK_INIT();
     if (!functions) return CUDA_ERROR_INVALID_VALUE;
-    sim_lock();
-    bool valid = module_valid(mod);
-    sim_unlock();
-    if (!valid) return CUDA_ERROR_INVALID_HANDLE;
+    CUresult rc = module_check(mod);
+    if (rc) return rc;
     if (n < mod->nkernels) return CUDA_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < mod->nkernels; i++) {
-        CUresult rc = function_of(mod, i, &functions[i]);
+        rc = function_of(mod, i, &functions[i]);
         if (rc) return rc;
     }
     return CUDA_SUCCESS;
