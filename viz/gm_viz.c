@@ -205,7 +205,8 @@ static void write_ooms(FILE *o, gm_db *d, const gm_model *m)
 }
 
 /* Allocations alive at the end, largest first (at most VIZ_LEAKS rows; the count is all), by
- * leaks's rule (gm_model_leak_view: a PyTorch program's tensors, not its cached segments). */
+ * leaks's rule (gm_model_leak_view: a PyTorch program's tensors, not its cached segments;
+ * gm_alloc_leaked: nor cuBLAS's blocks of its handles). */
 #define VIZ_LEAKS 200
 static void write_leaks(FILE *o, const gm_model *dm)
 {
@@ -215,7 +216,7 @@ static void write_leaks(FILE *o, const gm_model *dm)
     const gm_alloc **v = malloc(sizeof *v * (m->nallocs + 1));
     if (v)
         for (size_t i = 0; i < m->nallocs; i++)
-            if (viz_is_device(&m->allocs[i]) && !m->allocs[i].death) v[n++] = &m->allocs[i];
+            if (viz_is_device(&m->allocs[i]) && gm_alloc_leaked(&m->allocs[i])) v[n++] = &m->allocs[i];
     if (v) gm_sort(v, n, sizeof *v, size_cmp_desc);
     fprintf(o, "\"nleaks\":%zu,\"leaks\":[", n);
     for (size_t i = 0; i < n && i < VIZ_LEAKS; i++) {

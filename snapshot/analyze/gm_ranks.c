@@ -265,7 +265,7 @@ static int rank_load(const char *path, size_t index, rk_rank *r, int lossy_ok, i
     int ld = r->device;
     if (ld >= 0 && lv.is_torch_view && gm_model_devices(&lv, NULL, NULL) > 1) ld = gm_lead_device(&lv);
     for (size_t i = 0; i < lv.nallocs; i++)
-        if (!lv.allocs[i].death && (ld < 0 || lv.allocs[i].device == ld)) r->leaked_bytes += lv.allocs[i].requested, r->leaked_count++;
+        if (gm_alloc_leaked(&lv.allocs[i]) && (ld < 0 || lv.allocs[i].device == ld)) r->leaked_bytes += lv.allocs[i].requested, r->leaked_count++;
     uint64_t hb, hn, hh; /* pinned host blocks kept to the end, beside PyTorch's tensors (as leaks) */
     gm_view_host_held(&lv, &hb, &hn, &hh);
     r->leaked_bytes += hb, r->leaked_count += hn;

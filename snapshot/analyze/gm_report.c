@@ -689,21 +689,28 @@ static void host_end_line(FILE *out, const gm_model *m) {
 }
 
 /* The blocks of view v (its allocations: PyTorch's tensors in its view, the device's otherwise)
- * that gpumem's hooks freed at exit from PyTorch's cuBLAS and cuBLASLt workspaces
- * (GM_ALLOC_WORKSPACE): copies into *ws (malloc'ed; NULL when none or out of memory), their count
- * returned. Not leaks: PyTorch keeps one per (handle, stream) for the process's life. */
-static size_t view_workspaces(const gm_model *v, gm_alloc **ws)
+ * flagged `flag`: copies into *out (malloc'ed; NULL when none or out of memory), their count
+ * returned. */
+static size_t view_flagged(const gm_model *v, unsigned flag, gm_alloc **out)
 {
     size_t n = 0;
-    *ws = NULL;
+    *out = NULL;
     for (size_t i = 0; i < v->nallocs; i++)
-        n += (v->allocs[i].flags & GM_ALLOC_WORKSPACE) != 0;
-    if (!n || !(*ws = malloc(n * sizeof **ws))) return 0;
+        n += (v->allocs[i].flags & flag) != 0;
+    if (!n || !(*out = malloc(n * sizeof **out))) return 0;
     n = 0;
     for (size_t i = 0; i < v->nallocs; i++)
-        if (v->allocs[i].flags & GM_ALLOC_WORKSPACE) (*ws)[n++] = v->allocs[i];
+        if (v->allocs[i].flags & flag) (*out)[n++] = v->allocs[i];
     return n;
 }
+
+/* Those gpumem's hooks freed at exit from PyTorch's cuBLAS and cuBLASLt workspaces
+ * (GM_ALLOC_WORKSPACE). Not leaks: PyTorch keeps one per (handle, stream) for the process's life. */
+static size_t view_workspaces(const gm_model *v, gm_alloc **ws) { return view_flagged(v, GM_ALLOC_WORKSPACE, ws); }
+
+/* Those cuBLAS made for PyTorch's handles, alive at exit (GM_ALLOC_CUBLAS_HANDLE). Not leaks:
+ * PyTorch never destroys its cuBLAS handles. */
+static size_t view_cublas_handles(const gm_model *v, gm_alloc **hs) { return view_flagged(v, GM_ALLOC_CUBLAS_HANDLE, hs); }
 
 /* Where PyTorch's cuBLAS workspaces were alive at the end (gpumem's hooks freed them at exit), the
  * summary says so: memory at exit that is not the program's leak. */
@@ -715,13 +722,24 @@ static void workspace_end_line(FILE *out, const gm_model *m)
     uint64_t b, k;
     host_totals(ws, n, &b, &k);
     free(ws);
-    if (!k) return;
     char c[32];
+    if (k) {
+        gm_fmt_bytes(b, c, sizeof c);
+        fprintf(out,
+                "  workspaces at exit  %s in %" PRIu64 " block%s were PyTorch's cuBLAS/cuBLASLt "
+                "workspaces (one per handle and stream, kept by PyTorch until exit or "
+                "torch._C._cuda_clearCublasWorkspaces(); not leaks)\n",
+                c, k, k == 1 ? "" : "s");
+    }
+    n = view_cublas_handles(&v, &ws);
+    host_totals(ws, n, &b, &k);
+    free(ws);
+    if (!k) return;
     gm_fmt_bytes(b, c, sizeof c);
     fprintf(out,
-            "  workspaces at exit  %s in %" PRIu64 " block%s were PyTorch's cuBLAS/cuBLASLt "
-            "workspaces (one per handle and stream, kept by PyTorch until exit or "
-            "torch._C._cuda_clearCublasWorkspaces(); not leaks)\n",
+            "  cuBLAS at exit      %s in %" PRIu64 " block%s were cuBLAS's own, made for PyTorch's "
+            "cuBLAS handles (their default workspaces: PyTorch keeps its handles for the process's "
+            "life and has no call that frees them; not leaks)\n",
             c, k, k == 1 ? "" : "s");
 }
 
@@ -1895,6 +1913,11 @@ int gm_report(gm_db *d, gm_model *m, const gm_opts *o, FILE *out) {
             fprintf(out,
                     ",\"torch_workspace_bytes\":%" PRIu64 ",\"torch_workspace_blocks\":%" PRIu64,
                     hhb, hhn);
+            /* cuBLAS's own blocks of PyTorch's handles, alive at the end (leaks' .cublas_handles) */
+            nws = view_cublas_handles(&lv, &ws);
+            host_totals(ws, nws, &hhb, &hhn);
+            free(ws);
+            fprintf(out, ",\"cublas_handle_bytes\":%" PRIu64 ",\"cublas_handle_blocks\":%" PRIu64, hhb, hhn);
         }
         /* the program's own VMM: held outside the allocator, in none of the peaks above */
         fprintf(out, ",\"peak_program_vmm\":%" PRIu64 ",\"peak_device\":%" PRIu64, m->peak_vmm, m->peak_device);
@@ -2344,6 +2367,7 @@ static size_t group_kept(const gm_model *m, labels *l, int by, group **out, uint
     for (size_t i = 0; i < m->nallocs; i++) {
         const gm_alloc *a = &m->allocs[i];
         if (a->death && a->death <= last_end) continue;
+        if (a->flags & GM_ALLOC_CUBLAS_HANDLE) continue; /* cuBLAS's, for PyTorch's handles */
         long si = gm_step_index(m, a);
         if (si < 0) si = 0; /* before the first step: the first step's */
         if (n == cap) {
@@ -2525,6 +2549,10 @@ static const char workspace_head[] =
     "  process's life (gpumem freed them at exit); if that memory matters, call\n"
     "  torch._C._cuda_clearCublasWorkspaces() once the program is done with matmuls, or make them\n"
     "  smaller (CUBLAS_WORKSPACE_CONFIG=:4096:8, CUBLASLT_WORKSPACE_SIZE in KiB)\n";
+static const char cublas_handle_head[] =
+    "\ncuBLAS's own memory of PyTorch's cuBLAS handles at exit (not leaks): %s in %" PRIu64 " block%s\n"
+    "  made by cuBLAS itself for each handle PyTorch created (cublasCreate's default workspace);\n"
+    "  PyTorch keeps its handles for the process's life and has no call that frees them\n";
 static const char host_held_head[] =
     "\nPinned host memory still held at exit: %s in %" PRIu64 " block%s\n"
     "  page-locked host memory tensors still held (not PyTorch's cache); PyTorch's view lists its\n"
@@ -2548,6 +2576,12 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     /* leaked bytes are what the program asked for and never gave back (the allocator's
      * rounding is shown beside it) */
     alloc_set end = select_allocs(m, SET_ALIVE_AT_END, 0);
+    { /* leaks' rule (gm_alloc_leaked): cuBLAS's blocks of PyTorch's handles are listed apart */
+        size_t k = 0;
+        for (size_t i = 0; i < end.n; i++)
+            if (gm_alloc_leaked(&m->allocs[end.idx[i]])) end.idx[k++] = end.idx[i];
+        end.n = k;
+    }
     size_t ns = group_allocs(m, &l, &end, BY_SITE | G_REQUESTED | G_PHASE, &gs, &total, &count);
     size_t nn = group_allocs(m, &l, &end, BY_NAME | G_REQUESTED | G_PHASE, &gn, &total, &count);
     size_t np = group_allocs(m, &l, &end, BY_PHASE | G_REQUESTED, &gp, &total, &count);
@@ -2563,6 +2597,8 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
     *leaked_bytes = sum_bytes;
     gm_alloc *ws; /* PyTorch's cuBLAS workspaces, freed at exit by gpumem's hooks: listed apart */
     size_t nws = view_workspaces(m, &ws);
+    gm_alloc *chs; /* cuBLAS's own blocks of PyTorch's handles, alive at exit: listed apart */
+    size_t nchs = view_cublas_handles(m, &chs);
     int64_t dropped = gm_meta_int(d, "dropped_events", 0);
     /* leaks are what a program that ran to its end never freed: a recording cut short (a
      * signal, a kill, still being written) or with events missing cannot say */
@@ -2682,6 +2718,8 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         host_json(m, &l, m->host_unknown, m->nhost_unknown, out, "host_cache_unknown", o->top, "");
         fputc(',', out);
         host_json(m, &l, ws, nws, out, "torch_workspaces", o->top, "");
+        fputc(',', out);
+        host_json(m, &l, chs, nchs, out, "cublas_handles", o->top, "");
         fprintf(out, ",\"leaked_bytes\":%" PRIu64 ",\"leaked_allocations\":%" PRIu64
                      ",\"leaked_held_bytes\":%" PRIu64 ",\"dropped_events\":%" PRId64
                      ",\"judgeable\":%s}\n", sum_bytes, sum_count, held, dropped, judgeable ? "true" : "false");
@@ -2814,6 +2852,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         if (m->is_torch_view) host_text(m, &l, m->host_held, m->nhost_held, out, host_held_head, o->top);
         host_text(m, &l, m->host_unknown, m->nhost_unknown, out, host_unknown_head, o->top);
         host_text(m, &l, ws, nws, out, workspace_head, o->top);
+        host_text(m, &l, chs, nchs, out, cublas_handle_head, o->top);
         char hb[32];
         gm_fmt_bytes(held, hb, sizeof hb);
         if (sum_count) fprintf(out, "\nLeaked bytes are the bytes requested; the allocator holds %s for them.\n", hb);
@@ -2826,7 +2865,7 @@ int gm_leaks(gm_db *d, gm_model *m, const gm_opts *o, FILE *out, uint64_t *leake
         if (note[0]) fprintf(out, "\nwarning: %s.\n", note);
         fprintf(out, "\nLEAK SUMMARY: %" PRIu64 " bytes leaked in %" PRIu64 " allocations\n", sum_bytes, sum_count);
     }
-    free(gs), free(gp), free(gn), free(gk), free(gkn), free(ws);
+    free(gs), free(gp), free(gn), free(gk), free(gkn), free(ws), free(chs);
     labels_free(m, &l);
     /* with events missing, neither "leaks" nor "no leaks" can be said (a dropped free looks
      * like a leak, a dropped allocation hides one): CI gets its own exit code */

@@ -246,6 +246,15 @@ typedef struct gm_alloc {
  * REC_F_TORCH_CACHE (rec.h). PyTorch keeps one per (handle, stream) for the process's life: alive
  * at exit, not a leak the program made (leaks' .torch_workspaces) */
 #define GM_ALLOC_WORKSPACE 64u
+/* a device block alive at the end that cuBLAS made for one of PyTorch's handles: its stack's
+ * innermost frame in cuBLAS (libcublas*: a handle's default workspace, made by cublasCreate),
+ * a frame of PyTorch's CUDA library (libtorch_cuda*) above it. PyTorch keeps its cuBLAS handles
+ * for the process's life and has no call that destroys them: alive at exit, not a leak the
+ * program made (leaks' .cublas_handles; gm_alloc_leaked). Not told without a stack. */
+#define GM_ALLOC_CUBLAS_HANDLE 128u
+/* Leaks' rule for one allocation of a leak view (gm_model_leak_view): alive at the end, and not
+ * a block cuBLAS keeps for a handle PyTorch never destroys (GM_ALLOC_CUBLAS_HANDLE). */
+static inline int gm_alloc_leaked(const gm_alloc *a) { return !a->death && !(a->flags & GM_ALLOC_CUBLAS_HANDLE); }
 /* the events.flags of such an allocation (kinds 1 and 3; rec_is_own_segment tests them with the
  * kind) */
 #define GM_OWN_SEGMENT_FLAGS (REC_F_POOL | REC_F_GRAPH)

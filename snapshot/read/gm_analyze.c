@@ -754,6 +754,27 @@ static int host_cache_free(const gm_model *m, uint32_t stack) {
     return 0;
 }
 
+/* Whether a device block's stack says cuBLAS made it for one of PyTorch's handles
+ * (GM_ALLOC_CUBLAS_HANDLE, gm.h): the innermost frame in a libcublas* object, one in a
+ * libtorch_cuda* object above it. */
+static const char *module_base(const gm_model *m, const gm_frame *f) {
+    const char *path = f && !f->python && f->module && f->module <= m->nmods ? m->mods[f->module - 1].path : NULL;
+    const char *slash = path ? strrchr(path, '/') : NULL;
+    return slash ? slash + 1 : path;
+}
+static int torch_cublas_block(const gm_model *m, uint32_t stack) {
+    size_t len = 0;
+    if (!stack) return 0;
+    gm_stack_frame(m, stack, 0, &len);
+    for (size_t k = 0; k < len; k++) {
+        long fi = gm_stack_frame(m, stack, k, NULL);
+        const char *base = module_base(m, fi >= 0 ? &m->frames[fi] : NULL);
+        if (k == 0 && (!base || strncmp(base, "libcublas", 9) != 0)) return 0;
+        if (k > 0 && base && strncmp(base, "libtorch_cuda", 13) == 0) return 1;
+    }
+    return 0;
+}
+
 /* One events row, in seq order. Inlined into the loop over a leaf's rows (sweep_rows): the call
  * of ten arguments was a tenth of the sweep's instructions. */
 static inline __attribute__((always_inline)) int sweep_row(sweep *w, uint64_t seq, unsigned kind, unsigned flags,
@@ -1710,6 +1731,10 @@ static int model_load(gm_db *d, gm_model *m, int progress, int pages, char *err,
         gm_alloc *a = &m->allocs[w.live.vals[k]];
         if (m->alive && !a->death && nalive < w.live.count) m->alive[nalive++] = (uint32_t)w.live.vals[k];
         if (a->death) continue;
+        if (a->kind != REC_HOST_ALLOC && a->kind != REC_MANAGED_ALLOC && torch_cublas_block(m, a->stack)) {
+            a->flags |= GM_ALLOC_CUBLAS_HANDLE; /* alive, but no leak: no step's */
+            continue;
+        }
         /* its step by gm_step_index's rule: one made between two steps is the step before it's */
         long si = gm_step_index(m, a);
         if (si >= 0) {
