@@ -31,7 +31,8 @@
 #        of the loop's iteration (optimizer.zero_grad() and the loss let go, after the step's last
 #        event and outside every step), in PyTorch's view and in the device's (--allocator
 #        gpumem: what is held at exit, the loop's last state, with PyTorch's cuBLAS workspaces,
-#        which gpumem's hooks free at exit since 2026-12-07: .torch_workspaces): it was the allocated at the
+#        which gpumem's hooks free at exit since 2026-12-07: .torch_workspaces, and cuBLAS's own blocks
+#        of PyTorch's handles, alive at exit and no leaks since 2026-12-07: .cublas_handles): it was the allocated at the
 #        update's last event, the gradients still in it (each step 8.01 MiB over PyTorch's
 #        figure), in both views (gm_analyze.c, step_trail).
 #   gc   under garbage_collection_threshold:0.5 and a memory fraction, advise's and tune's replays
@@ -145,7 +146,7 @@ table=(
   "amp#--allocator gpumem#advise --json#(.baseline.peak_allocated == .recorded.peak_allocated), (.baseline.peak_reserved == .recorded.peak_reserved)#true true"
   "amp#--allocator gpumem --torch-ops#advise --json#(.baseline.peak_allocated == .recorded.peak_allocated), (.baseline.peak_reserved == .recorded.peak_reserved)#true true"
   "stepend#--torch-ops#leaks --json#([.steps[].allocated_at_end] == \$steps), (\$steps | length)#true 3"
-  "stepend#--allocator gpumem#leaks --json#(.leaked_held_bytes + .torch_workspaces.bytes) as \$h | [.steps[].allocated_at_end | . == \$h] | map(tostring) | join(\",\")#true,true,true"
+  "stepend#--allocator gpumem#leaks --json#(.leaked_held_bytes + .torch_workspaces.bytes + .cublas_handles.bytes) as \$h | [.steps[].allocated_at_end | . == \$h] | map(tostring) | join(\",\")#true,true,true"
   "tied#-#report --json#[.torch.peak.by_phase[].phase | select(test(\"/bwd/\"))] | join(\",\")#step */bwd/head"
   "tied#--allocator gpumem#report --json#[.peak.by_phase[].phase | select(test(\"/bwd/\"))] | join(\",\")#step */bwd/head"
   "stepend#-#report --json#[.torch.peak.by_phase[].phase | select(test(\"/bwd/\"))] | join(\",\")#step */bwd/2,step */bwd/0"
