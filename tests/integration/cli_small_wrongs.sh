@@ -416,8 +416,8 @@ ok "strict JSON from every --json command and JSON export ($nj outputs) on a run
 R=snapshot/README.md A=snapshot/analyze/ADVISE.md
 keys="report --json @D@|.|database schema complete damaged state failure summary peak peak_allocated_at peak_requested_at ooms bad_accesses graphs idle_at_peak device_used categories_at_peak category_source categories torch torch_compile|$R
 report --json @D@ @O@|.|ranks imbalance peak_rank peak_rank_reason timeline|$R
-leaks --json @D@|.|database complete damaged dropped_events leaked_bytes leaked_held_bytes leaked_allocations leaks by_phase by_name steps growth_per_step growth_over judgeable grows kept_beyond_steps host_cache host_held torch_workspaces|$R
-report --json @D@|.summary|host_allocations host_bytes peak_host_bytes host_cache_bytes host_cache_blocks host_held_bytes host_held_blocks torch_workspace_bytes torch_workspace_blocks|$R
+leaks --json @D@|.|database complete damaged dropped_events leaked_bytes leaked_held_bytes leaked_allocations leaks by_phase by_name steps growth_per_step growth_over judgeable grows kept_beyond_steps host_cache host_held torch_workspaces cublas_handles|$R
+report --json @D@|.summary|host_allocations host_bytes peak_host_bytes host_cache_bytes host_cache_blocks host_held_bytes host_held_blocks torch_workspace_bytes torch_workspace_blocks cublas_handle_bytes cublas_handle_blocks|$R
 uses --json @D@ --name '*'|.|database uses tracking launches_unread pattern id step matched shown allocations|$R
 diff --json @D@ @O@|.|a b delta classes sites gate|$R
 diff --json @D@ @O@ --fail-if-peak-grows 5|.|a b delta classes sites gate|$R
