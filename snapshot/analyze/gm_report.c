@@ -712,8 +712,9 @@ static size_t view_workspaces(const gm_model *v, gm_alloc **ws) { return view_fl
  * PyTorch never destroys its cuBLAS handles. */
 static size_t view_cublas_handles(const gm_model *v, gm_alloc **hs) { return view_flagged(v, GM_ALLOC_CUBLAS_HANDLE, hs); }
 
-/* Where PyTorch's cuBLAS workspaces were alive at the end (gpumem's hooks freed them at exit), the
- * summary says so: memory at exit that is not the program's leak. */
+/* Where PyTorch's cuBLAS workspaces were alive at the end (gpumem's hooks freed them at exit), or
+ * cuBLAS's own blocks of PyTorch's handles (never freed), the summary says so: memory at exit
+ * that is not the program's leak. */
 static void workspace_end_line(FILE *out, const gm_model *m)
 {
     gm_model v = gm_model_leak_view(m);
