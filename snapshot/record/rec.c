@@ -381,8 +381,8 @@ int rec_signal_ends(int sig) {
  * must not keep a dying process. WAIT_CAP_NS bounds it in all: a batch system's SIGKILL follows
  * its SIGTERM after a grace period (tens of seconds), and nothing is written after that.
  * Async-signal-safe: an atomic, clock_gettime and nanosleep. */
-#define WAIT_IDLE_NS (3ull * 1000000000u)
-#define WAIT_CAP_NS (60ull * 1000000000u)
+#define WAIT_IDLE_NS REC_WAIT_IDLE_NS
+#define WAIT_CAP_NS REC_WAIT_CAP_NS
 
 /* A signal's handler waits this long without progress before it hands the close over to the
  * writer and returns (on_terminating_signal). */
@@ -431,28 +431,6 @@ static void wait_writer_done(uint64_t idle_ns) {
  * meanwhile (exit, _exit, an exec) first waits for the close and ends of the signal
  * (finish_handed_over). */
 
-/* Arms (or moves) the timer to min(now + WAIT_IDLE_NS, end_since + WAIT_CAP_NS). Raw system
- * calls: async-signal-safe, and no helper thread or allocation of the C library's. */
-static void end_timer_set(rec_state *g) {
-    int id = atomic_load_explicit(&g->end_timer, memory_order_acquire);
-    if (id < 0) return;
-    uint64_t now = rec_now_ns(), at = now + WAIT_IDLE_NS, cap = g->end_since + WAIT_CAP_NS;
-    if (at > cap) at = cap;
-    uint64_t in = at > now ? at - now : 1;
-    struct itimerspec its = {.it_value = {(time_t)(in / 1000000000u), (long)(in % 1000000000u)}};
-    syscall(SYS_timer_settime, id, 0, &its, NULL);
-}
-
-void rec_end_timer_push(rec_state *g) {
-    if (__builtin_expect(atomic_load_explicit(&g->end_timer, memory_order_relaxed) >= 0, 0))
-        end_timer_set(g);
-}
-
-void rec_end_signal_deliver(rec_state *g) {
-    int sig = atomic_load(&g->end_signal);
-    if (sig && in_recording_process()) kill(getpid(), sig);
-}
-
 /* Hands the close of signal sig over to the writer (above); its default action is back. */
 static void hand_over(rec_state *g, int sig) {
     g->end_since = rec_now_ns();
@@ -463,7 +441,7 @@ static void hand_over(rec_state *g, int sig) {
     int id = -1;
     if (syscall(SYS_timer_create, CLOCK_MONOTONIC, &sev, &id) == 0 && id >= 0) {
         atomic_store(&g->end_timer, id);
-        end_timer_set(g);
+        rec_end_timer_push(g);
     }
     atomic_store(&g->end_signal, sig);
     /* the writer may have finished before it could see end_signal */

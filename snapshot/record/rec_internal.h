@@ -181,9 +181,14 @@ void rec_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* For tests: close, forget everything, and allow a new rec_open() in this process. */
 void rec_test_reset(void);
 
-/* A signal's close handed over to the writer (rec.c on_terminating_signal): the writer moves
- * the timer that ends the process should it stop (at each progress), and once closed ends the
- * process with the signal. */
+/* The waits for the writer on the way out (rec.c wait_writer): given up after this long without
+ * its progress, or this long in all. */
+#define REC_WAIT_IDLE_NS (3ull * 1000000000u)
+#define REC_WAIT_CAP_NS (60ull * 1000000000u)
+/* A signal's close handed over to the writer (rec.c hand_over; rec_state.c): the writer moves
+ * the timer that ends the process should it stop (at each progress: to REC_WAIT_IDLE_NS from
+ * now, at most REC_WAIT_CAP_NS from the hand-over), and once closed ends the process with the
+ * signal. Async-signal-safe. */
 void rec_end_timer_push(rec_state *g);
 void rec_end_signal_deliver(rec_state *g);
 

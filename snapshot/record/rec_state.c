@@ -1,13 +1,15 @@
-/* rec_state.c — what both sides of the recorder share: its one state (rec_g), its clock and
- * its messages. The application side (rec.c) and the writer thread (rec_writer.c) both stand
+/* rec_state.c — what both sides of the recorder share: its one state (rec_g), its clock, its
+ * messages, and the end of a signal's close handed over to the writer. The application side (rec.c) and the writer thread (rec_writer.c) both stand
  * on this file and neither calls back into the other's internals through it; rec.c starts and
  * stops the writer (rec_writer_*), the writer reads the state here. */
 #include "snapshot/record/rec_internal.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,6 +44,23 @@ void rec_note_start(void) {
     char abs[sizeof rec_g.tmpl];
     if (rec_path_from(rec_g.start_cwd, db && *db ? db : REC_DEFAULT_DB, abs, sizeof abs) == 0)
         setenv("GPUMEM_DB", abs, 1);
+}
+
+/* Raw system calls: async-signal-safe (rec.c's handler calls the first), and no helper thread
+ * or allocation of the C library's. */
+void rec_end_timer_push(rec_state *g) {
+    int id = atomic_load_explicit(&g->end_timer, memory_order_acquire);
+    if (__builtin_expect(id < 0, 1)) return;
+    uint64_t now = rec_now_ns(), at = now + REC_WAIT_IDLE_NS, cap = g->end_since + REC_WAIT_CAP_NS;
+    if (at > cap) at = cap;
+    uint64_t in = at > now ? at - now : 1;
+    struct itimerspec its = {.it_value = {(time_t)(in / 1000000000u), (long)(in % 1000000000u)}};
+    syscall(SYS_timer_settime, id, 0, &its, NULL);
+}
+
+void rec_end_signal_deliver(rec_state *g) {
+    int sig = atomic_load(&g->end_signal);
+    if (sig && (long)getpid() == g->pid) kill(getpid(), sig);
 }
 
 uint64_t rec_now_ns(void) {
