@@ -715,33 +715,27 @@ static size_t view_cublas_handles(const gm_model *v, gm_alloc **hs) { return vie
 /* Where PyTorch's cuBLAS workspaces were alive at the end (gpumem's hooks freed them at exit), or
  * cuBLAS's own blocks of PyTorch's handles (never freed), the summary says so: memory at exit
  * that is not the program's leak. */
+static void flagged_end_line(FILE *out, const gm_model *v, unsigned flag, const char *label, const char *what)
+{
+    gm_alloc *fl;
+    size_t n = view_flagged(v, flag, &fl);
+    uint64_t b, k;
+    host_totals(fl, n, &b, &k);
+    free(fl);
+    if (!k) return;
+    char c[32];
+    gm_fmt_bytes(b, c, sizeof c);
+    fprintf(out, "  %-20s%s in %" PRIu64 " block%s were %s\n", label, c, k, k == 1 ? "" : "s", what);
+}
 static void workspace_end_line(FILE *out, const gm_model *m)
 {
     gm_model v = gm_model_leak_view(m);
-    gm_alloc *ws;
-    size_t n = view_workspaces(&v, &ws);
-    uint64_t b, k;
-    host_totals(ws, n, &b, &k);
-    free(ws);
-    char c[32];
-    if (k) {
-        gm_fmt_bytes(b, c, sizeof c);
-        fprintf(out,
-                "  workspaces at exit  %s in %" PRIu64 " block%s were PyTorch's cuBLAS/cuBLASLt "
-                "workspaces (one per handle and stream, kept by PyTorch until exit or "
-                "torch._C._cuda_clearCublasWorkspaces(); not leaks)\n",
-                c, k, k == 1 ? "" : "s");
-    }
-    n = view_cublas_handles(&v, &ws);
-    host_totals(ws, n, &b, &k);
-    free(ws);
-    if (!k) return;
-    gm_fmt_bytes(b, c, sizeof c);
-    fprintf(out,
-            "  cuBLAS at exit      %s in %" PRIu64 " block%s were cuBLAS's own, made for PyTorch's "
-            "cuBLAS handles (their default workspaces: PyTorch keeps its handles for the process's "
-            "life and has no call that frees them; not leaks)\n",
-            c, k, k == 1 ? "" : "s");
+    flagged_end_line(out, &v, GM_ALLOC_WORKSPACE, "workspaces at exit",
+                     "PyTorch's cuBLAS/cuBLASLt workspaces (one per handle and stream, kept by PyTorch until "
+                     "exit or torch._C._cuda_clearCublasWorkspaces(); not leaks)");
+    flagged_end_line(out, &v, GM_ALLOC_CUBLAS_HANDLE, "cuBLAS at exit",
+                     "cuBLAS's own, made for PyTorch's cuBLAS handles (their default workspaces: PyTorch keeps "
+                     "its handles for the process's life and has no call that frees them; not leaks)");
 }
 
 static void held_line(FILE *out, const char *what, const char *is, uint64_t n, uint64_t total, uint64_t peak)

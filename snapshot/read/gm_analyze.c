@@ -737,43 +737,40 @@ static inline __attribute__((always_inline)) int alloc_open(sweep *w, uint64_t a
     return 0;
 }
 
-/* Whether a free's stack is gpumem's hooks emptying PyTorch's pinned host cache at exit: a
- * Python frame of GM_HOST_CACHE_FN in gpumem's module. How recordings made before the free's
- * flag (REC_F_HOST_CACHE) are read; that flag needs no stack. */
-static int host_cache_free(const gm_model *m, uint32_t stack) {
+/* fn(m, k, f) on the frames of a stack, innermost first (k its depth; f NULL where unknown),
+ * until it answers non-zero: that answer, or 0 (none, or no stack). */
+static int stack_ask(const gm_model *m, uint32_t stack, int (*fn)(const gm_model *, size_t, const gm_frame *)) {
     size_t len = 0;
     if (!stack) return 0;
     gm_stack_frame(m, stack, 0, &len);
     for (size_t k = 0; k < len; k++) {
         long fi = gm_stack_frame(m, stack, k, NULL);
-        const gm_frame *f = fi >= 0 ? &m->frames[fi] : NULL;
-        if (f && f->python && f->function && strcmp(f->function, GM_HOST_CACHE_FN) == 0 && f->file &&
-            strstr(f->file, "gpumem"))
-            return 1;
+        int r = fn(m, k, fi >= 0 ? &m->frames[fi] : NULL);
+        if (r) return r;
     }
     return 0;
 }
 
+/* Whether a free's stack is gpumem's hooks emptying PyTorch's pinned host cache at exit: a
+ * Python frame of GM_HOST_CACHE_FN in gpumem's module. How recordings made before the free's
+ * flag (REC_F_HOST_CACHE) are read; that flag needs no stack. */
+static int host_cache_frame(const gm_model *m, size_t k, const gm_frame *f) {
+    (void)m, (void)k;
+    return f && f->python && f->function && strcmp(f->function, GM_HOST_CACHE_FN) == 0 && f->file &&
+           strstr(f->file, "gpumem");
+}
+static int host_cache_free(const gm_model *m, uint32_t stack) { return stack_ask(m, stack, host_cache_frame) == 1; }
+
 /* Whether a device block's stack says cuBLAS made it for one of PyTorch's handles
  * (GM_ALLOC_CUBLAS_HANDLE, gm.h): the innermost frame in a libcublas* object, one in a
  * libtorch_cuda* object above it. */
-static const char *module_base(const gm_model *m, const gm_frame *f) {
+static int torch_cublas_frame(const gm_model *m, size_t k, const gm_frame *f) {
     const char *path = f && !f->python && f->module && f->module <= m->nmods ? m->mods[f->module - 1].path : NULL;
-    const char *slash = path ? strrchr(path, '/') : NULL;
-    return slash ? slash + 1 : path;
+    const char *slash = path ? strrchr(path, '/') : NULL, *base = slash ? slash + 1 : path;
+    if (k == 0) return base && strncmp(base, "libcublas", 9) == 0 ? 0 : -1;
+    return base && strncmp(base, "libtorch_cuda", 13) == 0;
 }
-static int torch_cublas_block(const gm_model *m, uint32_t stack) {
-    size_t len = 0;
-    if (!stack) return 0;
-    gm_stack_frame(m, stack, 0, &len);
-    for (size_t k = 0; k < len; k++) {
-        long fi = gm_stack_frame(m, stack, k, NULL);
-        const char *base = module_base(m, fi >= 0 ? &m->frames[fi] : NULL);
-        if (k == 0 && (!base || strncmp(base, "libcublas", 9) != 0)) return 0;
-        if (k > 0 && base && strncmp(base, "libtorch_cuda", 13) == 0) return 1;
-    }
-    return 0;
-}
+static int torch_cublas_block(const gm_model *m, uint32_t stack) { return stack_ask(m, stack, torch_cublas_frame) == 1; }
 
 /* One events row, in seq order. Inlined into the loop over a leaf's rows (sweep_rows): the call
  * of ten arguments was a tenth of the sweep's instructions. */
