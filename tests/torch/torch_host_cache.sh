@@ -94,6 +94,14 @@ for alloc in torch gpumem; do
   grep -q "^PyTorch's pinned host cache at exit (not leaks): " "$tmp/$alloc.txt" && grep -q '_host_emptyCache()' "$tmp/$alloc.txt" \
     && ok "$alloc: the text says the cache apart, with torch._C._host_emptyCache()" \
     || { bad "$alloc: the text does not say the cache apart"; cat "$tmp/$alloc.txt"; }
+  # viz's list of what is alive at the end is leaks': the kept pinned block among them, said
+  # pinned (until 2026-12-07 device memory only: one fewer than leaks, in both views)
+  "$G" viz "$tmp/$alloc.db" -o "$tmp/$alloc.html" > /dev/null 2>&1
+  n=$(jq -r .leaked_allocations "$tmp/$alloc.json")
+  got=$(grep -o '"nleaks":[0-9]*' "$tmp/$alloc.html" | head -1)
+  grep -q "\"memory\":\"pinned host\",\"name\":\"[^\"]*\",\"site\":\"host_cache.py:$kept_line " "$tmp/$alloc.html" && [[ $got == "\"nleaks\":$n" ]] \
+    && ok "$alloc: viz lists leaks' $n, the kept pinned block among them" \
+    || bad "$alloc: viz's $got for leaks' $n, or the kept pinned block (host_cache.py:$kept_line) not listed as pinned host"
 done
 wait
 # the table: each case x {leaks --json, leaks' text, report (text and JSON)}
