@@ -623,31 +623,31 @@ void gm_uses_copy_end(struct gm_uses_op *op, CUresult r, int which, uint64_t dst
  * preload_uses.sh's residue rows rt_malloc..torch_free (with the pools' and record_stream) fail
  * without the scrub, and at 2 KiB
  * the rows after the first cudaMallocHost. Those 3 KiB hold while the address stays out of the
- * deep frames: a call that took its call stack by walking (libunwind's walk, a first stack from
- * its call site; the Python frame reader, every call from Python code) ran frames 5.0-5.4 KiB
- * (the walk) or ~12 KiB (the reader) below the entry point, and a register the hook kept the
+ * deep frames: a call that took its call stack by walking with libunwind (a first stack from
+ * its call site) ran frames 5.0-5.4 KiB below the entry point, and a register the hook kept the
  * address in across the capture is saved there when a deep frame uses it: which register, and
- * whether, is the compiler's choice (commit 42df9c4 moved one test in gm_event_id and five rows
- * failed, the RA_ addresses 3-6 KiB down). So the capture notes that it walked
- * (rec_stack_walked, rec.h) and the entry point's scrub then covers the walk: 8 KiB after
- * libunwind's, 16 KiB after the reader's; a capture the walk memo answered, or none, keeps the
- * short bound. Sanitizer builds lay frames out otherwise (redzones, frame pointers, the
- * runtime's own calls: deeper), so their bounds are 16 KiB each, 32 KiB after the reader (the
- * residue rows run there). */
+ * whether, is the compiler's choice (commit 42df9c4 moved one test in gm_event_id and seven
+ * rows failed in CI, the RA_ addresses 3-6 KiB down). So the capture notes that it walked
+ * (rec_stack_walked, rec.h) and the entry point's scrub then covers the walk, 8 KiB (a memo
+ * miss: a few times a run per call site); a capture the walk memo answered, or none, keeps the
+ * short bound. The Python frame reader writes 4.5 KiB below a cudaMalloc from Python code with
+ * the GIL held, 11.4 KiB without it (painted and read back, 2026-12-07), on every call: a scrub
+ * that deep after each made a Python loop of cudaMalloc/cudaFree 3.4-4.1 us a pair for
+ * 1.9-2.6 us, and no address was found there (preload_uses.sh "residue python" rows, before and
+ * after): not scrubbed. Sanitizer builds lay frames out otherwise (redzones, frame pointers,
+ * the runtime's own calls: deeper), so their bounds are 16 KiB each (the residue rows run there). */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define GM_SCRUB_LAUNCH_BYTES 16384
 #define GM_SCRUB_COPY_BYTES 16384
 #define GM_SCRUB_TRACE_BYTES 16384
 #define GM_SCRUB_MEM_BYTES 16384
 #define GM_SCRUB_UNWIND_BYTES 16384
-#define GM_SCRUB_PYTHON_BYTES 32768
 #else
 #define GM_SCRUB_LAUNCH_BYTES 2560
 #define GM_SCRUB_COPY_BYTES 2048
 #define GM_SCRUB_TRACE_BYTES 256
 #define GM_SCRUB_MEM_BYTES 3072
 #define GM_SCRUB_UNWIND_BYTES 8192
-#define GM_SCRUB_PYTHON_BYTES 16384
 #endif
 void gm_stack_scrub_launch(void);
 void gm_stack_scrub_mem(void);

@@ -93,17 +93,11 @@ const char *gm_uses_name(int mode)
         name##_plain();                                                                            \
     }
 /* After a stack capture that walked (rec_stack_walked, rec.h): the walk's depth instead, and
- * the bits cleared. Also tail calls. */
+ * the bit cleared. A tail call too. */
 STACK_SCRUB(static, scrub_after_unwind, GM_SCRUB_UNWIND_BYTES, )
-STACK_SCRUB(static, scrub_after_python, GM_SCRUB_PYTHON_BYTES, )
 #define AFTER_WALKS                                                                                \
     if (__builtin_expect(rec_stack_walked != 0, 0)) {                                              \
-        unsigned walked = rec_stack_walked;                                                        \
         rec_stack_walked = 0;                                                                      \
-        if (walked & REC_WALKED_PYTHON) {                                                          \
-            scrub_after_python();                                                                  \
-            return;                                                                                \
-        }                                                                                          \
         scrub_after_unwind();                                                                      \
         return;                                                                                    \
     }

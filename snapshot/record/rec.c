@@ -1130,7 +1130,6 @@ static __attribute__((noinline)) uint32_t capture_stack(void) {
     rec_pyframe py[REC_MAX_PY_FRAMES];
     int npy = 0;
     if (pfn) {
-        rec_stack_walked |= REC_WALKED_PYTHON;
         npy = pfn(py, REC_MAX_PY_FRAMES);
         if (npy < 0 || npy > REC_MAX_PY_FRAMES) npy = 0;
         if (npy)

@@ -324,12 +324,12 @@ void rec_event(unsigned kind, int device, uint64_t stream, uint64_t addr, uint64
 int rec_stack_hold(void);
 void rec_stack_release(int held);
 
-/* How deep the calling thread's last stack captures wrote below their own frames, since the
- * last reader cleared it (bits: REC_WALKED_UNWIND, libunwind's walk, ~4 KiB under the capture;
- * REC_WALKED_PYTHON, the Python frame reader, ~12 KiB). A value the entry point held in a
- * callee-saved register when the capture began is saved there by the deep frames: the entry
- * point's stack scrub (preload/uses.c) covers that depth when a bit is set. */
-enum { REC_WALKED_UNWIND = 1, REC_WALKED_PYTHON = 2 };
+/* Whether the calling thread's stack captures walked with libunwind since the last reader
+ * cleared it (REC_WALKED_UNWIND: a call site the walk memo did not know; its frames go ~4 KiB
+ * under the capture). A value the entry point held in a callee-saved register when the capture
+ * began is saved there by the deep frames: the entry point's stack scrub (preload/uses.c) then
+ * covers that depth. */
+enum { REC_WALKED_UNWIND = 1 };
 extern __thread unsigned char rec_stack_walked __attribute__((tls_model("initial-exec")));
 
 /* ---- NVTX ranges. Per thread; every event carries its thread's innermost open range. ----- */
