@@ -384,18 +384,22 @@ int rec_signal_ends(int sig) {
 #define WAIT_IDLE_NS REC_WAIT_IDLE_NS
 #define WAIT_CAP_NS REC_WAIT_CAP_NS
 
+/* The close at the program's exit gives up after this long without the writer's progress
+ * (rec_close). */
+#define EXIT_IDLE_MS 30000
 /* A signal's handler waits this long without progress before it hands the close over to the
  * writer and returns (on_terminating_signal). */
 #define WAIT_HANDOVER_NS (300ull * 1000000u)
 
 typedef struct {
-    uint64_t start, since, seen, idle;
+    uint64_t start, since, seen, idle, cap;
 } wait_writer;
 
 static void wait_writer_begin(wait_writer *o, uint64_t idle_ns) {
     o->start = o->since = rec_now_ns();
     o->seen = atomic_load(&rec_g.writer_progress);
     o->idle = idle_ns;
+    o->cap = WAIT_CAP_NS;
 }
 
 /* Sleeps sleep_ns, then says whether to wait on (1) or give up (0). */
@@ -404,7 +408,7 @@ static int wait_writer_on(wait_writer *o, long sleep_ns) {
     nanosleep(&ts, NULL);
     uint64_t now = rec_now_ns(), p = atomic_load(&rec_g.writer_progress);
     if (p != o->seen) o->seen = p, o->since = now;
-    return now - o->since < o->idle && now - o->start < WAIT_CAP_NS;
+    return now - o->since < o->idle && now - o->start < o->cap;
 }
 
 static void wait_writer_done(uint64_t idle_ns) {
@@ -803,6 +807,27 @@ void rec_close(void) {
         atomic_compare_exchange_strong(&rec_g.state, &expect, REC_ST_CLOSED);
         finish_handed_over();
         return;
+    }
+    /* The close at the program's exit waits for the writer while it moves, with no bound in
+     * all (a long recording's close, its index and lifetimes, takes what it takes), and gives up
+     * after EXIT_IDLE_NS without progress: a disk that stopped answering, or a lock the writer
+     * needs that another of the program's threads holds and never gives back, kept the program
+     * from ending, for ever (pthread_join). The file then stays 'recording', as a killed run's
+     * (the readers say so), and the program ends. GPUMEM_TEST_EXIT_IDLE_MS shortens it (tests:
+     * snapshot_signals.sh). */
+    atomic_store(&rec_g.writer_stop, 1);
+    rec_ring_wake(&rec_g.ring);
+    wait_writer o;
+    wait_writer_begin(&o, (uint64_t)env_long("GPUMEM_TEST_EXIT_IDLE_MS", EXIT_IDLE_MS, 1, 86400000) * 1000000u);
+    o.cap = UINT64_MAX;
+    while (!atomic_load(&rec_g.writer_done) && wait_writer_on(&o, 10000000)) {
+    }
+    if (!atomic_load(&rec_g.writer_done)) {
+        rec_warn("the recording's close made no progress for %.0f s (a disk that does not answer, or a lock "
+                 "another thread holds): the program ends without it; %s stays 'recording', read as a "
+                 "killed run's",
+                 (double)o.idle / 1e9, rec_g.path);
+        return; /* the writer is left to the process's end: nothing here touches its file */
     }
     rec_writer_stop(&rec_g);
     remove_if_unused(&rec_g);

@@ -123,6 +123,19 @@ for row in "TERM wait" "INT wait" "HUP exit" "TERM _exit"; do
     || { cat "$TMP/loader.err"; fail "SIG$sig in the loader's lock, then $then: exit $rc (want $want), state|allocations|lifetimes|the library's module row '$q' (want interrupted|101|101|1)"; }
 done
 echo "ok: a signal while the program holds the dynamic linker's lock: the close handed over to the writer, state interrupted, every allocation with its lifetime, exit 128+N (also when the program exits or _exits meanwhile)"
+# a normal exit whose close makes no progress (the writer stuck 20 s: a disk that does not
+# answer): the program still ends, its status its own, the file 'recording' and a line saying
+# so; the bound (30 s without progress) shortened to 1 s here. Before (2026-12-07): the exit
+# waited for the writer however long it took (pthread_join), 20 s here.
+db=$TMP/exit-stuck.db
+t0=$(date +%s%N)
+rc=0; GPUMEM_TEST_SLOW_CLOSE=20000:0 GPUMEM_TEST_EXIT_IDLE_MS=1000 GPUMEM_DB="$db" LD_PRELOAD="$BUILD/libgpumem.so" \
+  "$TRAIN" --steps 2 > /dev/null 2> "$TMP/exit.err" || rc=$?
+secs=$(( ($(date +%s%N) - t0) / 1000000000 ))
+state=$("$GPUMEM" sql "$db" -c "SELECT value FROM meta WHERE key = 'state'" | tail -1)
+[[ $rc -eq 0 && $state == recording ]] && (( secs < 15 )) && grep -q "close made no progress for 1 s" "$TMP/exit.err" \
+  && echo "ok: a normal exit whose close is stuck: the program ends (exit 0) ${secs} s on, the file 'recording', said" \
+  || { cat "$TMP/exit.err"; fail "a normal exit whose close is stuck: exit $rc (want 0), state '$state' (want recording), ${secs} s (want < 15), or no line saying so"; }
 # a signal sent to `gpumem record` alone (kill PID, Popen.terminate(), a supervisor): record passes
 # it on to the program, waits for it, summarises and exits as the program did (128+N); the
 # program is gone and its recording closed (state interrupted), never left running, orphaned
