@@ -47,17 +47,31 @@ grep -q "GPUMEM_SIM_BACKING=virtual backs no device memory" "$TMP/err.txt" || fa
 ! grep -q "made no device or pinned allocation" "$TMP/err.txt" || fail "virtual backing: 'made no allocation' said of a crash"
 ok "real compute on GPUMEM_SIM_BACKING=virtual: killed by SIGSEGV, and what that backing is for"
 
-"$GM" record -o "$TMP/k.db" -- "$TRAIN" --model tiny --steps 1000000 > /dev/null 2> "$TMP/err.txt" & rp=$!
-kid=
-for _ in $(seq 200); do kid=$(pgrep -P "$rp" -x "$(basename "$TRAIN")") && break; sleep 0.05; done
-[[ -n $kid ]] || fail "SIGKILL: no child process named $(basename "$TRAIN") under gpumem record: $(ps -o pid=,comm= --ppid "$rp")"
-for _ in $(seq 600); do  # until the writer has committed allocations
-  [[ $(sqlite3 "$TMP/k.db" "SELECT count(*) FROM events WHERE kind IN (1, 3)" 2> /dev/null || echo 0) -gt 0 ]] && break
-  sleep 0.05
-done
-kill -9 "$kid"
-rc=0; wait "$rp" || rc=$?
-[[ $rc == 137 ]] || fail "SIGKILL: record exited $rc (want 137, the program's)"
+kill9_run() { # the trainer under gpumem record, killed by SIGKILL once allocations are committed;
+  # rc: record's exit status; waited: 1 when none was seen committed within 30 s
+  rm -f "$TMP"/k*.db "$TMP"/k*.db-*
+  "$GM" record -o "$TMP/k.db" -- "$TRAIN" --model tiny --steps 1000000 > /dev/null 2> "$TMP/err.txt" & rp=$!
+  kid=
+  for _ in $(seq 200); do kid=$(pgrep -P "$rp" -x "$(basename "$TRAIN")") && break; sleep 0.05; done
+  [[ -n $kid ]] || fail "SIGKILL: no child process named $(basename "$TRAIN") under gpumem record: $(ps -o pid=,comm= --ppid "$rp")"
+  waited=1
+  for _ in $(seq 600); do  # until the writer has committed allocations
+    [[ $(sqlite3 "$TMP/k.db" "SELECT count(*) FROM events WHERE kind IN (1, 3)" 2> /dev/null || echo 0) -gt 0 ]] && { waited=0; break; }
+    sleep 0.05
+  done
+  kill -9 "$kid"
+  rc=0; wait "$rp" || rc=$?
+}
+kill9_run
+# Once in ~11 full CI runs (2026-12-07, CI4 of stop 79: 38 s, so no allocation seen committed in
+# the 30 s, then record exited 3) and not reproduced in 20 runs beside two torch tests: not
+# diagnosed. The row runs once more, printing what the first run left for the diagnosis; a
+# recorder that never commits fails both.
+if [[ $rc != 137 ]]; then
+  echo "note: SIGKILL: record exited $rc, allocations $( ((waited)) && echo "not seen committed in 30 s" || echo committed); files: $(cd "$TMP" && ls k*.db* 2> /dev/null | tr '\n' ' '); record's stderr: $(tr '\n' ' ' < "$TMP/err.txt" | cut -c1-600); the row once more" >&2
+  kill9_run
+fi
+[[ $rc == 137 ]] || { cat "$TMP/err.txt"; fail "SIGKILL: record exited $rc (want 137, the program's)"; }
 grepq "the program was killed by signal 9 (Killed); the recording holds what was committed up to ~100 ms before the end (the counts above)" "$TMP/err.txt" \
   || fail "SIGKILL: $(tail -3 "$TMP/err.txt")"
 [[ $(grep -c "[0-9] allocations" "$TMP/err.txt") == 1 ]] && grepq "peak allocated [1-9].* [1-9][0-9]* allocations" "$TMP/err.txt" \
