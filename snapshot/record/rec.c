@@ -411,12 +411,16 @@ static int wait_writer_on(wait_writer *o, long sleep_ns) {
     return now - o->since < o->idle && now - o->start < o->cap;
 }
 
-static void wait_writer_done(uint64_t idle_ns) {
+/* Waits for the writer's end (wait_writer's rules, cap_ns in all); whether it ended. */
+static int wait_writer_done_cap(uint64_t idle_ns, uint64_t cap_ns) {
     wait_writer o;
     wait_writer_begin(&o, idle_ns);
+    o.cap = cap_ns;
     while (!atomic_load(&rec_g.writer_done) && wait_writer_on(&o, 10000000)) {
     }
+    return atomic_load(&rec_g.writer_done);
 }
+static void wait_writer_done(uint64_t idle_ns) { wait_writer_done_cap(idle_ns, WAIT_CAP_NS); }
 
 /* ---- a close handed over to the writer ---------------------------------------------------
  * A signal that lands while its thread holds a lock that is not the recorder's but that the
@@ -817,16 +821,12 @@ void rec_close(void) {
      * snapshot_signals.sh). */
     atomic_store(&rec_g.writer_stop, 1);
     rec_ring_wake(&rec_g.ring);
-    wait_writer o;
-    wait_writer_begin(&o, (uint64_t)env_long("GPUMEM_TEST_EXIT_IDLE_MS", EXIT_IDLE_MS, 1, 86400000) * 1000000u);
-    o.cap = UINT64_MAX;
-    while (!atomic_load(&rec_g.writer_done) && wait_writer_on(&o, 10000000)) {
-    }
-    if (!atomic_load(&rec_g.writer_done)) {
+    long idle_ms = env_long("GPUMEM_TEST_EXIT_IDLE_MS", EXIT_IDLE_MS, 1, 86400000);
+    if (!wait_writer_done_cap((uint64_t)idle_ms * 1000000u, UINT64_MAX)) {
         rec_warn("the recording's close made no progress for %.0f s (a disk that does not answer, or a lock "
                  "another thread holds): the program ends without it; %s stays 'recording', read as a "
                  "killed run's",
-                 (double)o.idle / 1e9, rec_g.path);
+                 (double)idle_ms / 1e3, rec_g.path);
         return; /* the writer is left to the process's end: nothing here touches its file */
     }
     rec_writer_stop(&rec_g);
